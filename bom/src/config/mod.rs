@@ -1,0 +1,11 @@
+//! The cluster.yaml config: model, defaults, loading and validation.
+
+pub mod defaults;
+pub mod load;
+pub mod model;
+mod secret;
+pub mod support;
+pub mod validate;
+
+pub use load::{LoadError, MAX_CONFIG_BYTES, load_file, load_str};
+pub use model::Cluster;

@@ -1,0 +1,487 @@
+//! The cluster.yaml model, `kubexm.io/v1alpha1` `Cluster`.
+//!
+//! Every option the architecture names is here, so the file a user writes is
+//! read whole even where the installer does not implement an option yet
+//! (`support.rs` says which). Defaults live in `defaults.rs`, nowhere else:
+//! these types only say `#[serde(default)]`.
+//!
+//! Secrets are never inline: a password or passphrase is a [`SecretRef`]
+//! naming an environment variable or a file.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole cluster.yaml document.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Cluster {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: Metadata,
+    pub spec: Spec,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Metadata {
+    pub name: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Spec {
+    /// Settings every host inherits unless it sets its own.
+    pub host_defaults: HostDefaults,
+    pub hosts: Vec<Host>,
+    pub role_groups: RoleGroups,
+    pub control_plane_endpoint: ControlPlaneEndpoint,
+    pub etcd: Etcd,
+    pub kubernetes: Kubernetes,
+    pub container_runtime: ContainerRuntime,
+    pub network: Network,
+    pub dns: Dns,
+    pub storage: Storage,
+    pub load_balancer_service: LoadBalancerService,
+    pub registry: Registry,
+    pub system: System,
+    pub preflight: Preflight,
+    pub bundle: BundleSpec,
+}
+
+/// Connection settings shared by hosts.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct HostDefaults {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Auth>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bastion: Option<Bastion>,
+}
+
+/// One machine of the cluster.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Host {
+    pub name: String,
+    /// Where the installer reaches the host over SSH.
+    pub address: String,
+    /// The address cluster components use; defaults to `address`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub internal_address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Auth>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bastion: Option<Bastion>,
+    /// `amd64` or `arm64`; gathered from the host at install time if unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// How the installer logs in. Exactly one method is set.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Auth {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password: Option<SecretRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<PrivateKey>,
+    /// Use the keys of the running SSH agent (`SSH_AUTH_SOCK`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PrivateKey {
+    pub path: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passphrase: Option<SecretRef>,
+}
+
+/// A jump host the installer goes through to reach a host.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Bastion {
+    pub address: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Auth>,
+}
+
+/// Where a secret comes from. Never the secret itself.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_env: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_file: Option<PathBuf>,
+}
+
+/// Host names per role.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoleGroups {
+    pub etcd: Vec<String>,
+    #[serde(rename = "control-plane")]
+    pub control_plane: Vec<String>,
+    pub worker: Vec<String>,
+    pub loadbalancer: Vec<String>,
+    pub registry: Vec<String>,
+}
+
+/// The four ways to reach the API servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndpointMode {
+    /// A: haproxy and keepalived on loadbalancer hosts, holding a VIP.
+    #[default]
+    HaproxyKeepalived,
+    /// B: kube-vip holds a VIP on the control-plane nodes.
+    KubeVip,
+    /// C: an existing load balancer (F5, cloud) at `address`.
+    External,
+    /// D: no load balancer; each worker proxies 127.0.0.1:6443 to all API servers.
+    LocalProxy,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ControlPlaneEndpoint {
+    pub mode: EndpointMode,
+    pub domain: String,
+    /// The VIP (modes A and B) or the external load balancer (mode C).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    pub port: u16,
+    /// Network interface for the VIP; gathered from the host if unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// VRRP router id for keepalived (mode A).
+    pub virtual_router_id: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EtcdMode {
+    /// systemd units with their own TLS PKI.
+    #[default]
+    Binary,
+    /// Stacked static pods managed by kubeadm.
+    Kubeadm,
+    /// An existing etcd cluster.
+    External,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Etcd {
+    pub mode: EtcdMode,
+    /// etcd release; the catalog's pairing for the Kubernetes minor if unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub data_dir: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalEtcd>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ExternalEtcd {
+    pub endpoints: Vec<String>,
+    pub ca_file: PathBuf,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeployMode {
+    #[default]
+    Kubeadm,
+    Binary,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProxyMode {
+    #[default]
+    Iptables,
+    Ipvs,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Kubernetes {
+    pub version: String,
+    pub deploy_mode: DeployMode,
+    #[serde(rename = "serviceCIDR")]
+    pub service_cidr: String,
+    #[serde(rename = "podCIDR")]
+    pub pod_cidr: String,
+    /// The network the hosts live in, if it should be checked for overlaps.
+    #[serde(rename = "nodeCIDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_cidr: Option<String>,
+    pub dns_domain: String,
+    pub proxy_mode: ProxyMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuntimeKind {
+    #[default]
+    Containerd,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ContainerRuntime {
+    #[serde(rename = "type")]
+    pub kind: RuntimeKind,
+    /// containerd release; the catalog's pairing if unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub data_root: PathBuf,
+    /// Extra mirrors per upstream registry host, tried before the bundle's registry.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub registry_mirrors: BTreeMap<String, Vec<String>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub insecure_registries: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub auths: Vec<RegistryAuth>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct RegistryAuth {
+    pub registry: String,
+    pub username: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password: Option<SecretRef>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkPlugin {
+    #[default]
+    Calico,
+    Flannel,
+    Cilium,
+    KubeOvn,
+    Hybridnet,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Network {
+    pub plugin: NetworkPlugin,
+    /// The plugin's release; the catalog default if unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub multus: Toggle,
+}
+
+/// An addon that is on or off, at an optional version.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Toggle {
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Dns {
+    pub coredns: Toggle,
+    pub nodelocaldns: NodeLocalDns,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NodeLocalDns {
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The link-local address node-local-dns listens on.
+    pub ip: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageProvider {
+    #[default]
+    None,
+    OpenebsLocalpv,
+    Longhorn,
+    RookCeph,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Storage {
+    pub provider: StorageProvider,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Host directory for local volumes (openebs-localpv).
+    pub base_path: PathBuf,
+    /// Make this the cluster's default StorageClass.
+    pub default_class: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct LoadBalancerService {
+    pub metallb: MetalLb,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct MetalLb {
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub address_pools: Vec<AddressPool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AddressPool {
+    pub name: String,
+    /// CIDRs or `first-last` ranges.
+    pub addresses: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RegistryMode {
+    /// The installer's own registry service on the registry host.
+    #[default]
+    Local,
+    /// An existing Harbor or distribution registry.
+    External,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Registry {
+    pub mode: RegistryMode,
+    /// Port of the local registry service.
+    pub port: u16,
+    /// `host[:port]` of the external registry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Path prefix under which images are mirrored into the external registry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password: Option<SecretRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    pub insecure: bool,
+    /// Mirror as `<prefix>/<repository>` without the upstream host.
+    pub flatten: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct System {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ntp_servers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeftoverPolicy {
+    #[default]
+    Fail,
+    Warn,
+    Clean,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Preflight {
+    /// What to do with leftovers of earlier Kubernetes, etcd or container runtime installs.
+    pub leftovers: LeftoverPolicy,
+    /// Largest clock offset from the installer a host may have.
+    pub max_clock_skew_seconds: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct BundleSpec {
+    pub arches: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_images: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub charts: Vec<ChartSpec>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<ExtraFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os_packages: Option<OsPackages>,
+    /// Upstream rewriting: `host[/path]` to a base URL.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub mirrors: BTreeMap<String, String>,
+}
+
+/// A Helm chart carried in the bundle. Exactly one of `repo`, `url`, `oci`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ChartSpec {
+    pub name: String,
+    pub version: String,
+    /// An HTTP chart repository (with `index.yaml`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// A plain `.tgz` URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// An OCI reference without tag, e.g. `oci://ghcr.io/org/charts/name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oci: Option<String>,
+}
+
+/// An extra file carried in the bundle.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ExtraFile {
+    pub name: String,
+    pub url: String,
+    pub sha256: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+}
+
+/// Debian package repositories carried in the bundle.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct OsPackages {
+    /// `debian-bookworm`, ...
+    pub releases: Vec<String>,
+    pub arches: Vec<String>,
+    pub extra: Vec<String>,
+    pub mirror: String,
+}

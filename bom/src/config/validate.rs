@@ -1,0 +1,588 @@
+//! The rules a careful operator checks before an install.
+//!
+//! Each rule looks at the typed config and reports by YAML path; the loader
+//! turns paths into line:column. Rules never stop at the first problem.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::defaults::{API_VERSION, KIND, network_addon, storage_addon};
+use super::model::*;
+use crate::catalog::Catalog;
+use crate::diag::{Diagnostic, Kind, did_you_mean};
+use crate::image::ImageRef;
+use crate::net::{Cidr, is_dns_label, is_host_address};
+
+/// Runs every rule; returns every problem.
+pub fn check(c: &Cluster, catalog: &Catalog) -> Vec<Diagnostic> {
+    let mut r = Rules { out: Vec::new(), catalog };
+    r.document(c);
+    r.hosts(&c.spec);
+    r.roles(&c.spec);
+    r.etcd(&c.spec);
+    r.endpoint(&c.spec);
+    r.networks(&c.spec);
+    r.versions(&c.spec);
+    r.registry(&c.spec);
+    r.addons(&c.spec);
+    r.bundle(&c.spec);
+    r.out
+}
+
+struct Rules<'a> {
+    out: Vec<Diagnostic>,
+    catalog: &'a Catalog,
+}
+
+impl Rules<'_> {
+    fn err(&mut self, path: impl Into<String>, msg: impl Into<String>) {
+        self.out.push(Diagnostic::new(Kind::Invalid, path, msg));
+    }
+
+    fn hinted(&mut self, path: impl Into<String>, msg: impl Into<String>, hint: impl Into<String>) {
+        self.out.push(Diagnostic::new(Kind::Invalid, path, msg).hint(hint));
+    }
+
+    fn document(&mut self, c: &Cluster) {
+        if c.api_version.is_empty() {
+            self.hinted(
+                "apiVersion",
+                "apiVersion is missing",
+                format!("start the file with `apiVersion: {API_VERSION}`"),
+            );
+        } else if c.api_version != API_VERSION {
+            self.hinted(
+                "apiVersion",
+                format!("apiVersion is `{}`; this release reads `{API_VERSION}`", c.api_version),
+                format!("write `apiVersion: {API_VERSION}`"),
+            );
+        }
+        if c.kind.is_empty() {
+            self.hinted("kind", "kind is missing", format!("write `kind: {KIND}`"));
+        } else if c.kind != KIND {
+            self.hinted(
+                "kind",
+                format!("kind is `{}`; expected `{KIND}`", c.kind),
+                format!("write `kind: {KIND}`"),
+            );
+        }
+        if !is_dns_label(&c.metadata.name) {
+            self.hinted(
+                "metadata.name",
+                format!("cluster name `{}` is not a DNS label", c.metadata.name),
+                "use 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+            );
+        }
+    }
+
+    fn hosts(&mut self, s: &Spec) {
+        if s.hosts.is_empty() {
+            self.hinted("spec.hosts", "no hosts are listed", "list at least one host under spec.hosts");
+        }
+        let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut addrs: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, h) in s.hosts.iter().enumerate() {
+            let p = format!("spec.hosts[{i}]");
+            if !is_dns_label(&h.name) {
+                self.hinted(
+                    format!("{p}.name"),
+                    format!("host name `{}` is not a DNS label", h.name),
+                    "Kubernetes node names are lowercase letters, digits and '-'",
+                );
+            } else if let Some(first) = names.insert(&h.name, i) {
+                self.err(
+                    format!("{p}.name"),
+                    format!("duplicate host name `{}` (also spec.hosts[{first}])", h.name),
+                );
+            }
+            if !is_host_address(&h.address) {
+                self.err(format!("{p}.address"), format!("`{}` is not an IP address or host name", h.address));
+            }
+            let internal = h.internal_address.as_deref().unwrap_or(&h.address);
+            if h.internal_address.is_some() && internal.parse::<IpAddr>().is_err() {
+                self.err(format!("{p}.internalAddress"), format!("`{internal}` is not an IP address"));
+            }
+            for (field, a) in [("address", h.address.as_str()), ("internalAddress", internal)] {
+                if field == "internalAddress" && (h.internal_address.is_none() || internal == h.address) {
+                    continue;
+                }
+                if let Some(first) = addrs.insert(a, i).filter(|f| *f != i) {
+                    self.err(
+                        format!("{p}.{field}"),
+                        format!("duplicate address {a} (also used by spec.hosts[{first}] `{}`)", s.hosts[first].name),
+                    );
+                }
+            }
+            if let Some(arch) = &h.arch {
+                self.arch(&format!("{p}.arch"), arch);
+            }
+            if h.port == Some(0) {
+                self.err(format!("{p}.port"), "port 0 is not a valid SSH port");
+            }
+            match h.auth.as_ref().or(s.host_defaults.auth.as_ref()) {
+                None => self.hinted(
+                    p.clone(),
+                    format!("host `{}` has no auth method", h.name),
+                    "set auth.password, auth.privateKey or auth.agent on the host, or once under spec.hostDefaults.auth",
+                ),
+                Some(a) if h.auth.is_some() => self.auth(&format!("{p}.auth"), a),
+                Some(_) => {}
+            }
+            if let Some(b) = &h.bastion {
+                self.bastion(&format!("{p}.bastion"), b);
+            }
+        }
+        if let Some(a) = &s.host_defaults.auth {
+            self.auth("spec.hostDefaults.auth", a);
+        }
+        if let Some(b) = &s.host_defaults.bastion {
+            self.bastion("spec.hostDefaults.bastion", b);
+        }
+    }
+
+    fn bastion(&mut self, p: &str, b: &Bastion) {
+        if !is_host_address(&b.address) {
+            self.err(
+                format!("{p}.address"),
+                format!("bastion address `{}` is not an IP address or host name", b.address),
+            );
+        }
+        if let Some(a) = &b.auth {
+            self.auth(&format!("{p}.auth"), a);
+        }
+    }
+
+    fn auth(&mut self, p: &str, a: &Auth) {
+        let methods = [a.password.is_some(), a.private_key.is_some(), a.agent == Some(true)];
+        match methods.iter().filter(|m| **m).count() {
+            0 => self.hinted(p, "no auth method is set", "set one of password, privateKey or agent: true"),
+            1 => {}
+            _ => self.hinted(
+                p,
+                "more than one auth method is set",
+                "keep exactly one of password, privateKey and agent",
+            ),
+        }
+        if let Some(s) = &a.password {
+            self.secret(&format!("{p}.password"), s);
+        }
+        if let Some(k) = &a.private_key {
+            if k.path.as_os_str().is_empty() {
+                self.err(format!("{p}.privateKey.path"), "privateKey needs a path");
+            }
+            if let Some(s) = &k.passphrase {
+                self.secret(&format!("{p}.privateKey.passphrase"), s);
+            }
+        }
+    }
+
+    fn secret(&mut self, p: &str, s: &SecretRef) {
+        match (&s.from_env, &s.from_file) {
+            (Some(_), None) | (None, Some(_)) => {}
+            _ => self.hinted(
+                p,
+                "a secret needs exactly one source",
+                "write either `fromEnv: VARIABLE` or `fromFile: PATH`",
+            ),
+        }
+    }
+
+    fn arch(&mut self, p: &str, arch: &str) {
+        if !self.catalog.arches.iter().any(|a| a == arch) {
+            let known = self.catalog.arches.join(", ");
+            let mut msg = format!("arch `{arch}` has no binaries in the catalog (known: {known})");
+            if let Some(m) = did_you_mean(arch, self.catalog.arches.iter().map(String::as_str)) {
+                msg.push_str(&format!("; did you mean `{m}`?"));
+            }
+            self.err(p, msg);
+        }
+    }
+
+    fn roles(&mut self, s: &Spec) {
+        let names: Vec<&str> = s.hosts.iter().map(|h| h.name.as_str()).collect();
+        let g = &s.role_groups;
+        let groups = [
+            ("etcd", &g.etcd),
+            ("control-plane", &g.control_plane),
+            ("worker", &g.worker),
+            ("loadbalancer", &g.loadbalancer),
+            ("registry", &g.registry),
+        ];
+        for (group, members) in groups {
+            let mut seen = Vec::new();
+            for (i, m) in members.iter().enumerate() {
+                let p = format!("spec.roleGroups.{group}[{i}]");
+                if !names.contains(&m.as_str()) {
+                    let mut msg = format!("role group {group} names host `{m}`, which is not in spec.hosts");
+                    if let Some(d) = did_you_mean(m, names.iter().copied()) {
+                        msg.push_str(&format!("; did you mean `{d}`?"));
+                    }
+                    self.err(p, msg);
+                } else if seen.contains(&m) {
+                    self.err(p, format!("host `{m}` is listed twice in role group {group}"));
+                }
+                seen.push(m);
+            }
+        }
+        if g.control_plane.is_empty() {
+            self.hinted(
+                "spec.roleGroups",
+                "no control-plane hosts",
+                "list at least one host under roleGroups.control-plane",
+            );
+        }
+        if g.registry.len() > 1 {
+            self.hinted(
+                "spec.roleGroups.registry",
+                "more than one registry host",
+                "list one host; the registry serves every node",
+            );
+        }
+    }
+
+    fn etcd(&mut self, s: &Spec) {
+        let n = s.role_groups.etcd.len();
+        match s.etcd.mode {
+            EtcdMode::External => {
+                let ext = s.etcd.external.as_ref();
+                if ext.is_none_or(|e| e.endpoints.is_empty()) {
+                    self.hinted(
+                        "spec.etcd",
+                        "etcd mode external needs endpoints",
+                        "set etcd.external.endpoints, caFile, certFile and keyFile",
+                    );
+                }
+                if n > 0 {
+                    self.err("spec.roleGroups.etcd", "etcd hosts are listed, but etcd mode is external");
+                }
+            }
+            EtcdMode::Binary | EtcdMode::Kubeadm if n == 0 => {
+                self.hinted(
+                    "spec.roleGroups.etcd",
+                    "no etcd members",
+                    "list 1, 3 or 5 hosts under roleGroups.etcd, or use etcd mode external",
+                );
+            }
+            _ if n.is_multiple_of(2) => {
+                self.hinted(
+                    "spec.roleGroups.etcd",
+                    format!("{n} etcd members; an even count tolerates no more failures than one member fewer and risks split votes"),
+                    "use an odd number of members: 1, 3 or 5",
+                );
+            }
+            _ => {}
+        }
+        if s.etcd.mode == EtcdMode::Kubeadm {
+            for (i, m) in s.role_groups.etcd.iter().enumerate() {
+                if !s.role_groups.control_plane.contains(m) {
+                    self.err(
+                        format!("spec.roleGroups.etcd[{i}]"),
+                        format!("etcd mode kubeadm stacks etcd on control-plane nodes, but `{m}` is not one"),
+                    );
+                }
+            }
+        }
+    }
+
+    fn endpoint(&mut self, s: &Spec) {
+        let e = &s.control_plane_endpoint;
+        let p = "spec.controlPlaneEndpoint";
+        let needs_address = matches!(
+            e.mode,
+            EndpointMode::HaproxyKeepalived | EndpointMode::KubeVip | EndpointMode::External
+        );
+        match (&e.address, needs_address) {
+            (None, true) => {
+                let what = if e.mode == EndpointMode::External {
+                    "the load balancer's address"
+                } else {
+                    "a virtual IP (VIP)"
+                };
+                self.hinted(
+                    p,
+                    format!("endpoint mode {} needs {what}", mode_name(e.mode)),
+                    "set controlPlaneEndpoint.address to a free address in the hosts' network",
+                );
+            }
+            (Some(a), _) => {
+                let vip_mode = matches!(e.mode, EndpointMode::HaproxyKeepalived | EndpointMode::KubeVip);
+                if vip_mode && a.parse::<IpAddr>().is_err() {
+                    self.err(format!("{p}.address"), format!("the VIP `{a}` is not an IP address"));
+                } else if !is_host_address(a) {
+                    self.err(format!("{p}.address"), format!("`{a}` is not an IP address or host name"));
+                }
+                if vip_mode && let Some(h) = s.hosts.iter().find(|h| &h.address == a || h.internal_address.as_ref() == Some(a)) {
+                    self.err(
+                        format!("{p}.address"),
+                        format!("the VIP {a} is already host `{}`'s address", h.name),
+                    );
+                }
+                if e.mode == EndpointMode::LocalProxy {
+                    self.err(
+                        format!("{p}.address"),
+                        "endpoint mode local-proxy uses 127.0.0.1 on every node; remove address",
+                    );
+                }
+            }
+            (None, false) => {}
+        }
+        if e.port == 0 {
+            self.err(format!("{p}.port"), "port 0 is not a valid API server port");
+        }
+        if e.mode == EndpointMode::HaproxyKeepalived && s.role_groups.loadbalancer.is_empty() {
+            self.hinted(
+                "spec.roleGroups.loadbalancer",
+                "endpoint mode haproxy-keepalived needs loadbalancer hosts",
+                "list two or more hosts under roleGroups.loadbalancer to hold the VIP",
+            );
+        }
+        if !is_host_address(&e.domain) {
+            self.err(format!("{p}.domain"), format!("`{}` is not a DNS name", e.domain));
+        }
+    }
+
+    fn networks(&mut self, s: &Spec) {
+        let k = &s.kubernetes;
+        let mut blocks = Vec::new();
+        for (field, text) in [
+            ("serviceCIDR", Some(&k.service_cidr)),
+            ("podCIDR", Some(&k.pod_cidr)),
+            ("nodeCIDR", k.node_cidr.as_ref()),
+        ] {
+            let Some(text) = text else { continue };
+            match Cidr::parse(text) {
+                Some(c) => blocks.push((field, text, c)),
+                None => self.err(
+                    format!("spec.kubernetes.{field}"),
+                    format!("`{text}` is not a CIDR (address/prefix)"),
+                ),
+            }
+        }
+        for (i, (fa, ta, a)) in blocks.iter().enumerate() {
+            for (fb, tb, b) in &blocks[i + 1..] {
+                if a.overlaps(b) {
+                    self.hinted(
+                        format!("spec.kubernetes.{fb}"),
+                        format!("{fb} {tb} overlaps {fa} {ta}"),
+                        "pod, service and node networks must not share addresses",
+                    );
+                }
+            }
+        }
+        for (i, h) in s.hosts.iter().enumerate() {
+            let Ok(ip) = h.internal_address.as_deref().unwrap_or(&h.address).parse::<IpAddr>() else {
+                continue;
+            };
+            for (field, text, c) in blocks.iter().filter(|b| b.0 != "nodeCIDR") {
+                if c.contains(ip) {
+                    self.err(
+                        format!("spec.hosts[{i}].address"),
+                        format!("host `{}` address {ip} is inside {field} {text}", h.name),
+                    );
+                }
+            }
+        }
+        if let Some(vip) = s.control_plane_endpoint.address.as_deref().and_then(|a| a.parse::<IpAddr>().ok()) {
+            for (field, text, c) in blocks.iter().filter(|b| b.0 != "nodeCIDR") {
+                if c.contains(vip) {
+                    self.err(
+                        "spec.controlPlaneEndpoint.address",
+                        format!("the endpoint address {vip} is inside {field} {text}"),
+                    );
+                }
+            }
+        }
+        if !is_host_address(&k.dns_domain) {
+            self.err("spec.kubernetes.dnsDomain", format!("`{}` is not a DNS domain", k.dns_domain));
+        }
+    }
+
+    fn versions(&mut self, s: &Spec) {
+        let v = &s.kubernetes.version;
+        if !v.is_empty() && !self.catalog.kubernetes_versions().contains(v) {
+            let known = self.catalog.kubernetes_versions();
+            let minor = Catalog::minor_of(v);
+            let same_minor: Vec<_> = known.iter().filter(|k| Catalog::minor_of(k) == minor).cloned().collect();
+            let hint = if same_minor.is_empty() {
+                format!(
+                    "known minors: {}",
+                    self.catalog.minors.keys().cloned().collect::<Vec<_>>().join(", ")
+                )
+            } else {
+                format!("{minor} versions the catalog has: {}", same_minor.join(", "))
+            };
+            self.hinted(
+                "spec.kubernetes.version",
+                format!("Kubernetes {v} is not in the catalog"),
+                format!("{hint}; or add it with --catalog FILE"),
+            );
+        }
+        let etcd = s.etcd.version.as_deref().filter(|_| s.etcd.mode == EtcdMode::Binary);
+        let runtime = s.container_runtime.version.as_deref();
+        for (path, component, version) in [
+            ("spec.etcd.version", "etcd", etcd),
+            ("spec.containerRuntime.version", "containerd", runtime),
+        ] {
+            let Some(version) = version else { continue };
+            let Some(comp) = self.catalog.component(component) else { continue };
+            if !comp.versions.contains_key(version) {
+                let known: Vec<_> = comp.versions.keys().rev().take(6).cloned().collect();
+                self.hinted(
+                    path,
+                    format!("{component} {version} is not in the catalog"),
+                    format!("newest known: {}; or add it with --catalog FILE", known.join(", ")),
+                );
+            }
+        }
+        for arch in &s.bundle.arches {
+            self.arch("spec.bundle.arches", arch);
+        }
+        if s.bundle.arches.is_empty() {
+            self.hinted("spec.bundle.arches", "no arches", "list amd64, arm64 or both");
+        }
+    }
+
+    fn addon_version(&mut self, path: &str, addon: &str, version: Option<&str>) {
+        let (Some(v), Some(a)) = (version, self.catalog.addon(addon)) else {
+            return;
+        };
+        if !a.versions.iter().any(|k| k == v) {
+            self.hinted(
+                path,
+                format!("{addon} {v} is not in the catalog"),
+                format!("known: {}; or add it with --catalog FILE", a.versions.join(", ")),
+            );
+        }
+    }
+
+    fn addons(&mut self, s: &Spec) {
+        self.addon_version(
+            "spec.network.version",
+            network_addon(s.network.plugin),
+            s.network.version.as_deref(),
+        );
+        self.addon_version("spec.network.multus.version", "multus", s.network.multus.version.as_deref());
+        self.addon_version(
+            "spec.dns.nodelocaldns.version",
+            "nodelocaldns",
+            s.dns.nodelocaldns.version.as_deref(),
+        );
+        self.addon_version(
+            "spec.loadBalancerService.metallb.version",
+            "metallb",
+            s.load_balancer_service.metallb.version.as_deref(),
+        );
+        if let Some(name) = storage_addon(s.storage.provider) {
+            self.addon_version("spec.storage.version", name, s.storage.version.as_deref());
+        }
+        if s.dns.nodelocaldns.enabled && s.dns.nodelocaldns.ip.parse::<IpAddr>().is_err() {
+            self.err(
+                "spec.dns.nodelocaldns.ip",
+                format!("`{}` is not an IP address", s.dns.nodelocaldns.ip),
+            );
+        }
+        let m = &s.load_balancer_service.metallb;
+        if m.enabled && m.address_pools.iter().all(|p| p.addresses.is_empty()) {
+            self.hinted(
+                "spec.loadBalancerService.metallb",
+                "MetalLB is enabled with no address pool",
+                "add addressPools with a name and CIDRs or first-last ranges",
+            );
+        }
+        for (i, pool) in m.address_pools.iter().enumerate() {
+            for (j, a) in pool.addresses.iter().enumerate() {
+                let ok = Cidr::parse(a).is_some()
+                    || a.split_once('-')
+                        .is_some_and(|(x, y)| x.trim().parse::<IpAddr>().is_ok() && y.trim().parse::<IpAddr>().is_ok());
+                if !ok {
+                    self.err(
+                        format!("spec.loadBalancerService.metallb.addressPools[{i}].addresses[{j}]"),
+                        format!("`{a}` is neither a CIDR nor a first-last range"),
+                    );
+                }
+            }
+        }
+    }
+
+    fn registry(&mut self, s: &Spec) {
+        let r = &s.registry;
+        match r.mode {
+            RegistryMode::External if r.address.as_deref().is_none_or(str::is_empty) => {
+                self.hinted(
+                    "spec.registry",
+                    "registry mode external needs an address",
+                    "set registry.address to host[:port] of the site registry",
+                );
+            }
+            RegistryMode::Local if r.port == 0 => {
+                self.err("spec.registry.port", "port 0 is not a valid registry port");
+            }
+            _ => {}
+        }
+        if let Some(pw) = &r.password {
+            self.secret("spec.registry.password", pw);
+        }
+        for (i, a) in s.container_runtime.auths.iter().enumerate() {
+            if let Some(pw) = &a.password {
+                self.secret(&format!("spec.containerRuntime.auths[{i}].password"), pw);
+            }
+        }
+    }
+
+    fn bundle(&mut self, s: &Spec) {
+        let b = &s.bundle;
+        for (i, img) in b.extra_images.iter().enumerate() {
+            if let Err(e) = ImageRef::parse(img) {
+                self.err(format!("spec.bundle.extraImages[{i}]"), e.to_string());
+            }
+        }
+        for (i, c) in b.charts.iter().enumerate() {
+            let p = format!("spec.bundle.charts[{i}]");
+            let sources = [c.repo.is_some(), c.url.is_some(), c.oci.is_some()].iter().filter(|x| **x).count();
+            if sources != 1 {
+                self.hinted(
+                    p.clone(),
+                    format!("chart `{}` needs exactly one source", c.name),
+                    "set one of repo (a chart repository), url (a .tgz) or oci (oci://...)",
+                );
+            }
+            if c.name.is_empty() || c.version.is_empty() {
+                self.err(p, "a chart needs a name and a version");
+            }
+        }
+        for (i, f) in b.files.iter().enumerate() {
+            let p = format!("spec.bundle.files[{i}]");
+            if f.sha256.len() != 64 || !f.sha256.bytes().all(|c| c.is_ascii_hexdigit()) {
+                self.hinted(
+                    format!("{p}.sha256"),
+                    format!("file `{}` needs a sha256 of 64 hex digits", f.name),
+                    "nothing is carried into the bundle unverified",
+                );
+            }
+            if let Some(a) = &f.arch {
+                self.arch(&format!("{p}.arch"), a);
+            }
+        }
+        for (from, to) in &b.mirrors {
+            let p = format!("spec.bundle.mirrors.{from}");
+            if from.contains("://") || from.is_empty() {
+                self.err(
+                    p.clone(),
+                    format!("mirror key `{from}` must be an upstream host, optionally with a path (dl.k8s.io, github.com/org)"),
+                );
+            }
+            if !(to.starts_with("https://") || to.starts_with("http://")) {
+                self.err(p, format!("mirror `{to}` must be an http:// or https:// base URL"));
+            }
+        }
+    }
+}
+
+fn mode_name(m: EndpointMode) -> &'static str {
+    match m {
+        EndpointMode::HaproxyKeepalived => "haproxy-keepalived",
+        EndpointMode::KubeVip => "kube-vip",
+        EndpointMode::External => "external",
+        EndpointMode::LocalProxy => "local-proxy",
+    }
+}

@@ -1,0 +1,264 @@
+//! Resolution: a completed cluster config plus the catalog give the bill of
+//! materials (BOM), the list of everything the bundle must carry.
+//!
+//! The order is deterministic (components in catalog order, then arch in
+//! catalog order; images and charts sorted), so the same inputs always give
+//! the same BOM and, later, the same bundle bytes. Upstream mirrors are
+//! applied here, once: each item keeps its upstream identity and gains the
+//! URL it is actually fetched from.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::bom::{Bom, ChartItem, ChartSource, Checksum, FileItem, ImageItem, ManifestItem};
+use crate::catalog::{Catalog, render};
+use crate::config::defaults::{network_addon, storage_addon};
+use crate::config::model::{Cluster, DeployMode, EndpointMode, EtcdMode};
+use crate::image::ImageRef;
+use crate::mirror::Mirrors;
+
+/// Why a config could not be resolved. Validation catches these first; they
+/// remain for configs built in code or catalogs overridden after validation.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{component} {version} is not in the catalog; add it with --catalog FILE")]
+    UnknownVersion { component: String, version: String },
+    #[error("the catalog has no component `{0}`")]
+    UnknownComponent(String),
+    #[error("{0}")]
+    BadImage(#[from] crate::image::BadImageRef),
+    #[error("bad mirror: {0}")]
+    Mirror(String),
+}
+
+/// Components every kubeadm cluster needs on every arch, in BOM order.
+const KUBEADM_COMPONENTS: &[&str] = &[
+    "kubeadm",
+    "kubelet",
+    "kubectl",
+    "containerd",
+    "runc",
+    "crictl",
+    "cni-plugins",
+    "helm",
+];
+
+/// Resolves a completed config (see [`crate::config::load_file`]).
+pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) -> Result<Bom, ResolveError> {
+    let spec = &cluster.spec;
+    let mut mirrors = Mirrors::parse(spec.bundle.mirrors.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(ResolveError::Mirror)?;
+    mirrors.extend(extra_mirrors.clone());
+    let k8s = spec.kubernetes.version.as_str();
+
+    // Arches: the bundle's plus any host's declared one, in catalog order.
+    let wanted: BTreeSet<&str> = spec
+        .bundle
+        .arches
+        .iter()
+        .chain(spec.hosts.iter().filter_map(|h| h.arch.as_ref()))
+        .map(String::as_str)
+        .collect();
+    let arches: Vec<String> = catalog.arches.iter().filter(|a| wanted.contains(a.as_str())).cloned().collect();
+
+    // Files.
+    let mut versions: Vec<(&str, String)> = Vec::new();
+    if spec.kubernetes.deploy_mode == DeployMode::Kubeadm {
+        for c in KUBEADM_COMPONENTS {
+            let v = match *c {
+                "kubeadm" | "kubelet" | "kubectl" => Some(k8s.to_string()),
+                "containerd" => spec.container_runtime.version.clone(),
+                other => catalog.paired_version(k8s, other),
+            };
+            if let Some(v) = v {
+                versions.push((c, v));
+            }
+        }
+    }
+    if spec.etcd.mode == EtcdMode::Binary
+        && let Some(v) = &spec.etcd.version
+    {
+        versions.insert(3.min(versions.len()), ("etcd", v.clone()));
+    }
+    let mut files = Vec::new();
+    for (name, version) in &versions {
+        let comp = catalog
+            .component(name)
+            .ok_or_else(|| ResolveError::UnknownComponent(name.to_string()))?;
+        let digests = comp.versions.get(version).ok_or_else(|| ResolveError::UnknownVersion {
+            component: name.to_string(),
+            version: version.clone(),
+        })?;
+        for arch in &arches {
+            let url = render(&comp.url, version, arch);
+            let checksum = match (digests.get(arch), &comp.checksum_url) {
+                (Some(d), _) => Checksum::Sha256(d.clone()),
+                (None, Some(u)) => Checksum::Published(mirrors.rewrite_url(&render(u, version, arch))),
+                (None, None) => Checksum::Unknown,
+            };
+            files.push(FileItem {
+                component: name.to_string(),
+                version: version.clone(),
+                arch: arch.clone(),
+                path: format!("files/{name}/{version}/{arch}/{}", file_name(&url)),
+                source: mirrors.rewrite_url(&url),
+                url,
+                checksum,
+                archive: comp.archive,
+                install: comp
+                    .install
+                    .iter()
+                    .map(|e| crate::catalog::InstallEntry {
+                        from: render(&e.from, version, arch),
+                        to: e.to.clone(),
+                    })
+                    .collect(),
+            });
+        }
+    }
+    for f in &spec.bundle.files {
+        let arch = f.arch.clone().unwrap_or_else(|| "any".into());
+        files.push(FileItem {
+            component: f.name.clone(),
+            version: "extra".into(),
+            path: format!("files/extra/{}/{arch}/{}", f.name, file_name(&f.url)),
+            arch,
+            source: mirrors.rewrite_url(&f.url),
+            url: f.url.clone(),
+            checksum: Checksum::Sha256(f.sha256.to_lowercase()),
+            archive: crate::catalog::ArchiveKind::None,
+            install: Vec::new(),
+        });
+    }
+
+    // Addons: manifests (images found at build time), charts, fixed images.
+    let mut addons: Vec<(&str, String)> = Vec::new();
+    if let Some(v) = &spec.network.version {
+        addons.push((network_addon(spec.network.plugin), v.clone()));
+    }
+    let toggles = [
+        ("multus", spec.network.multus.enabled, &spec.network.multus.version),
+        ("nodelocaldns", spec.dns.nodelocaldns.enabled, &spec.dns.nodelocaldns.version),
+        (
+            "metallb",
+            spec.load_balancer_service.metallb.enabled,
+            &spec.load_balancer_service.metallb.version,
+        ),
+    ];
+    for (name, on, v) in toggles {
+        if let (true, Some(v)) = (on, v) {
+            addons.push((name, v.clone()));
+        }
+    }
+    if let (Some(name), Some(v)) = (storage_addon(spec.storage.provider), &spec.storage.version) {
+        addons.push((name, v.clone()));
+    }
+    if spec.control_plane_endpoint.mode == EndpointMode::KubeVip
+        && let Some(a) = catalog.addon("kube-vip")
+    {
+        addons.push(("kube-vip", a.default.clone()));
+    }
+    let mut manifests = Vec::new();
+    let mut charts = Vec::new();
+    let mut image_refs: BTreeSet<ImageRef> = BTreeSet::new();
+    for (name, version) in &addons {
+        let Some(addon) = catalog.addon(name) else {
+            return Err(ResolveError::UnknownComponent(name.to_string()));
+        };
+        for t in &addon.manifests {
+            let url = render(t, version, "");
+            manifests.push(ManifestItem {
+                addon: name.to_string(),
+                version: version.clone(),
+                path: format!("manifests/{name}/{version}/{}", file_name(&url)),
+                source: mirrors.rewrite_url(&url),
+                url,
+            });
+        }
+        if let Some(t) = &addon.chart {
+            let url = render(t, version, "");
+            charts.push(ChartItem {
+                name: name.to_string(),
+                version: version.clone(),
+                path: format!("charts/{name}-{version}.tgz"),
+                source: ChartSource::Url {
+                    url: mirrors.rewrite_url(&url),
+                },
+            });
+        }
+        for t in &addon.images {
+            image_refs.insert(ImageRef::parse(&render(t, version, ""))?);
+        }
+    }
+    for c in &spec.bundle.charts {
+        let source = match (&c.repo, &c.url, &c.oci) {
+            (Some(r), _, _) => ChartSource::Repo {
+                repo: mirrors.rewrite_url(r),
+            },
+            (_, Some(u), _) => ChartSource::Url {
+                url: mirrors.rewrite_url(u),
+            },
+            (_, _, Some(o)) => ChartSource::Oci { reference: o.clone() },
+            _ => continue,
+        };
+        charts.push(ChartItem {
+            name: c.name.clone(),
+            version: c.version.clone(),
+            path: format!("charts/{}-{}.tgz", c.name, c.version),
+            source,
+        });
+    }
+    charts.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
+    charts.dedup_by(|a, b| a.path == b.path);
+
+    // Images kubeadm pulls, known before any manifest is read.
+    if spec.kubernetes.deploy_mode == DeployMode::Kubeadm {
+        for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"] {
+            image_refs.insert(ImageRef::parse(&format!("registry.k8s.io/{c}:{k8s}"))?);
+        }
+        if let Some(minor) = catalog.minor(k8s) {
+            let mut wanted = vec!["pause"];
+            if spec.dns.coredns.enabled {
+                wanted.push("coredns");
+            }
+            if spec.etcd.mode == EtcdMode::Kubeadm {
+                wanted.push("etcd");
+            }
+            for w in wanted {
+                if let Some(r) = minor.images.get(w) {
+                    image_refs.insert(ImageRef::parse(r)?);
+                }
+            }
+        }
+    }
+    for i in &spec.bundle.extra_images {
+        image_refs.insert(ImageRef::parse(i)?);
+    }
+    let platforms: Vec<String> = arches.iter().map(|a| format!("linux/{a}")).collect();
+    let images = image_refs
+        .into_iter()
+        .map(|r| ImageItem {
+            source: mirrors.rewrite_image(&r),
+            reference: r,
+            platforms: platforms.clone(),
+            digest: None,
+            from_manifest: None,
+        })
+        .collect();
+
+    let minor = catalog.minor(k8s);
+    Ok(Bom {
+        cluster: cluster.metadata.name.clone(),
+        kubernetes_version: k8s.to_string(),
+        arches,
+        files,
+        manifests,
+        images,
+        charts,
+        notes: minor.map(|m| m.notes.clone()).unwrap_or_default(),
+        mirrors: mirrors.entries().into_iter().collect::<BTreeMap<_, _>>(),
+    })
+}
+
+fn file_name(url: &str) -> &str {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    path.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or("download")
+}

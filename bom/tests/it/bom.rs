@@ -1,0 +1,108 @@
+//! BOM resolution of the examples, checked against the reference digests.
+
+use std::path::Path;
+
+use kubexm_bom::mirror::Mirrors;
+use kubexm_bom::{Checksum, config, resolve::resolve};
+
+use crate::catalog;
+
+fn example(name: &str) -> kubexm_bom::Bom {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
+    let cluster = config::load_file(&path, &catalog()).unwrap();
+    resolve(&cluster, &catalog(), &Mirrors::default()).unwrap()
+}
+
+#[test]
+fn ha_example_bom() {
+    insta::assert_json_snapshot!(example("ha.yaml"));
+}
+
+#[test]
+fn single_node_example_bom() {
+    insta::assert_json_snapshot!(example("single-node.yaml"));
+}
+
+#[test]
+fn ha_bom_has_both_arches_and_the_reference_digests() {
+    let bom = example("ha.yaml");
+    assert_eq!(bom.arches, ["amd64", "arm64"]);
+    let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/upstream-sha256.json");
+    let Ok(text) = std::fs::read_to_string(&reference) else {
+        assert!(std::env::var("CI").is_err(), "CI must have {}", reference.display());
+        eprintln!("SKIP digest comparison: {} is not beside the checkout", reference.display());
+        return;
+    };
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let names = [("cni-plugins", "kubecni")];
+    for f in &bom.files {
+        let refname = names
+            .iter()
+            .find(|(n, _)| *n == f.component)
+            .map_or(f.component.as_str(), |(_, r)| r);
+        let want = reference[refname][&f.arch][&f.version]
+            .as_str()
+            .unwrap_or_else(|| panic!("{} {} {} not in the reference", f.component, f.version, f.arch));
+        assert_eq!(
+            f.checksum,
+            Checksum::Sha256(want.to_string()),
+            "{} {} {}",
+            f.component,
+            f.version,
+            f.arch
+        );
+        assert!(f.url.starts_with("https://"), "{}", f.url);
+    }
+    for arch in ["amd64", "arm64"] {
+        for c in [
+            "kubeadm",
+            "kubelet",
+            "kubectl",
+            "etcd",
+            "containerd",
+            "runc",
+            "crictl",
+            "cni-plugins",
+            "helm",
+        ] {
+            assert!(bom.files.iter().any(|f| f.component == c && f.arch == arch), "{c} {arch} missing");
+        }
+    }
+    let images: Vec<String> = bom.images.iter().map(|i| i.reference.to_string()).collect();
+    for i in [
+        "registry.k8s.io/kube-apiserver:v1.33.4",
+        "registry.k8s.io/pause:3.10",
+        "registry.k8s.io/coredns/coredns:v1.12.0",
+    ] {
+        assert!(images.contains(&i.to_string()), "{i} missing from {images:?}");
+    }
+    let addons: Vec<&str> = bom.manifests.iter().map(|m| m.addon.as_str()).collect();
+    for a in ["calico", "nodelocaldns", "metallb", "openebs-localpv"] {
+        assert!(addons.contains(&a), "{a} manifest missing");
+    }
+}
+
+#[test]
+fn mirrors_rewrite_sources_but_keep_identities() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/single-node.yaml");
+    let cluster = config::load_file(&path, &catalog()).unwrap();
+    let m = Mirrors::from_args(&[
+        "dl.k8s.io=http://198.18.0.1:8080/dl.k8s.io".into(),
+        "registry.k8s.io=http://198.18.0.1:5000/registry.k8s.io".into(),
+    ])
+    .unwrap();
+    let bom = resolve(&cluster, &catalog(), &m).unwrap();
+    let kubeadm = bom.files.iter().find(|f| f.component == "kubeadm").unwrap();
+    assert_eq!(kubeadm.url, "https://dl.k8s.io/release/v1.33.4/bin/linux/amd64/kubeadm");
+    assert_eq!(
+        kubeadm.source,
+        "http://198.18.0.1:8080/dl.k8s.io/release/v1.33.4/bin/linux/amd64/kubeadm"
+    );
+    let pause = bom.images.iter().find(|i| i.reference.repository == "pause").unwrap();
+    assert_eq!(pause.source.as_deref(), Some("http://198.18.0.1:5000/registry.k8s.io/pause:3.10"));
+}
+
+#[test]
+fn resolution_is_deterministic() {
+    assert_eq!(example("ha.yaml"), example("ha.yaml"));
+}

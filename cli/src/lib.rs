@@ -1,0 +1,129 @@
+//! kubexm-cli: what every kubexm binary shares.
+//!
+//! Binaries stay thin: they parse flags, call one library operation, and hand
+//! any error to [`exit`], which prints it and maps its class to the exit code
+//! documented in the README ("Exit codes"). The table lives here so that
+//! `kubexm-bundle` and `kubexm-install` can never disagree about it.
+
+use std::process::ExitCode;
+
+use kubexm_bom::catalog::CatalogError;
+use kubexm_bom::config::LoadError;
+
+/// Classes of failure and their exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// A bug in kubexm.
+    Internal = 1,
+    /// Bad flags or arguments (clap uses 2 as well).
+    Usage = 2,
+    /// cluster.yaml or a catalog is invalid.
+    Config = 3,
+    /// A local file or directory cannot be read or written.
+    Io = 4,
+    /// An upstream or registry could not be reached or answered wrongly.
+    Fetch = 5,
+    /// A digest or signature did not match.
+    Verify = 6,
+    /// A host or deployment step failed.
+    Host = 7,
+    /// The config asks for something this release does not implement.
+    Unsupported = 8,
+    /// Stopped by Ctrl-C.
+    Interrupted = 130,
+}
+
+/// An error already tagged with its class.
+#[derive(Debug)]
+pub struct Classified {
+    pub class: Class,
+    pub error: anyhow::Error,
+}
+
+impl std::fmt::Display for Classified {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl std::error::Error for Classified {}
+
+/// Tags an error with a class.
+pub fn classified(class: Class, error: impl Into<anyhow::Error>) -> anyhow::Error {
+    anyhow::Error::new(Classified {
+        class,
+        error: error.into(),
+    })
+}
+
+/// The class of an error, from its tag or from the library error it wraps.
+pub fn class_of(err: &anyhow::Error) -> Class {
+    for cause in err.chain() {
+        if let Some(c) = cause.downcast_ref::<Classified>() {
+            return c.class;
+        }
+        if let Some(e) = cause.downcast_ref::<LoadError>() {
+            return match e {
+                LoadError::Read { .. } => Class::Io,
+                LoadError::TooLarge { .. } => Class::Config,
+                LoadError::Invalid(d) if d.diagnostics.iter().all(|d| d.kind == kubexm_bom::diag::Kind::Unsupported) => Class::Unsupported,
+                LoadError::Invalid(_) => Class::Config,
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<CatalogError>() {
+            return match e {
+                CatalogError::Read { .. } => Class::Io,
+                CatalogError::Parse { .. } => Class::Config,
+            };
+        }
+        if cause.downcast_ref::<std::io::Error>().is_some() {
+            return Class::Io;
+        }
+    }
+    Class::Internal
+}
+
+/// Prints an error to stderr and returns its exit code.
+pub fn exit(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let class = class_of(&err);
+            let text = format!("{err:#}");
+            // Multi-line errors (diagnostics) read better starting on their own line.
+            if text.contains('\n') {
+                eprintln!("error: {}", text.trim_end());
+            } else {
+                eprintln!("error: {text}");
+            }
+            if class == Class::Internal {
+                eprintln!("This is a bug in kubexm; please report it with the command you ran.");
+            }
+            ExitCode::from(class as u8)
+        }
+    }
+}
+
+/// `-o` values shared by all commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Table,
+    Json,
+    Yaml,
+}
+
+/// Logs go to stderr; `RUST_LOG` or `-v` raise the level.
+pub fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
+}
