@@ -1,0 +1,208 @@
+//! The lab itself: real hosts, a real fixture upstream, and a clean teardown.
+
+use std::process::Command;
+use std::time::Instant;
+
+use kubexm_bom::catalog::Catalog;
+use kubexm_bom::config;
+use kubexm_bom::mirror::Mirrors;
+use kubexm_bom::resolve::resolve;
+use kubexm_e2e::{Lab, lab_cmd};
+
+fn sha256_of_url(url: &str) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("curl -sSf '{url}' | sha256sum"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "curl {url}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn three_hosts_one_arm64_each_its_own_machine() {
+    let start = Instant::now();
+    let Some(lab) = Lab::up(3, 1) else { return };
+    eprintln!("lab up with 3 hosts (1 arm64) in {:?}", start.elapsed());
+    let mut seen_ids = Vec::new();
+    for (name, arch) in [("lab1", "x86_64"), ("lab2", "x86_64"), ("lab3", "aarch64")] {
+        let h = lab.host(name);
+        let out = lab.ssh_ok(
+            name,
+            "hostname; uname -m; ip -4 -o addr show eth0 | awk '{print $4}'; cat /etc/machine-id",
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], name, "hostname");
+        assert_eq!(lines[1], arch, "uname -m on {name}");
+        assert_eq!(lines[2], format!("{}/24", h.address));
+        seen_ids.push(lines[3].to_string());
+    }
+    seen_ids.dedup();
+    assert_eq!(seen_ids.len(), 3, "machine ids must differ");
+    // Each host has its own filesystem.
+    lab.ssh_ok("lab1", "echo only-here > /root/marker");
+    for other in ["lab2", "lab3"] {
+        assert!(
+            !lab.ssh(other, "test -e /root/marker").status.success(),
+            "lab1's file is visible on {other}"
+        );
+    }
+    // Password auth for root and the sudo path of the non-root user, on amd64 and emulated arm64.
+    for host in ["lab1", "lab3"] {
+        let h = lab.host(host);
+        for (user, cmd) in [("root", "id -u"), (lab.desc.ssh.sudo_user.as_str(), "sudo -n id -u")] {
+            let out = Command::new("sshpass")
+                .args([
+                    "-p",
+                    &lab.desc.ssh.password,
+                    "ssh",
+                    "-o",
+                    "StrictHostKeyChecking=no",
+                    "-o",
+                    "UserKnownHostsFile=/dev/null",
+                ])
+                .args([
+                    "-o",
+                    "LogLevel=ERROR",
+                    "-o",
+                    "PubkeyAuthentication=no",
+                    &format!("{user}@{}", h.address),
+                    cmd,
+                ])
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                "0",
+                "{user}@{host} `{cmd}`: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    // containerd's state directory is a plain bind mount, not the overlay.
+    let src = lab.ssh_ok("lab1", "findmnt -n -o SOURCE /var/lib/containerd");
+    assert!(src.contains("/containerd"), "{src}");
+}
+
+#[test]
+fn fixture_registry_and_files_match_the_lab_catalog() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    let fx = &lab.desc.fixture;
+    // A real client against the real registry: skopeo reads every fixture image by its upstream name.
+    let images = std::fs::read_to_string(&fx.images).unwrap();
+    for line in images.lines().filter(|l| !l.is_empty()) {
+        let mut parts = line.split_whitespace();
+        let (reference, _, digest) = (parts.next().unwrap(), parts.next(), parts.next().unwrap());
+        let out = Command::new("skopeo")
+            .args([
+                "inspect",
+                "--raw",
+                "--tls-verify=false",
+                &format!("docker://{}/{reference}", fx.registry),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "skopeo inspect {reference}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = format!("sha256:{}", sha256_hex(&out.stdout));
+        assert_eq!(got, digest, "{reference}");
+        let index: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let arches: Vec<&str> = index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["platform"]["architecture"].as_str().unwrap())
+            .collect();
+        assert_eq!(arches, ["amd64", "arm64"], "{reference}");
+        if reference == "quay.io/metallb/speaker:v0.14.8" {
+            assert_eq!(index["mediaType"], "application/vnd.docker.distribution.manifest.list.v2+json");
+        }
+    }
+    // The lab cluster resolves, through the mirrors, to fixture files whose sha256 the lab catalog pins.
+    let catalog = Catalog::with_overrides(&[fx.catalog.as_path()]).unwrap();
+    let cluster = config::load_file(&lab.desc.cluster, &catalog).unwrap();
+    let bom = resolve(&cluster, &catalog, &Mirrors::default()).unwrap();
+    assert_eq!(bom.files.len(), 18);
+    for f in &bom.files {
+        assert!(f.source.starts_with(&fx.http), "{} is not mapped to the fixture", f.source);
+        assert_eq!(kubexm_bom::Checksum::Sha256(sha256_of_url(&f.source)), f.checksum, "{}", f.source);
+    }
+    for m in &bom.manifests {
+        sha256_of_url(&m.source);
+    }
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Everything the lab could leave behind, as text, for before/after comparison.
+fn lab_traces() -> Vec<String> {
+    let mut t = Vec::new();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    t.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains("kubexm-lab/hosts"))
+            .map(|l| format!("mount {l}")),
+    );
+    let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
+    t.extend(
+        String::from_utf8_lossy(&links.stdout)
+            .lines()
+            .filter(|l| l.contains("kxv-") || l.contains("kxlab0"))
+            .map(|l| format!("link {l}")),
+    );
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    t.extend(
+        String::from_utf8_lossy(&ns.stdout)
+            .lines()
+            .filter(|l| l.starts_with("kx-"))
+            .map(|l| format!("netns {l}")),
+    );
+    let ps = Command::new("ps").args(["-eo", "pid,args"]).output().unwrap();
+    t.extend(
+        String::from_utf8_lossy(&ps.stdout)
+            .lines()
+            .filter(|l| l.contains("/run/kubexm-lab") || l.contains("fixture-server.py"))
+            .filter(|l| !l.contains(" ps "))
+            .map(|l| format!("process {l}")),
+    );
+    t
+}
+
+#[test]
+fn down_after_a_failed_test_leaves_nothing_behind() {
+    // A test that fails while the lab is up: the guard's drop brings it down during unwinding.
+    let result = std::panic::catch_unwind(|| {
+        let Some(_lab) = Lab::up(2, 0) else { return false };
+        assert!(!lab_traces().is_empty(), "the lab shows no traces while up");
+        panic!("simulated test failure");
+    });
+    if matches!(result, Ok(false)) {
+        return; // skipped: no lab here
+    }
+    assert!(result.is_err(), "the simulated failure did not happen");
+    assert_eq!(lab_traces(), Vec::<String>::new(), "the lab left traces after a failed test");
+    // And `ci/lab down` is safe to run again with nothing up.
+    lab_cmd(&["down"]);
+}

@@ -1,0 +1,3 @@
+//! End-to-end tests, in one binary. Lab tests need root; see kubexm_e2e.
+
+mod lab;
