@@ -70,6 +70,9 @@ pub struct ManifestItem {
     pub url: String,
     pub source: String,
     pub path: String,
+    /// sha256 of the fetched manifest, pinned by the builder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// A container image with the platforms to keep.
@@ -82,9 +85,12 @@ pub struct ImageItem {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     pub platforms: Vec<String>,
-    /// Pinned manifest digest, set by the builder.
+    /// Pinned manifest digest, set by the builder: what the bundle stores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// Upstream's digest, where the builder narrowed a multi-arch index to `platforms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_digest: Option<String>,
     /// The manifest that named this image, for images found at build time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_manifest: Option<String>,
@@ -95,8 +101,14 @@ pub struct ImageItem {
 pub struct ChartItem {
     pub name: String,
     pub version: String,
+    /// The upstream repository, URL or OCI reference, as configured.
+    pub upstream: String,
+    /// Where it is fetched from (after mirror rewriting).
     pub source: ChartSource,
     pub path: String,
+    /// sha256 of the `.tgz`: from the config for URLs, pinned by the builder otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -84,6 +84,11 @@ impl Mirrors {
         }
     }
 
+    /// Whether a mapping covers an image's registry.
+    pub fn covers_image(&self, image: &ImageRef) -> bool {
+        self.lookup(&image.to_string()).is_some()
+    }
+
     /// Where to pull an image from when a mapping covers its registry.
     pub fn rewrite_image(&self, image: &ImageRef) -> Option<String> {
         let full = image.to_string();

@@ -171,6 +171,7 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
                 path: format!("manifests/{name}/{version}/{}", file_name(&url)),
                 source: mirrors.rewrite_url(&url),
                 url,
+                sha256: None,
             });
         }
         if let Some(t) = &addon.chart {
@@ -179,9 +180,11 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
                 name: name.to_string(),
                 version: version.clone(),
                 path: format!("charts/{name}-{version}.tgz"),
+                upstream: url.clone(),
                 source: ChartSource::Url {
                     url: mirrors.rewrite_url(&url),
                 },
+                sha256: None,
             });
         }
         for t in &addon.images {
@@ -203,7 +206,14 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
             name: c.name.clone(),
             version: c.version.clone(),
             path: format!("charts/{}-{}.tgz", c.name, c.version),
+            upstream: c
+                .repo
+                .clone()
+                .or_else(|| c.url.clone())
+                .or_else(|| c.oci.clone())
+                .unwrap_or_default(),
             source,
+            sha256: c.sha256.as_ref().map(|s| s.to_lowercase()),
         });
     }
     charts.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
@@ -240,6 +250,7 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
             reference: r,
             platforms: platforms.clone(),
             digest: None,
+            upstream_digest: None,
             from_manifest: None,
         })
         .collect();

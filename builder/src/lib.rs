@@ -1,9 +1,15 @@
-//! kubexm-builder: the online side. Today it validates configs, prints their
-//! bill of materials and writes an example config; fetching, packing and
-//! signing land with the builder issue.
+//! kubexm-builder: the online side. It validates configs, resolves their
+//! bill of materials, fetches and verifies everything the BOM names
+//! ([`fetch`], into a content-addressed [`cache`]), packs one deterministic
+//! bundle and signs it ([`build`], [`sign`]), and checks or lists bundles.
 //!
 //! Each operation takes validated options and returns data; the
 //! `kubexm-bundle` binary only parses flags and prints.
+
+pub mod build;
+pub mod cache;
+pub mod fetch;
+pub mod sign;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -62,4 +68,103 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         let _ = fs_err::remove_file(&tmp);
     }
     Ok(result?)
+}
+
+/// Checks a bundle's signature, then every member; returns the manifest and
+/// the signature's trusted comment.
+pub fn verify(bundle: &Path, pubkey: &Path) -> anyhow::Result<(kubexm_bundle::manifest::BundleManifest, String)> {
+    let sig = sign::signature_path(bundle);
+    if !sig.exists() {
+        return Err(kubexm_cli::classified(
+            kubexm_cli::Class::Verify,
+            anyhow::anyhow!("{} has no signature beside it ({} is missing)", bundle.display(), sig.display()),
+        ));
+    }
+    let verify_err = |e| kubexm_cli::classified(kubexm_cli::Class::Verify, e);
+    let comment = kubexm_bundle::verify::verify_signature(bundle, &sig, pubkey).map_err(verify_err)?;
+    let manifest = kubexm_bundle::verify::check_members(bundle, &mut kubexm_bundle::verify::Discard).map_err(verify_err)?;
+    Ok((manifest, comment))
+}
+
+/// Reads a bundle's manifest without unpacking anything.
+pub fn inspect(bundle: &Path) -> anyhow::Result<kubexm_bundle::manifest::BundleManifest> {
+    kubexm_bundle::verify::read_manifest(bundle).map_err(|e| kubexm_cli::classified(kubexm_cli::Class::Verify, e))
+}
+
+/// A person's view of a bundle's contents.
+pub fn describe(m: &kubexm_bundle::manifest::BundleManifest) -> String {
+    use std::fmt::Write as _;
+    let size: std::collections::HashMap<&str, u64> = m.members.iter().map(|x| (x.path.as_str(), x.size)).collect();
+    let mut out = String::new();
+    let lock = &m.lock;
+    let _ = writeln!(
+        out,
+        "bundle {} ({}), Kubernetes {}, arches {}",
+        m.name,
+        m.created_by,
+        lock.kubernetes_version,
+        lock.arches.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "config {}; {} members, {} bytes of content",
+        m.config_digest,
+        m.members.len() + 1,
+        m.total_size()
+    );
+    for arch in lock.arches.iter().map(String::as_str).chain(["any"]) {
+        let files: Vec<_> = lock.files.iter().filter(|f| f.arch == arch).collect();
+        if files.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\nFILES {arch}");
+        for f in files {
+            let _ = writeln!(
+                out,
+                "  {:<12} {:<12} {:>11}  {}",
+                f.component,
+                f.version,
+                size.get(f.path.as_str()).copied().unwrap_or(0),
+                f.path
+            );
+        }
+    }
+    let _ = writeln!(out, "\nMANIFESTS");
+    for x in &lock.manifests {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:<10} {:>9}  {}",
+            x.addon,
+            x.version,
+            size.get(x.path.as_str()).copied().unwrap_or(0),
+            x.path
+        );
+    }
+    let _ = writeln!(out, "\nIMAGES");
+    for i in &lock.images {
+        let _ = writeln!(
+            out,
+            "  {}  {}  {}",
+            i.reference,
+            i.platforms.join(","),
+            i.digest.as_deref().unwrap_or("(unpinned)")
+        );
+    }
+    let _ = writeln!(out, "\nCHARTS");
+    for c in &lock.charts {
+        let _ = writeln!(
+            out,
+            "  {} {} {:>9}  {}",
+            c.name,
+            c.version,
+            size.get(c.path.as_str()).copied().unwrap_or(0),
+            c.path
+        );
+    }
+    let os: Vec<_> = m.members.iter().filter(|x| x.path.starts_with("os/")).collect();
+    let _ = writeln!(out, "\nOS REPOSITORIES{}", if os.is_empty() { " (none)" } else { "" });
+    for x in os {
+        let _ = writeln!(out, "  {} {}", x.path, x.size);
+    }
+    out
 }

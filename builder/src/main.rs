@@ -38,6 +38,61 @@ enum Command {
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
+    /// Fetch and verify everything the config needs; write one signed bundle.
+    Build {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// The bundle to write (.tar.zst).
+        #[arg(long, value_name = "FILE")]
+        bundle: PathBuf,
+        /// Sign with this minisign secret key (password from KUBEXM_KEY_PASSWORD or a prompt).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// Rewrite an upstream to a mirror: UPSTREAM=URL (host or host/path). Repeatable.
+        #[arg(long = "mirror", value_name = "UPSTREAM=URL")]
+        mirrors: Vec<String>,
+        /// Refuse any upstream without a mirror mapping.
+        #[arg(long)]
+        strict_mirrors: bool,
+        /// The content-addressed cache shared by builds.
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+        /// Parallel downloads.
+        #[arg(long, default_value_t = 8)]
+        jobs: usize,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Write a minisign key pair for signing bundles.
+    Keygen {
+        #[arg(long, value_name = "FILE", default_value = "kubexm.key")]
+        secret_key: PathBuf,
+        #[arg(long, value_name = "FILE", default_value = "kubexm.pub")]
+        public_key: PathBuf,
+        /// An unencrypted secret key, for automation. Guard the file.
+        #[arg(long)]
+        no_password: bool,
+        /// Replace existing key files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check a bundle's signature and every member.
+    Verify {
+        #[arg(long, value_name = "FILE")]
+        bundle: PathBuf,
+        /// The minisign public key.
+        #[arg(long, value_name = "FILE")]
+        pubkey: PathBuf,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// List a bundle's contents without unpacking it.
+    Inspect {
+        #[arg(long, value_name = "FILE")]
+        bundle: PathBuf,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
     /// Write a commented example cluster config.
     Init {
         /// Where to write it.
@@ -61,7 +116,9 @@ struct ConfigArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    kubexm_cli::init_logging(cli.verbose);
+    // A build off a terminal reports its stages as log lines.
+    let building = matches!(cli.command, Command::Build { .. }) && !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    kubexm_cli::init_logging(cli.verbose.max(u8::from(building)));
     kubexm_cli::exit(run(cli.command))
 }
 
@@ -116,6 +173,99 @@ fn run(command: Command) -> anyhow::Result<()> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&bom)?),
                 Output::Yaml => print!("{}", serde_saphyr::to_string(&bom)?),
                 Output::Text | Output::Table => print!("{}", bom.to_table()),
+            }
+            Ok(())
+        }
+        Command::Build {
+            config,
+            bundle,
+            key,
+            mirrors,
+            strict_mirrors,
+            cache_dir,
+            jobs,
+            output,
+        } => {
+            let opts = kubexm_builder::build::BuildOptions {
+                config: config.file,
+                bundle,
+                key,
+                catalogs: config.catalog,
+                mirrors,
+                strict_mirrors,
+                cache_dir: cache_dir.unwrap_or_else(kubexm_builder::cache::Cache::default_dir),
+                jobs,
+            };
+            let s = kubexm_builder::build::build(&opts)?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&s)?),
+                _ => {
+                    println!(
+                        "wrote {} ({} bytes): {} files, {} manifests, {} images ({} blobs), {} charts, {} bytes of content in {:.1}s",
+                        s.bundle.display(),
+                        s.bundle_size,
+                        s.files,
+                        s.manifests,
+                        s.images,
+                        s.blobs,
+                        s.charts,
+                        s.content_bytes,
+                        s.seconds
+                    );
+                    match &s.signature {
+                        Some(sig) => println!("signed: {}", sig.display()),
+                        None => println!("not signed: pass --key to sign (kubexm-install refuses unsigned bundles unless told otherwise)"),
+                    }
+                    println!(
+                        "downloaded {} bytes in {} upstream requests (plus registry pulls)",
+                        s.downloaded_bytes, s.upstream_requests
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Keygen {
+            secret_key,
+            public_key,
+            no_password,
+            force,
+        } => {
+            if no_password {
+                eprintln!(
+                    "warning: the secret key {} is not encrypted; anyone who can read it can sign bundles",
+                    secret_key.display()
+                );
+            }
+            kubexm_builder::sign::keygen(&secret_key, &public_key, no_password, force)?;
+            println!(
+                "wrote {} (secret, mode 0600) and {} (public)",
+                secret_key.display(),
+                public_key.display()
+            );
+            Ok(())
+        }
+        Command::Verify { bundle, pubkey, output } => {
+            let (m, comment) = kubexm_builder::verify(&bundle, &pubkey)?;
+            match output {
+                Output::Json => println!(
+                    "{}",
+                    serde_json::json!({"valid": true, "bundle": bundle, "trustedComment": comment, "members": m.members.len() + 1, "contentBytes": m.total_size()})
+                ),
+                _ => println!(
+                    "{}: signature good ({comment}); {} members verified, {} bytes",
+                    bundle.display(),
+                    m.members.len() + 1,
+                    m.total_size()
+                ),
+            }
+            Ok(())
+        }
+        Command::Inspect { bundle, output } => {
+            let m = kubexm_builder::inspect(&bundle)?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&m)?),
+                Output::Yaml => print!("{}", m.to_yaml()?),
+                _ => print!("{}", kubexm_builder::describe(&m)),
             }
             Ok(())
         }

@@ -1,6 +1,20 @@
-//! kubexm-bundle: the bundle format both sides share (layout, `bundle.yaml`,
-//! OCI image layout, digests, signatures). It lands with the builder issue;
-//! until then this crate only fixes the paths the architecture names.
+//! kubexm-bundle: the artifact format both sides share.
+//!
+//! A bundle is one deterministic `.tar.zst`. Its first member, `bundle.yaml`
+//! ([`manifest::BundleManifest`]), carries the digest-pinned BOM (the lock)
+//! and the sha256 and size of every other member, so a reader can check each
+//! member while it streams past, before it ever meets one it does not expect.
+//! Beside it, `<bundle>.minisig` is a minisign signature of the whole archive,
+//! checkable with the `minisign` CLI.
+//!
+//! The builder writes bundles with [`pack`]; the installer and
+//! `kubexm-bundle verify` read them with [`verify`].
+
+pub mod digest;
+pub mod layout;
+pub mod manifest;
+pub mod pack;
+pub mod verify;
 
 /// Where the installer unpacks bundles: `<BUNDLES_DIR>/<bundle-digest>/`.
 pub const BUNDLES_DIR: &str = "/var/lib/kubexm/bundles";

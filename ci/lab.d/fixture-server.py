@@ -7,7 +7,8 @@ Serves GET and HEAD with single-range requests (`bytes=N-M`, `bytes=N-`),
 the way upstream CDNs do, so the builder's resume can be tested. Lab-only
 control endpoints under /_lab/:
 
-  GET  /_lab/stats        {"requests": N, "paths": {path: count}} (control calls not counted)
+  GET  /_lab/stats        {"requests": N, "paths": {path: count}, "ranged": {path: count}}
+                          (control calls not counted)
   POST /_lab/stats/reset  zero the counters
   POST /_lab/fault        JSON {"path": P, "cut_after": BYTES} closes the next GET
                           of P after BYTES bytes; {"path": P, "status": 503, "times": N}
@@ -22,7 +23,7 @@ from urllib.parse import unquote, urlparse
 
 ROOT = os.path.realpath(sys.argv[1])
 LOCK = threading.Lock()
-STATS = {"requests": 0, "paths": {}}
+STATS = {"requests": 0, "paths": {}, "ranged": {}}
 FAULTS = {}
 
 
@@ -46,7 +47,7 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"{}")
         with LOCK:
             if path == "/_lab/stats/reset":
-                STATS["requests"], STATS["paths"] = 0, {}
+                STATS["requests"], STATS["paths"], STATS["ranged"] = 0, {}, {}
                 return self._json(200, STATS)
             if path == "/_lab/fault":
                 FAULTS[body["path"]] = dict(body, times=body.get("times", 1))
@@ -67,6 +68,8 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATS["requests"] += 1
             STATS["paths"][path] = STATS["paths"].get(path, 0) + 1
+            if self.headers.get("Range"):
+                STATS["ranged"][path] = STATS["ranged"].get(path, 0) + 1
             fault = FAULTS.get(path)
             if fault and not head:
                 fault["times"] -= 1

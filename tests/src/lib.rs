@@ -93,6 +93,45 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
+/// A kubexm binary built from this workspace (built on first use if missing).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let path = dir.join(name);
+    if !path.exists() {
+        let package = match name {
+            "kubexm-bundle" => "kubexm-builder",
+            _ => "kubexm-installer",
+        };
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", package, "--bin", name])
+            .status()
+            .expect("running cargo build");
+        assert!(status.success(), "building {name} failed");
+    }
+    path
+}
+
+/// The fixture server's request counters.
+pub fn fixture_stats(lab: &Lab) -> serde_json::Value {
+    let out = Command::new("curl")
+        .args(["-sf", &format!("{}/_lab/stats", lab.desc.fixture.http)])
+        .output()
+        .expect("curl");
+    serde_json::from_slice(&out.stdout).expect("fixture stats are JSON")
+}
+
+/// POSTs JSON to a fixture control endpoint (`stats/reset`, `fault`).
+pub fn fixture_control(lab: &Lab, endpoint: &str, body: &str) {
+    let url = format!("{}/_lab/{endpoint}", lab.desc.fixture.http);
+    let out = Command::new("curl")
+        .args(["-sf", "-XPOST", "-d", body, &url])
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "POST {url} failed");
+}
+
 /// Runs `ci/lab ARGS`, failing with its output if it fails.
 pub fn lab_cmd(args: &[&str]) -> Output {
     let out = Command::new(repo_root().join("ci/lab"))

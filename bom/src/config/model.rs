@@ -462,6 +462,9 @@ pub struct ChartSpec {
     /// An OCI reference without tag, e.g. `oci://ghcr.io/org/charts/name`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oci: Option<String>,
+    /// The sha256 of the `.tgz`; required for `url` (a plain URL has no other proof).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// An extra file carried in the bundle.

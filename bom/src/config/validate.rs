@@ -546,6 +546,17 @@ impl Rules<'_> {
                     "set one of repo (a chart repository), url (a .tgz) or oci (oci://...)",
                 );
             }
+            let pinned = c
+                .sha256
+                .as_deref()
+                .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()));
+            if c.url.is_some() && !pinned {
+                self.hinted(
+                    format!("{p}.sha256"),
+                    format!("chart `{}` comes from a plain URL and needs its sha256 (64 hex digits)", c.name),
+                    "nothing is carried into the bundle unverified; repositories and OCI registries supply digests themselves",
+                );
+            }
             if c.name.is_empty() || c.version.is_empty() {
                 self.err(p, "a chart needs a name and a version");
             }

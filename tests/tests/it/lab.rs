@@ -111,7 +111,7 @@ fn fixture_registry_and_files_match_the_lab_catalog() {
             "skopeo inspect {reference}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let got = format!("sha256:{}", sha256_hex(&out.stdout));
+        let got = format!("sha256:{}", kubexm_bundle::digest::sha256_hex(&out.stdout));
         assert_eq!(got, digest, "{reference}");
         let index: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let arches: Vec<&str> = index["manifests"]
@@ -137,22 +137,6 @@ fn fixture_registry_and_files_match_the_lab_catalog() {
     for m in &bom.manifests {
         sha256_of_url(&m.source);
     }
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    let mut child = Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(data).unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// Everything the lab could leave behind, as text, for before/after comparison.

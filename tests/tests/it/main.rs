@@ -1,3 +1,4 @@
 //! End-to-end tests, in one binary. Lab tests need root; see kubexm_e2e.
 
+mod build;
 mod lab;

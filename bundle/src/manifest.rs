@@ -1,0 +1,60 @@
+//! `bundle.yaml`: the first member of every bundle.
+
+use serde::{Deserialize, Serialize};
+
+use kubexm_bom::Bom;
+
+/// The name of the first member.
+pub const MANIFEST_NAME: &str = "bundle.yaml";
+pub const API_VERSION: &str = "kubexm.io/v1alpha1";
+pub const KIND: &str = "Bundle";
+
+/// What a bundle holds: the lock and every member's digest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BundleManifest {
+    pub api_version: String,
+    pub kind: String,
+    /// The cluster the bundle was built for.
+    pub name: String,
+    /// The builder and its version.
+    pub created_by: String,
+    /// sha256 of the cluster.yaml bytes the bundle was built from.
+    pub config_digest: String,
+    /// The resolved BOM with every digest pinned.
+    pub lock: Bom,
+    /// Every other member, in archive order.
+    pub members: Vec<Member>,
+}
+
+/// One archive member, as the manifest promises it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+impl BundleManifest {
+    pub fn to_yaml(&self) -> Result<String, serde_saphyr::ser::Error> {
+        serde_saphyr::to_string(self)
+    }
+
+    /// Parses `bundle.yaml`; bounded by the parser's budgets.
+    pub fn from_yaml(text: &str) -> Result<Self, String> {
+        let m: BundleManifest = serde_saphyr::from_str(text).map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string())?;
+        if m.api_version != API_VERSION || m.kind != KIND {
+            return Err(format!(
+                "not a kubexm bundle manifest ({} {}); expected {API_VERSION} {KIND}",
+                m.api_version, m.kind
+            ));
+        }
+        Ok(m)
+    }
+
+    /// Total size of all members.
+    pub fn total_size(&self) -> u64 {
+        self.members.iter().map(|m| m.size).sum()
+    }
+}

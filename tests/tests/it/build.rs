@@ -1,0 +1,313 @@
+//! `kubexm-bundle build` against the lab's fixture upstream, with every
+//! upstream mapped (`--strict-mirrors`), checked with outside tools.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kubexm_e2e::{Lab, bin, fixture_control, fixture_stats};
+
+struct Build {
+    dir: tempfile::TempDir,
+    cache: PathBuf,
+}
+
+impl Build {
+    fn new() -> Build {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        Build { dir, cache }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `kubexm-bundle build` of `config` into `bundle` with the lab catalog and any extra args.
+    fn run(&self, lab: &Lab, config: &Path, bundle: &str, extra: &[&str]) -> Output {
+        Command::new(bin("kubexm-bundle"))
+            .arg("build")
+            .arg("-f")
+            .arg(config)
+            .arg("--catalog")
+            .arg(&lab.desc.fixture.catalog)
+            .arg("--strict-mirrors")
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .arg("--bundle")
+            .arg(self.path(bundle))
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+#[test]
+fn build_inspect_verify_extract_and_rebuild_identically() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    let b = Build::new();
+    let (key, public) = (b.path("k.key"), b.path("k.pub"));
+    ok(
+        Command::new(bin("kubexm-bundle"))
+            .args(["keygen", "--no-password", "--secret-key"])
+            .arg(&key)
+            .arg("--public-key")
+            .arg(&public)
+            .output()
+            .unwrap(),
+        "keygen",
+    );
+    let summary = ok(
+        b.run(
+            &lab,
+            &lab.desc.cluster,
+            "k.tar.zst",
+            &["--key", key.to_str().unwrap(), "-o", "json"],
+        ),
+        "build",
+    );
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    assert_eq!(summary["files"], 18);
+    assert!(summary["images"].as_u64().unwrap() >= 13, "{summary}");
+    let bundle = b.path("k.tar.zst");
+
+    // inspect lists every BOM item, without unpacking.
+    let m: serde_json::Value = serde_json::from_str(&ok(
+        Command::new(bin("kubexm-bundle"))
+            .arg("inspect")
+            .arg("--bundle")
+            .arg(&bundle)
+            .args(["-o", "json"])
+            .output()
+            .unwrap(),
+        "inspect",
+    ))
+    .unwrap();
+    let bom: serde_json::Value = serde_json::from_str(&ok(
+        Command::new(bin("kubexm-bundle"))
+            .arg("bom")
+            .arg("-f")
+            .arg(&lab.desc.cluster)
+            .arg("--catalog")
+            .arg(&lab.desc.fixture.catalog)
+            .args(["-o", "json"])
+            .output()
+            .unwrap(),
+        "bom",
+    ))
+    .unwrap();
+    let members: Vec<&str> = m["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["path"].as_str().unwrap())
+        .collect();
+    for kind in ["files", "manifests", "charts"] {
+        for item in bom[kind].as_array().unwrap() {
+            assert!(
+                members.contains(&item["path"].as_str().unwrap()),
+                "{kind} {} is not in the bundle",
+                item["path"]
+            );
+        }
+    }
+    let locked: Vec<&str> = m["lock"]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["reference"].as_str().unwrap())
+        .collect();
+    for i in bom["images"].as_array().unwrap() {
+        assert!(
+            locked.contains(&i["reference"].as_str().unwrap()),
+            "image {} is not in the lock",
+            i["reference"]
+        );
+    }
+    // Images found in the manifests were added, with pinned digests.
+    assert!(
+        locked.contains(&"docker.io/calico/node:v3.28.1") && locked.contains(&"quay.io/metallb/speaker:v0.14.8"),
+        "{locked:?}"
+    );
+    assert!(
+        m["lock"]["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["digest"].as_str().is_some_and(|d| d.starts_with("sha256:")))
+    );
+    let human = ok(
+        Command::new(bin("kubexm-bundle"))
+            .arg("inspect")
+            .arg("--bundle")
+            .arg(&bundle)
+            .output()
+            .unwrap(),
+        "inspect",
+    );
+    assert!(
+        human.contains("FILES arm64") && human.contains("IMAGES") && human.contains("CHARTS"),
+        "{human}"
+    );
+
+    // verify, and the minisign CLI, accept it.
+    ok(
+        Command::new(bin("kubexm-bundle"))
+            .arg("verify")
+            .arg("--bundle")
+            .arg(&bundle)
+            .arg("--pubkey")
+            .arg(&public)
+            .output()
+            .unwrap(),
+        "verify",
+    );
+    let mv = ok(
+        Command::new("minisign")
+            .arg("-Vm")
+            .arg(&bundle)
+            .arg("-p")
+            .arg(&public)
+            .output()
+            .unwrap(),
+        "minisign -V",
+    );
+    assert!(mv.contains("kubexm bundle lab bundle.yaml sha256:"), "{mv}");
+
+    // tar lists it, bundle.yaml first; skopeo reads an image from the extracted layout.
+    let list = ok(
+        Command::new("tar").arg("--zstd").arg("-tf").arg(&bundle).output().unwrap(),
+        "tar -t",
+    );
+    assert_eq!(list.lines().next(), Some("bundle.yaml"));
+    let x = b.path("x");
+    std::fs::create_dir(&x).unwrap();
+    ok(
+        Command::new("tar")
+            .arg("--zstd")
+            .arg("-xf")
+            .arg(&bundle)
+            .arg("-C")
+            .arg(&x)
+            .output()
+            .unwrap(),
+        "tar -x",
+    );
+    let pause = m["lock"]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["reference"] == "registry.k8s.io/pause:3.10")
+        .unwrap();
+    let raw = Command::new("skopeo")
+        .arg("inspect")
+        .arg("--raw")
+        .arg(format!("oci:{}/images:registry.k8s.io/pause:3.10", x.display()))
+        .output()
+        .unwrap();
+    assert!(raw.status.success(), "skopeo: {}", text(&raw.stderr));
+    assert_eq!(
+        format!("sha256:{}", kubexm_bundle::digest::sha256_hex(&raw.stdout)),
+        pause["digest"].as_str().unwrap()
+    );
+    let img = ok(
+        Command::new("skopeo")
+            .arg("inspect")
+            .arg(format!("oci:{}/images:registry.k8s.io/pause:3.10", x.display()))
+            .output()
+            .unwrap(),
+        "skopeo inspect",
+    );
+    assert!(img.contains("\"Architecture\": \"amd64\""), "{img}");
+
+    // A second build from the warm cache asks the fixture upstream nothing and gives the same bytes.
+    fixture_control(&lab, "stats/reset", "{}");
+    let again: serde_json::Value =
+        serde_json::from_str(&ok(b.run(&lab, &lab.desc.cluster, "k2.tar.zst", &["-o", "json"]), "rebuild")).unwrap();
+    assert_eq!(fixture_stats(&lab)["requests"], 0, "the warm build made upstream requests");
+    assert_eq!(again["upstreamRequests"], 0);
+    assert_eq!(again["downloadedBytes"], 0);
+    assert!(
+        std::fs::read(&bundle).unwrap() == std::fs::read(b.path("k2.tar.zst")).unwrap(),
+        "two builds from the same cache differ"
+    );
+}
+
+#[test]
+fn wrong_catalog_digest_fails_and_names_the_artifact() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    let b = Build::new();
+    let bad = b.path("bad-catalog.yaml");
+    std::fs::write(
+        &bad,
+        format!(
+            "components:\n  etcd:\n    versions:\n      \"v3.4.23\": {{amd64: \"{}\"}}\n",
+            "ab".repeat(32)
+        ),
+    )
+    .unwrap();
+    let out = b.run(&lab, &lab.desc.cluster, "k.tar.zst", &["--catalog", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("etcd v3.4.23 amd64")
+            && err.contains("sha256 mismatch")
+            && err.contains(&"ab".repeat(32))
+            && err.contains("etcd-v3.4.23-linux-amd64.tar.gz"),
+        "{err}"
+    );
+    assert!(!b.path("k.tar.zst").exists(), "an archive was written");
+}
+
+#[test]
+fn a_download_cut_mid_file_is_resumed() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    let b = Build::new();
+    let path = "/github.com/containerd/containerd/releases/download/v1.6.20/containerd-1.6.20-linux-amd64.tar.gz";
+    fixture_control(&lab, "fault", &format!(r#"{{"path": "{path}", "cut_after": 4000000}}"#));
+    ok(b.run(&lab, &lab.desc.cluster, "k.tar.zst", &[]), "build");
+    let stats = fixture_stats(&lab);
+    assert!(stats["paths"][path].as_u64().unwrap_or(0) >= 2, "{stats}");
+    assert!(
+        stats["ranged"][path].as_u64().unwrap_or(0) >= 1,
+        "the retry did not resume with Range: {stats}"
+    );
+}
+
+#[test]
+fn a_missing_image_fails_before_any_archive_is_written() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    let b = Build::new();
+    let config = b.path("cluster.yaml");
+    let text_in = std::fs::read_to_string(&lab.desc.cluster)
+        .unwrap()
+        .replace("  bundle:\n", "  bundle:\n    extraImages: [docker.io/library/nope:1]\n");
+    std::fs::write(&config, text_in).unwrap();
+    let out = b.run(&lab, &config, "k.tar.zst", &[]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("image docker.io/library/nope:1"),
+        "{}",
+        text(&out.stderr)
+    );
+    let left: Vec<_> = std::fs::read_dir(b.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "cluster.yaml" && n != "cache")
+        .collect();
+    assert!(left.is_empty(), "files left beside the bundle: {left:?}");
+}
