@@ -15,13 +15,15 @@ pub fn images(text: &str) -> Result<Vec<String>, String> {
 fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
     match v {
         serde_json::Value::Object(m) => {
-            for key in ["containers", "initContainers", "ephemeralContainers"] {
-                for c in m.get(key).and_then(|c| c.as_array()).into_iter().flatten() {
-                    if let Some(img) = c.get("image").and_then(|i| i.as_str())
-                        && !out.iter().any(|o| o == img)
-                    {
-                        out.push(img.to_string());
-                    }
+            // Keys in document order (serde_json keeps insertion order here).
+            let lists = m
+                .iter()
+                .filter(|(k, _)| matches!(k.as_str(), "containers" | "initContainers" | "ephemeralContainers"));
+            for c in lists.filter_map(|(_, v)| v.as_array()).flatten() {
+                if let Some(img) = c.get("image").and_then(|i| i.as_str())
+                    && !out.iter().any(|o| o == img)
+                {
+                    out.push(img.to_string());
                 }
             }
             m.values().for_each(|x| walk(x, out));
