@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::{ArchiveKind, InstallEntry};
 use crate::image::ImageRef;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Bom {
     pub cluster: String,

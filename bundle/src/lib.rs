@@ -14,6 +14,8 @@ pub mod digest;
 pub mod layout;
 pub mod manifest;
 pub mod pack;
+#[doc(hidden)]
+pub mod testing;
 pub mod verify;
 
 /// Where the installer unpacks bundles: `<BUNDLES_DIR>/<bundle-digest>/`.

@@ -183,6 +183,11 @@ pub fn check_members(bundle: &Path, sink: &mut dyn Sink) -> Result<BundleManifes
 
 /// Reads only `bundle.yaml`, without unpacking anything to disk.
 pub fn read_manifest(bundle: &Path) -> Result<BundleManifest, VerifyError> {
+    read_manifest_text(bundle).map(|(m, _)| m)
+}
+
+/// `bundle.yaml`, parsed and as text (its sha256 identifies the bundle's content).
+pub fn read_manifest_text(bundle: &Path) -> Result<(BundleManifest, String), VerifyError> {
     let name = bundle.display().to_string();
     let file = fs_err::File::open(bundle).map_err(|source| VerifyError::Io {
         path: name.clone(),
@@ -210,7 +215,8 @@ pub fn read_manifest(bundle: &Path) -> Result<BundleManifest, VerifyError> {
     }
     let mut text = String::new();
     first.read_to_string(&mut text).map_err(|e| fmt(e.to_string()))?;
-    BundleManifest::from_yaml(&text).map_err(|e| fmt(format!("{MANIFEST_NAME}: {e}")))
+    let m = BundleManifest::from_yaml(&text).map_err(|e| fmt(format!("{MANIFEST_NAME}: {e}")))?;
+    Ok((m, text))
 }
 
 /// A member's path, refused unless it is relative and stays inside the bundle.

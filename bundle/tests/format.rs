@@ -1,6 +1,5 @@
 //! The bundle format: pack, then read back; every deviation is refused.
 
-use std::io::Write;
 use std::path::Path;
 
 use kubexm_bom::Bom;
@@ -29,12 +28,7 @@ fn manifest(members: Vec<Member>) -> BundleManifest {
             cluster: "t".into(),
             kubernetes_version: "v1.33.4".into(),
             arches: vec!["amd64".into()],
-            files: vec![],
-            manifests: vec![],
-            images: vec![],
-            charts: vec![],
-            notes: vec![],
-            mirrors: Default::default(),
+            ..Default::default()
         },
         members,
     }
@@ -92,23 +86,9 @@ fn a_member_that_changed_while_packing_is_refused() {
     );
 }
 
-/// Writes a raw tar.zst from (path, data, entry type) entries.
 fn raw(dir: &Path, entries: &[Entry]) -> std::path::PathBuf {
     let out = dir.join("raw.tar.zst");
-    let enc = zstd::Encoder::new(std::fs::File::create(&out).unwrap(), 3).unwrap();
-    let mut t = tar::Builder::new(enc);
-    for (path, data, kind) in entries {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(*kind);
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        // Bypass the tar crate's own path checks: a hostile archive would.
-        let name = h.as_gnu_mut().unwrap();
-        name.name[..path.len()].copy_from_slice(path.as_bytes());
-        h.set_cksum();
-        t.append(&h, *data).unwrap();
-    }
-    t.into_inner().unwrap().finish().unwrap().flush().unwrap();
+    kubexm_bundle::testing::raw_archive(&out, entries).unwrap();
     out
 }
 
@@ -129,8 +109,7 @@ fn yaml_for(entries: &[(&str, &[u8])]) -> String {
 
 const REG: tar::EntryType = tar::EntryType::Regular;
 
-/// One raw archive member: path, content, entry type.
-type Entry<'a> = (&'a str, &'a [u8], tar::EntryType);
+use kubexm_bundle::testing::RawEntry as Entry;
 
 #[test]
 fn tampered_member_is_named_with_both_digests() {

@@ -83,6 +83,23 @@ pub fn class_of(err: &anyhow::Error) -> Class {
     Class::Internal
 }
 
+/// An error with its causes (`refused: connection refused`): HTTP and registry
+/// clients keep the useful part in the source chain.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(cause) = cur {
+        let text = cause.to_string();
+        // Some errors already repeat their cause in their own message.
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cur = cause.source();
+    }
+    s
+}
+
 /// Prints an error to stderr and returns its exit code.
 pub fn exit(result: anyhow::Result<()>) -> ExitCode {
     match result {

@@ -57,14 +57,4 @@ impl FetchError {
     }
 }
 
-/// HTTP clients hide the cause (refused, reset, DNS) in the source chain.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+pub use kubexm_cli::error_chain;

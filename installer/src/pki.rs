@@ -1,0 +1,142 @@
+//! The registry's TLS: a CA the installer generates and keeps, and server
+//! certificates it signs for the registry host.
+//!
+//! The CA lives in `<root>/pki/registry/` (directory mode 0700, keys 0600)
+//! and is made once: nodes trust it, so it must not change between runs.
+//! Server certificates are issued for the names and addresses the registry
+//! is reached by.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Cert {
+        what: String,
+        #[source]
+        source: rcgen::Error,
+    },
+}
+
+/// Paths of a CA.
+#[derive(Debug, Clone)]
+pub struct Ca {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A server certificate and key, PEM.
+#[derive(Debug, Clone)]
+pub struct ServerCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PkiError + '_ {
+    move |source| PkiError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn cert_err(what: &str) -> impl FnOnce(rcgen::Error) -> PkiError + '_ {
+    move |source| PkiError::Cert {
+        what: what.to_string(),
+        source,
+    }
+}
+
+/// Writes a file readable only by its owner, whole or not at all.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), PkiError> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    f.write_all(bytes).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    fs_err::rename(&tmp, path).map_err(io(path))
+}
+
+/// The CA in `dir`, created on first use.
+pub fn ensure_ca(dir: &Path, name: &str) -> Result<Ca, PkiError> {
+    let ca = Ca {
+        cert: dir.join("ca.crt"),
+        key: dir.join("ca.key"),
+    };
+    if ca.cert.exists() && ca.key.exists() {
+        return Ok(ca);
+    }
+    fs_err::create_dir_all(dir).map_err(io(dir))?;
+    fs_err::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
+    let key = KeyPair::generate().map_err(cert_err("generating the CA key"))?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_err("CA parameters"))?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, name);
+    dn.push(DnType::OrganizationName, "kubexm");
+    params.distinguished_name = dn;
+    params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+    let cert = params.self_signed(&key).map_err(cert_err("self-signing the CA"))?;
+    write_private(&ca.key, key.serialize_pem().as_bytes())?;
+    fs_err::write(&ca.cert, cert.pem()).map_err(io(&ca.cert))?;
+    Ok(ca)
+}
+
+/// A server certificate signed by `ca` for `names` (DNS names or IP addresses).
+pub fn server_cert(ca: &Ca, names: &[String]) -> Result<ServerCert, PkiError> {
+    let ca_key = KeyPair::from_pem(&fs_err::read_to_string(&ca.key).map_err(io(&ca.key))?).map_err(cert_err("reading the CA key"))?;
+    let issuer = Issuer::from_ca_cert_pem(&fs_err::read_to_string(&ca.cert).map_err(io(&ca.cert))?, ca_key)
+        .map_err(cert_err("reading the CA certificate"))?;
+    let key = KeyPair::generate().map_err(cert_err("generating the server key"))?;
+    let mut params = CertificateParams::new(names.to_vec()).map_err(cert_err("server certificate names"))?;
+    let mut dn = DistinguishedName::new();
+    dn.push(
+        DnType::CommonName,
+        names.first().cloned().unwrap_or_else(|| "kubexm-registry".into()),
+    );
+    params.distinguished_name = dn;
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(cert_err("signing the server certificate"))?;
+    Ok(ServerCert {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ca_is_made_once_and_signs_server_certs() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = super::ensure_ca(&dir.path().join("pki"), "test CA").unwrap();
+        let first = std::fs::read(&ca.cert).unwrap();
+        let again = super::ensure_ca(&dir.path().join("pki"), "test CA").unwrap();
+        assert_eq!(first, std::fs::read(again.cert).unwrap());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&ca.key).unwrap().permissions().mode() & 0o777, 0o600);
+        let s = super::server_cert(&ca, &["127.0.0.1".into(), "registry.local".into()]).unwrap();
+        assert!(s.cert_pem.contains("BEGIN CERTIFICATE") && s.key_pem.contains("PRIVATE KEY"));
+    }
+}
