@@ -9,9 +9,10 @@
 //! that says why; under `CI=true` that is a failure, never a silent skip.
 
 use std::fs::File;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use serde::Deserialize;
 
@@ -183,11 +184,11 @@ impl Lab {
             .unwrap_or_else(|| panic!("no lab host {name}"))
     }
 
-    /// Runs a shell command on a host as root over SSH with the lab key.
-    pub fn ssh(&self, host: &str, command: &str) -> Output {
+    /// An `ssh` command to a host as root with the lab key, ready for its arguments.
+    fn ssh_command(&self, host: &str) -> Command {
         let h = self.host(host);
-        Command::new("ssh")
-            .args(["-i", &self.desc.ssh.key.to_string_lossy()])
+        let mut c = Command::new("ssh");
+        c.args(["-i", &self.desc.ssh.key.to_string_lossy()])
             .args([
                 "-o",
                 "StrictHostKeyChecking=no",
@@ -198,10 +199,13 @@ impl Lab {
                 "-o",
                 "BatchMode=yes",
             ])
-            .arg(format!("root@{}", h.address))
-            .arg(command)
-            .output()
-            .expect("running ssh")
+            .arg(format!("root@{}", h.address));
+        c
+    }
+
+    /// Runs a shell command on a host as root over SSH with the lab key.
+    pub fn ssh(&self, host: &str, command: &str) -> Output {
+        self.ssh_command(host).arg(command).output().expect("running ssh")
     }
 
     /// Like [`Lab::ssh`], asserting success and returning stdout.
@@ -225,4 +229,213 @@ impl Drop for Lab {
             eprintln!("ci/lab down failed: {}", String::from_utf8_lossy(&o.stderr));
         }
     }
+}
+
+/// A signed bundle of the lab cluster, built once per test process.
+#[derive(Debug, Clone)]
+pub struct LabBundle {
+    pub bundle: PathBuf,
+    pub public_key: PathBuf,
+}
+
+static LAB_BUNDLE: OnceLock<LabBundle> = OnceLock::new();
+
+/// The lab cluster's bundle (the fixture is the same for every lab, so one
+/// build serves every test).
+pub fn lab_bundle(lab: &Lab) -> LabBundle {
+    LAB_BUNDLE
+        .get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("kubexm-e2e-bundle-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("creating the bundle directory");
+            let (key, public) = (dir.join("k.key"), dir.join("k.pub"));
+            let kg = Command::new(bin("kubexm-bundle"))
+                .args(["keygen", "--no-password", "--secret-key"])
+                .arg(&key)
+                .arg("--public-key")
+                .arg(&public)
+                .output()
+                .unwrap();
+            assert!(kg.status.success(), "keygen: {}", String::from_utf8_lossy(&kg.stderr));
+            let bundle = dir.join("lab.tar.zst");
+            let out = Command::new(bin("kubexm-bundle"))
+                .arg("build")
+                .arg("-f")
+                .arg(&lab.desc.cluster)
+                .arg("--catalog")
+                .arg(&lab.desc.fixture.catalog)
+                .arg("--strict-mirrors")
+                .arg("--cache-dir")
+                .arg(dir.join("cache"))
+                .arg("--bundle")
+                .arg(&bundle)
+                .arg("--key")
+                .arg(&key)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "building the lab bundle: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            LabBundle {
+                bundle,
+                public_key: public,
+            }
+        })
+        .clone()
+}
+
+/// A free TCP port on `ip`.
+pub fn free_port(ip: &str) -> u16 {
+    std::net::TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A background process stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Background {
+    pub child: Child,
+    /// Its first line of output, once it said it was ready.
+    pub ready_line: String,
+    stderr: std::sync::Arc<Mutex<Vec<u8>>>,
+}
+
+impl Background {
+    /// Starts `cmd` and polls `probe` until it holds (up to 20 s).
+    pub fn start_probe(mut cmd: Command, probe: impl Fn() -> bool) -> Background {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a background process");
+        let stderr = drain(child.stderr.take().expect("piped stderr"));
+        for _ in 0..200 {
+            if probe() {
+                return Background {
+                    child,
+                    ready_line: String::new(),
+                    stderr,
+                };
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the process exited ({status}) before it was ready: {}", tail(&stderr));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        panic!("the process was not ready within 20 s: {}", tail(&stderr));
+    }
+
+    /// Starts `cmd` and waits for a stdout line containing `ready` (up to 20 s).
+    pub fn start(mut cmd: Command, ready: &str) -> Background {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a background process");
+        let stderr = drain(child.stderr.take().expect("piped stderr"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let want = ready.to_string();
+        // Keep reading stdout for the process's whole life: a full pipe would block it.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains(&want) {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(line) => Background {
+                child,
+                ready_line: line,
+                stderr,
+            },
+            Err(_) => {
+                let _ = child.kill();
+                panic!("the process never said {ready:?}: {}", tail(&stderr));
+            }
+        }
+    }
+
+    /// The last part of what the process wrote to stderr.
+    pub fn stderr_tail(&self) -> String {
+        tail(&self.stderr)
+    }
+}
+
+/// Reads a pipe to its end in a thread, keeping the last 64 KiB: an unread
+/// pipe fills up and blocks the process writing to it.
+fn drain(mut pipe: impl std::io::Read + Send + 'static) -> std::sync::Arc<Mutex<Vec<u8>>> {
+    let buf = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let out = buf.clone();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            let mut b = out.lock().unwrap_or_else(|e| e.into_inner());
+            b.extend_from_slice(&chunk[..n]);
+            let excess = b.len().saturating_sub(64 * 1024);
+            b.drain(..excess);
+        }
+    });
+    buf
+}
+
+fn tail(buf: &Mutex<Vec<u8>>) -> String {
+    String::from_utf8_lossy(&buf.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        for _ in 0..50 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Lab {
+    /// Copies a local file to a host (over the SSH connection, no scp needed).
+    pub fn copy_to(&self, host: &str, local: &Path, remote: &str) {
+        let f = File::open(local).unwrap_or_else(|e| panic!("{}: {e}", local.display()));
+        let out = self
+            .ssh_command(host)
+            .arg(format!("mkdir -p \"$(dirname '{remote}')\" && cat > '{remote}'"))
+            .stdin(f)
+            .output()
+            .expect("running ssh");
+        assert!(
+            out.status.success(),
+            "copying {} to {host}:{remote}: {}",
+            local.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Bytes as text, lossily.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Asserts a command succeeded; returns its stdout.
+pub fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
 }

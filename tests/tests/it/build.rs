@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kubexm_e2e::{Lab, bin, fixture_control, fixture_stats};
+use kubexm_e2e::{Lab, bin, fixture_control, fixture_stats, ok, text};
 
 struct Build {
     dir: tempfile::TempDir,
@@ -39,21 +39,6 @@ impl Build {
             .output()
             .unwrap()
     }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
 }
 
 #[test]
