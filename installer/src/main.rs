@@ -56,6 +56,19 @@ struct TrustArgs {
     root: PathBuf,
 }
 
+#[derive(Args, Clone)]
+struct EngineArgs {
+    /// The state database.
+    #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+    state: PathBuf,
+    /// Accept a host key that differs from the one pinned at first contact.
+    #[arg(long)]
+    accept_new_host_key: bool,
+    /// Hosts worked on at once.
+    #[arg(long, default_value_t = 20)]
+    concurrency: usize,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Verify a bundle and unpack it into <root>/bundles/<id>/ (a no-op if already there).
@@ -127,6 +140,26 @@ enum Command {
         jobs: usize,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
+    },
+    /// Connect to every host of the config and gather its facts (OS, arch, ports, clock, leftovers).
+    Facts {
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        #[arg(long = "catalog", value_name = "FILE")]
+        catalog: Vec<PathBuf>,
+        #[command(flatten)]
+        engine: EngineArgs,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Show a job: each module and host, and the log tail of each failed step.
+    Status {
+        /// The job (default: the latest).
+        #[arg(long)]
+        job: Option<i64>,
+        /// The state database.
+        #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+        state: PathBuf,
     },
     /// Write containerd hosts.toml files pointing every upstream of the bundle at a registry.
     HostsToml {
@@ -302,6 +335,79 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     s.images, s.manifests, opts.registry, s.blobs_uploaded, s.bytes_uploaded, s.blobs_present
                 ),
             }
+            Ok(())
+        }
+        Command::Facts {
+            file,
+            catalog,
+            engine,
+            output,
+        } => {
+            let files: Vec<&std::path::Path> = catalog.iter().map(PathBuf::as_path).collect();
+            let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
+            let cluster = kubexm_bom::config::load_file(&file, &cat)?;
+            let (_, secrets) = kubexm_installer::engine::inventory::targets(&cluster).map_err(|e| classified(Class::Config, e))?;
+            let state = std::sync::Arc::new(kubexm_installer::engine::state::State::open(&engine.state, secrets)?);
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let rt = tokio::runtime::Runtime::new()?;
+            let opts = kubexm_installer::engine::jobs::ConnectOptions {
+                accept_new_host_key: engine.accept_new_host_key,
+                concurrency: engine.concurrency,
+            };
+            let stopper = stop.clone();
+            rt.spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    stopper.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+            let r = rt.block_on(kubexm_installer::engine::jobs::facts(&cluster, state, &opts, stop))?;
+            match output {
+                Output::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({"job": r.job, "facts": r.facts, "errors": r.errors}))?
+                ),
+                _ => {
+                    println!(
+                        "{:<12} {:<16} {:<10} {:<6} {:<18} {:>4} {:>7} {:>7}  LEFTOVERS",
+                        "HOST", "HOSTNAME", "OS", "ARCH", "KERNEL", "CPUS", "MEM MB", "CLOCK"
+                    );
+                    for f in &r.facts {
+                        println!(
+                            "{:<12} {:<16} {:<10} {:<6} {:<18} {:>4} {:>7} {:>5}ms  {}",
+                            f.host,
+                            f.hostname,
+                            format!("{} {}", f.os_id, f.os_version),
+                            f.arch,
+                            f.kernel,
+                            f.cpus,
+                            f.memory_mb,
+                            f.clock_offset_ms,
+                            if f.leftovers.is_empty() {
+                                "-".to_string()
+                            } else {
+                                f.leftovers.join(" ")
+                            }
+                        );
+                    }
+                }
+            }
+            if !r.errors.is_empty() {
+                return Err(classified(
+                    Class::Host,
+                    anyhow::anyhow!("{} host(s) failed (job {}):\n  {}", r.errors.len(), r.job, r.errors.join("\n  ")),
+                ));
+            }
+            Ok(())
+        }
+        Command::Status { job, state } => {
+            if !state.exists() {
+                return Err(classified(
+                    Class::Io,
+                    anyhow::anyhow!("no state database at {}; pass --state", state.display()),
+                ));
+            }
+            let st = kubexm_installer::engine::state::State::open(&state, vec![])?;
+            print!("{}", kubexm_installer::engine::jobs::describe(&st, job)?);
             Ok(())
         }
         Command::HostsToml {

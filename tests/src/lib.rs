@@ -94,24 +94,30 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
-/// A kubexm binary built from this workspace (built on first use if missing).
+static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// A kubexm binary of this workspace, built (once per test process) so it
+/// matches the source: a stale binary would test old code.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     // target/<profile>/deps/<test> → target/<profile>/<name>
     let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
-    let path = dir.join(name);
-    if !path.exists() {
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|b| b == name) {
         let package = match name {
             "kubexm-bundle" => "kubexm-builder",
             _ => "kubexm-installer",
         };
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", package, "--bin", name])
-            .status()
-            .expect("running cargo build");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-q", "-p", package, "--bin", name]);
+        if dir.file_name().is_some_and(|p| p == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("running cargo build");
         assert!(status.success(), "building {name} failed");
+        built.push(name.to_string());
     }
-    path
+    dir.join(name)
 }
 
 /// The fixture server's request counters.

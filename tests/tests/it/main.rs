@@ -1,5 +1,6 @@
 //! End-to-end tests, in one binary. Lab tests need root; see kubexm_e2e.
 
 mod build;
+mod engine;
 mod lab;
 mod serve;

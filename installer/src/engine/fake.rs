@@ -1,0 +1,78 @@
+//! A recording transport for unit tests of plans and the engine: it answers
+//! from a script, records every call, and can wait to simulate latency.
+//! Never used against a host.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+use super::transport::{CmdOutput, Transport, TransportError};
+
+/// Decides the answer to one command on one host.
+pub type Script = Arc<dyn Fn(&str, &str) -> Result<CmdOutput, TransportError> + Send + Sync>;
+
+/// What every fake host did, in order: (host, command or `put PATH`).
+#[derive(Clone, Default)]
+pub struct Log(pub Arc<Mutex<Vec<(String, String)>>>);
+
+impl Log {
+    pub fn calls(&self) -> Vec<(String, String)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+pub struct Fake {
+    pub host: String,
+    pub script: Script,
+    pub log: Log,
+    pub latency: Duration,
+}
+
+impl Fake {
+    /// A host where every command succeeds with no output.
+    pub fn ok(host: &str, log: Log) -> Fake {
+        Fake {
+            host: host.into(),
+            script: Arc::new(|_, _| {
+                Ok(CmdOutput {
+                    code: Some(0),
+                    ..Default::default()
+                })
+            }),
+            log,
+            latency: Duration::ZERO,
+        }
+    }
+}
+
+impl Transport for Fake {
+    fn host(&self) -> &str {
+        &self.host
+    }
+
+    fn run<'a>(&'a self, command: &'a str, _timeout: Duration) -> BoxFuture<'a, Result<CmdOutput, TransportError>> {
+        Box::pin(async move {
+            self.log
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((self.host.clone(), command.to_string()));
+            if !self.latency.is_zero() {
+                tokio::time::sleep(self.latency).await;
+            }
+            (self.script)(&self.host, command)
+        })
+    }
+
+    fn put<'a>(&'a self, _data: &'a [u8], path: &'a str, _mode: u32) -> BoxFuture<'a, Result<(), TransportError>> {
+        Box::pin(async move {
+            self.log
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((self.host.clone(), format!("put {path}")));
+            Ok(())
+        })
+    }
+}

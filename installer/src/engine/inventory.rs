@@ -1,0 +1,152 @@
+//! From cluster.yaml hosts to SSH targets. Secrets are read here, from the
+//! environment variable or file the config names, and only here; each one is
+//! also handed to the state database so it is redacted from every log.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{StreamExt, stream};
+use kubexm_bom::config::Cluster;
+use kubexm_bom::config::model::{Auth, SecretRef};
+
+use super::ssh::{self, Credential, KnownHosts, Target};
+use super::transport::{Transport, TransportError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("host {host}: {what}: environment variable {var} is not set; export it before running")]
+    MissingEnv { host: String, what: String, var: String },
+    #[error("host {host}: {what}: cannot read {path}: {why}")]
+    MissingFile {
+        host: String,
+        what: String,
+        path: String,
+        why: String,
+    },
+    #[error("host {host} has no auth method (validation should have caught this)")]
+    NoAuth { host: String },
+}
+
+fn secret(host: &str, what: &str, s: &SecretRef) -> Result<String, InventoryError> {
+    match (&s.from_env, &s.from_file) {
+        (Some(var), _) => std::env::var(var).map_err(|_| InventoryError::MissingEnv {
+            host: host.into(),
+            what: what.into(),
+            var: var.clone(),
+        }),
+        (None, Some(path)) => fs_err::read_to_string(path)
+            .map(|t| t.trim_end_matches(['\n', '\r']).to_string())
+            .map_err(|e| InventoryError::MissingFile {
+                host: host.into(),
+                what: what.into(),
+                path: path.display().to_string(),
+                why: e.to_string(),
+            }),
+        (None, None) => Err(InventoryError::NoAuth { host: host.into() }),
+    }
+}
+
+fn credential(host: &str, auth: Option<&Auth>, secrets: &mut Vec<String>) -> Result<Credential, InventoryError> {
+    let auth = auth.ok_or_else(|| InventoryError::NoAuth { host: host.into() })?;
+    if let Some(pw) = &auth.password {
+        let p = secret(host, "password", pw)?;
+        secrets.push(p.clone());
+        return Ok(Credential::Password(p));
+    }
+    if let Some(k) = &auth.private_key {
+        let passphrase = match &k.passphrase {
+            Some(s) => {
+                let p = secret(host, "key passphrase", s)?;
+                secrets.push(p.clone());
+                Some(p)
+            }
+            None => None,
+        };
+        let path = expand_home(&k.path);
+        return Ok(Credential::Key { path, passphrase });
+    }
+    if auth.agent == Some(true) {
+        return Ok(Credential::Agent);
+    }
+    Err(InventoryError::NoAuth { host: host.into() })
+}
+
+fn expand_home(p: &std::path::Path) -> std::path::PathBuf {
+    match (p.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// SSH targets for every host of a completed config, and the secrets they hold.
+pub fn targets(cluster: &Cluster) -> Result<(Vec<Target>, Vec<String>), InventoryError> {
+    let mut secrets = Vec::new();
+    let mut out = Vec::new();
+    for h in &cluster.spec.hosts {
+        let bastion = match &h.bastion {
+            Some(b) => Some(Box::new(Target {
+                name: format!("{} (bastion {})", h.name, b.address),
+                address: b.address.clone(),
+                port: b.port.unwrap_or(22),
+                user: b.user.clone().unwrap_or_else(|| "root".into()),
+                credential: credential(&h.name, b.auth.as_ref(), &mut secrets)?,
+                bastion: None,
+            })),
+            None => None,
+        };
+        out.push(Target {
+            name: h.name.clone(),
+            address: h.address.clone(),
+            port: h.port.unwrap_or(22),
+            user: h.user.clone().unwrap_or_else(|| "root".into()),
+            credential: credential(&h.name, h.auth.as_ref(), &mut secrets)?,
+            bastion,
+        });
+    }
+    Ok((out, secrets))
+}
+
+/// Connects to every target, `concurrency` at a time; a failed host does not stop the others.
+pub async fn connect_all(
+    targets: &[Target],
+    known: Arc<dyn KnownHosts>,
+    accept_new_key: bool,
+    concurrency: usize,
+) -> (HashMap<String, Arc<dyn Transport>>, Vec<TransportError>) {
+    let results: Vec<_> = stream::iter(targets)
+        .map(|t| {
+            let known = known.clone();
+            async move {
+                let mut last = None;
+                // A host still booting refuses connections for a moment: retry those only.
+                for attempt in 0..3u32 {
+                    match ssh::connect(t, known.clone(), accept_new_key, Duration::from_secs(15)).await {
+                        Ok(s) => return Ok((t.name.clone(), Arc::new(s) as Arc<dyn Transport>)),
+                        Err(e) if e.transient() => last = Some(e),
+                        Err(e) => return Err(e),
+                    }
+                    tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
+                }
+                Err(last.unwrap_or_else(|| TransportError::Connect {
+                    host: t.name.clone(),
+                    address: t.address.clone(),
+                    why: "unknown".into(),
+                }))
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut ok = HashMap::new();
+    let mut errs = Vec::new();
+    for r in results {
+        match r {
+            Ok((n, t)) => {
+                ok.insert(n, t);
+            }
+            Err(e) => errs.push(e),
+        }
+    }
+    (ok, errs)
+}

@@ -1,0 +1,252 @@
+//! The engine: runs a plan's ready nodes in parallel, at most `concurrency`
+//! hosts at once and one step at a time per host, and records every result.
+//!
+//! The shape follows cargo's dependency queue: an in-degree per node, a ready
+//! set, results fed back as they arrive. Each node checks first and applies
+//! only when its check does not hold (or, for a step that cannot check,
+//! when no earlier run of this cluster completed it), so a re-run after a
+//! crash or a failure resumes where it stopped. Transient transport failures
+//! are retried with backoff. Fail-fast stops starting new nodes after the
+//! first failure; continue-other-hosts only stops what depends on it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use petgraph::Direction;
+use petgraph::graph::NodeIndex;
+use tokio::task::JoinSet;
+
+use super::plan::{Check, Plan, StepError};
+use super::state::{Outcome, Record, State};
+use super::transport::Transport;
+
+/// What to do after a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    FailFast,
+    ContinueOtherHosts,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Hosts worked on at once.
+    pub concurrency: usize,
+    pub policy: Policy,
+    /// Attempts for a step whose transport failed transiently.
+    pub attempts: u32,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            concurrency: 20,
+            policy: Policy::FailFast,
+            attempts: 3,
+        }
+    }
+}
+
+/// One node's result.
+#[derive(Debug, Clone)]
+pub struct NodeResult {
+    pub id: String,
+    pub host: String,
+    pub outcome: Outcome,
+    pub log: String,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub results: Vec<NodeResult>,
+    pub interrupted: bool,
+}
+
+impl Report {
+    pub fn count(&self, o: Outcome) -> usize {
+        self.results.iter().filter(|r| r.outcome == o).count()
+    }
+
+    pub fn failures(&self) -> Vec<&NodeResult> {
+        self.results.iter().filter(|r| r.outcome == Outcome::Failed).collect()
+    }
+
+    pub fn ok(&self) -> bool {
+        !self.interrupted && self.count(Outcome::Failed) == 0 && self.count(Outcome::NotRun) == 0
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Runs `plan` with a transport per host. `stop` ends the run cleanly (Ctrl-C):
+/// nothing new starts, running steps finish and are recorded.
+pub async fn run(
+    plan: &Plan,
+    transports: &HashMap<String, Arc<dyn Transport>>,
+    state: &State,
+    cluster: &str,
+    job: i64,
+    opts: &EngineOptions,
+    stop: Arc<AtomicBool>,
+) -> Report {
+    let g = &plan.graph;
+    let mut indegree: HashMap<NodeIndex, usize> = g
+        .node_indices()
+        .map(|n| (n, g.neighbors_directed(n, Direction::Incoming).count()))
+        .collect();
+    let mut ready: VecDeque<NodeIndex> = g.node_indices().filter(|n| indegree[n] == 0).collect();
+    let mut busy: HashSet<String> = HashSet::new();
+    let mut blocked: HashSet<NodeIndex> = HashSet::new();
+    let mut report = Report::default();
+    let mut running: JoinSet<(NodeIndex, Outcome, String, i64, i64)> = JoinSet::new();
+    let mut failed = false;
+    loop {
+        let stopping = stop.load(Ordering::Relaxed) || (failed && opts.policy == Policy::FailFast);
+        if !stopping {
+            // Start every ready node whose host is free, within the host budget.
+            let mut deferred = VecDeque::new();
+            while let Some(n) = ready.pop_front() {
+                let node = &g[n];
+                if blocked.contains(&n) {
+                    continue;
+                }
+                if busy.contains(&node.host) || busy.len() >= opts.concurrency.max(1) {
+                    deferred.push_back(n);
+                    continue;
+                }
+                let Some(t) = transports.get(&node.host).cloned() else {
+                    report.results.push(NodeResult {
+                        id: node.id.clone(),
+                        host: node.host.clone(),
+                        outcome: Outcome::Failed,
+                        log: format!("no connection to {}", node.host),
+                    });
+                    failed = true;
+                    continue;
+                };
+                busy.insert(node.host.clone());
+                let step = node.step.clone();
+                let done_before = matches!(state.done_before(cluster, &node.id), Ok(true));
+                let attempts = opts.attempts.max(1);
+                running.spawn(async move {
+                    let started = now_ms();
+                    let (outcome, log) = execute(step.as_ref(), t.as_ref(), done_before, attempts).await;
+                    (n, outcome, log, started, now_ms() - started)
+                });
+            }
+            ready = deferred;
+        }
+        let Some(joined) = running.join_next().await else { break };
+        let Ok((n, outcome, log, started, duration_ms)) = joined else {
+            continue;
+        };
+        let node = &g[n];
+        busy.remove(&node.host);
+        let _ = state.record(
+            job,
+            &Record {
+                node: &node.id,
+                module: &node.module,
+                host: &node.host,
+                outcome,
+                started,
+                duration_ms,
+                log: &log,
+            },
+        );
+        report.results.push(NodeResult {
+            id: node.id.clone(),
+            host: node.host.clone(),
+            outcome,
+            log: state.redact(&log),
+        });
+        if outcome == Outcome::Failed {
+            failed = true;
+            // Everything that depends on it cannot run.
+            let mut dfs = petgraph::visit::Dfs::new(g, n);
+            while let Some(d) = dfs.next(g) {
+                if d != n {
+                    blocked.insert(d);
+                }
+            }
+        } else {
+            for next in g.neighbors_directed(n, Direction::Outgoing) {
+                if let Some(d) = indegree.get_mut(&next) {
+                    *d -= 1;
+                    if *d == 0 {
+                        ready.push_back(next);
+                    }
+                }
+            }
+        }
+    }
+    report.interrupted = stop.load(Ordering::Relaxed);
+    let finished: HashSet<&str> = report.results.iter().map(|r| r.id.as_str()).collect::<HashSet<_>>();
+    let missing: Vec<NodeIndex> = g.node_indices().filter(|n| !finished.contains(g[*n].id.as_str())).collect();
+    for n in missing {
+        let node = &g[n];
+        let why = if blocked.contains(&n) {
+            "an earlier step it depends on failed"
+        } else {
+            "the run stopped before it"
+        };
+        let _ = state.record(
+            job,
+            &Record {
+                node: &node.id,
+                module: &node.module,
+                host: &node.host,
+                outcome: Outcome::NotRun,
+                started: now_ms(),
+                duration_ms: 0,
+                log: why,
+            },
+        );
+        report.results.push(NodeResult {
+            id: node.id.clone(),
+            host: node.host.clone(),
+            outcome: Outcome::NotRun,
+            log: why.into(),
+        });
+    }
+    let status = if report.ok() {
+        "succeeded"
+    } else if report.interrupted {
+        "interrupted"
+    } else {
+        "failed"
+    };
+    let _ = state.finish_job(job, status);
+    report
+}
+
+/// check, then apply if needed; transient transport errors are retried.
+async fn execute(step: &dyn super::plan::Step, t: &dyn Transport, done_before: bool, attempts: u32) -> (Outcome, String) {
+    let mut last = String::new();
+    for attempt in 1..=attempts {
+        let result: Result<(Outcome, String), StepError> = async {
+            match step.check(t).await? {
+                Check::Holds => Ok((Outcome::Skipped, "check holds: already in the desired state".to_string())),
+                Check::Unknown if done_before => Ok((Outcome::Skipped, "completed by an earlier run".to_string())),
+                Check::Missing | Check::Unknown => Ok((Outcome::Applied, step.apply(t).await?)),
+            }
+        }
+        .await;
+        match result {
+            Ok((o, log)) => return (o, log),
+            Err(StepError::Transport(e)) if e.transient() && attempt < attempts => {
+                last = e.to_string();
+                tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
+            }
+            Err(e) => return (Outcome::Failed, e.to_string()),
+        }
+    }
+    (Outcome::Failed, last)
+}

@@ -1,0 +1,330 @@
+//! The SSH transport, on russh: password, key (with passphrase) or agent
+//! authentication, an optional bastion, host keys pinned on first contact,
+//! `sudo` for users other than root, and SFTP uploads checked by sha256.
+//!
+//! One connection per host serves every step; each command is a channel.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use russh::ChannelMsg;
+use russh::client::{self, AuthResult, Handle};
+use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
+use tokio::io::AsyncWriteExt;
+
+use super::transport::{CmdOutput, Transport, TransportError, shell_quote};
+
+/// How to log in.
+#[derive(Clone)]
+pub enum Credential {
+    Password(String),
+    Key {
+        path: std::path::PathBuf,
+        passphrase: Option<String>,
+    },
+    Agent,
+}
+
+impl std::fmt::Debug for Credential {
+    // Never print a secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::Password(_) => f.write_str("Password(<redacted>)"),
+            Credential::Key { path, .. } => write!(f, "Key({})", path.display()),
+            Credential::Agent => f.write_str("Agent"),
+        }
+    }
+}
+
+/// Where and as whom to connect.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The host's name in the config (for messages and the host-key pin).
+    pub name: String,
+    pub address: String,
+    pub port: u16,
+    pub user: String,
+    pub credential: Credential,
+    pub bastion: Option<Box<Target>>,
+}
+
+/// Pinned host keys, by `address:port`.
+pub trait KnownHosts: Send + Sync {
+    fn get(&self, endpoint: &str) -> Option<String>;
+    fn put(&self, endpoint: &str, key: &str);
+}
+
+/// Host keys kept in memory (tests, one-off runs).
+#[derive(Default)]
+pub struct MemoryKnownHosts(Mutex<std::collections::HashMap<String, String>>);
+
+impl KnownHosts for MemoryKnownHosts {
+    fn get(&self, endpoint: &str) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(endpoint).cloned()
+    }
+    fn put(&self, endpoint: &str, key: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(endpoint.to_string(), key.to_string());
+    }
+}
+
+struct Client {
+    endpoint: String,
+    known: Arc<dyn KnownHosts>,
+    accept_new: bool,
+    changed: Arc<Mutex<Option<(String, String)>>>,
+}
+
+impl client::Handler for Client {
+    type Error = russh::Error;
+
+    async fn check_server_key(&mut self, offered: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
+        let offered = match offered {
+            PublicKeyOrCertificate::PublicKey { key, .. } => {
+                key.to_openssh().map_err(|e| russh::Error::from(russh::keys::Error::from(e)))?
+            }
+            PublicKeyOrCertificate::Certificate(c) => c.to_openssh().map_err(|e| russh::Error::from(russh::keys::Error::from(e)))?,
+        };
+        // Keys are compared without their comments.
+        let offered: String = offered.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+        match self.known.get(&self.endpoint) {
+            None => {
+                self.known.put(&self.endpoint, &offered);
+                Ok(true)
+            }
+            Some(k) if k == offered => Ok(true),
+            Some(_) if self.accept_new => {
+                self.known.put(&self.endpoint, &offered);
+                Ok(true)
+            }
+            Some(k) => {
+                *self.changed.lock().unwrap_or_else(|e| e.into_inner()) = Some((k, offered));
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// A logged-in connection to one host.
+pub struct Ssh {
+    name: String,
+    handle: Handle<Client>,
+    sudo: bool,
+    // A bastion connection must outlive the tunnel through it.
+    _jump: Option<Box<Ssh>>,
+}
+
+/// Connects and logs in, pinning the host key in `known`.
+pub fn connect(
+    target: &Target,
+    known: Arc<dyn KnownHosts>,
+    accept_new_key: bool,
+    timeout: Duration,
+) -> BoxFuture<'_, Result<Ssh, TransportError>> {
+    Box::pin(async move {
+        let endpoint = format!("{}:{}", target.address, target.port);
+        let connect_err = |why: String| TransportError::Connect {
+            host: target.name.clone(),
+            address: endpoint.clone(),
+            why,
+        };
+        let changed = Arc::new(Mutex::new(None));
+        let handler = Client {
+            endpoint: endpoint.clone(),
+            known: known.clone(),
+            accept_new: accept_new_key,
+            changed: changed.clone(),
+        };
+        let config = Arc::new(client::Config {
+            inactivity_timeout: Some(Duration::from_secs(600)),
+            keepalive_interval: Some(Duration::from_secs(15)),
+            keepalive_max: 4,
+            ..Default::default()
+        });
+        let (handle, jump) = match &target.bastion {
+            None => {
+                let h = tokio::time::timeout(timeout, client::connect(config, (target.address.as_str(), target.port), handler)).await;
+                (h, None)
+            }
+            Some(b) => {
+                let jump = connect(b, known.clone(), accept_new_key, timeout).await?;
+                let channel = jump
+                    .handle
+                    .channel_open_direct_tcpip(target.address.clone(), target.port as u32, "127.0.0.1", 0)
+                    .await
+                    .map_err(|e| connect_err(format!("through bastion {}: {e}", b.name)))?;
+                let h = tokio::time::timeout(timeout, client::connect_stream(config, channel.into_stream(), handler)).await;
+                (h, Some(Box::new(jump)))
+            }
+        };
+        let mut handle = match handle {
+            Err(_) => return Err(connect_err(format!("no answer within {} s", timeout.as_secs()))),
+            Ok(Err(e)) => {
+                if let Some((known, offered)) = changed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    return Err(TransportError::HostKeyChanged {
+                        host: target.name.clone(),
+                        known,
+                        offered,
+                    });
+                }
+                return Err(connect_err(e.to_string()));
+            }
+            Ok(Ok(h)) => h,
+        };
+        let auth_err = |method: &str| TransportError::Auth {
+            host: target.name.clone(),
+            user: target.user.clone(),
+            method: method.into(),
+        };
+        let ok = match &target.credential {
+            Credential::Password(pw) => handle
+                .authenticate_password(target.user.clone(), pw.clone())
+                .await
+                .map_err(|e| connect_err(e.to_string()))?,
+            Credential::Key { path, passphrase } => {
+                let key = russh::keys::load_secret_key(path, passphrase.as_deref()).map_err(|e| TransportError::Auth {
+                    host: target.name.clone(),
+                    user: target.user.clone(),
+                    method: format!("key {}: {e}", path.display()),
+                })?;
+                let hash = handle.best_supported_rsa_hash().await.ok().flatten().flatten();
+                handle
+                    .authenticate_publickey(target.user.clone(), PrivateKeyWithHashAlg::new(Arc::new(key), hash))
+                    .await
+                    .map_err(|e| connect_err(e.to_string()))?
+            }
+            Credential::Agent => {
+                let mut agent = russh::keys::agent::client::AgentClient::connect_env()
+                    .await
+                    .map_err(|e| TransportError::Auth {
+                        host: target.name.clone(),
+                        user: target.user.clone(),
+                        method: format!("agent (SSH_AUTH_SOCK): {e}"),
+                    })?;
+                let ids = agent.request_identities().await.map_err(|_| auth_err("agent"))?;
+                let mut success = false;
+                for id in ids {
+                    if let russh::keys::agent::AgentIdentity::PublicKey { key, .. } = id {
+                        let hash = handle.best_supported_rsa_hash().await.ok().flatten().flatten();
+                        if let Ok(AuthResult::Success) =
+                            handle.authenticate_publickey_with(target.user.clone(), key, hash, &mut agent).await
+                        {
+                            success = true;
+                            break;
+                        }
+                    }
+                }
+                if !success {
+                    return Err(auth_err("agent"));
+                }
+                AuthResult::Success
+            }
+        };
+        if !matches!(ok, AuthResult::Success) {
+            let method = match &target.credential {
+                Credential::Password(_) => "password".to_string(),
+                Credential::Key { path, .. } => format!("key {}", path.display()),
+                Credential::Agent => "agent".to_string(),
+            };
+            return Err(auth_err(&method));
+        }
+        Ok(Ssh {
+            name: target.name.clone(),
+            handle,
+            sudo: target.user != "root",
+            _jump: jump,
+        })
+    })
+}
+
+impl Ssh {
+    fn session_err(&self, e: impl std::fmt::Display) -> TransportError {
+        TransportError::Session {
+            host: self.name.clone(),
+            why: e.to_string(),
+        }
+    }
+
+    async fn exec(&self, command: &str) -> Result<CmdOutput, TransportError> {
+        let full = if self.sudo {
+            format!("sudo -n sh -c {}", shell_quote(command))
+        } else {
+            command.to_string()
+        };
+        let mut ch = self.handle.channel_open_session().await.map_err(|e| self.session_err(e))?;
+        ch.exec(true, full).await.map_err(|e| self.session_err(e))?;
+        let mut out = CmdOutput::default();
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(msg) = ch.wait().await {
+            match msg {
+                ChannelMsg::Data { data } => stdout.extend_from_slice(&data),
+                ChannelMsg::ExtendedData { data, ext: 1 } => stderr.extend_from_slice(&data),
+                ChannelMsg::ExitStatus { exit_status } => out.code = Some(exit_status),
+                ChannelMsg::Close => break,
+                _ => {}
+            }
+        }
+        out.stdout = String::from_utf8_lossy(&stdout).into_owned();
+        out.stderr = String::from_utf8_lossy(&stderr).into_owned();
+        Ok(out)
+    }
+
+    async fn sftp_write(&self, data: &[u8], path: &str) -> Result<(), String> {
+        let ch = self.handle.channel_open_session().await.map_err(|e| e.to_string())?;
+        ch.request_subsystem(true, "sftp").await.map_err(|e| e.to_string())?;
+        let sftp = russh_sftp::client::SftpSession::new(ch.into_stream())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut f = sftp.create(path).await.map_err(|e| e.to_string())?;
+        f.write_all(data).await.map_err(|e| e.to_string())?;
+        f.shutdown().await.map_err(|e| e.to_string())?;
+        sftp.close().await.map_err(|e| e.to_string())
+    }
+}
+
+impl Transport for Ssh {
+    fn host(&self) -> &str {
+        &self.name
+    }
+
+    fn run<'a>(&'a self, command: &'a str, timeout: Duration) -> BoxFuture<'a, Result<CmdOutput, TransportError>> {
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, self.exec(command)).await {
+                Ok(r) => r,
+                Err(_) => Err(TransportError::Timeout {
+                    host: self.name.clone(),
+                    command: command.chars().take(120).collect(),
+                    seconds: timeout.as_secs(),
+                }),
+            }
+        })
+    }
+
+    fn put<'a>(&'a self, data: &'a [u8], path: &'a str, mode: u32) -> BoxFuture<'a, Result<(), TransportError>> {
+        Box::pin(async move {
+            let fail = |why: String| TransportError::Upload {
+                host: self.name.clone(),
+                path: path.to_string(),
+                why,
+            };
+            let sha = kubexm_bundle::digest::sha256_hex(data);
+            // SFTP writes as the login user, so the file lands in /tmp first
+            // and moves into place as root after its digest checked out.
+            let tmp = format!("/tmp/.kubexm-upload-{}", &sha[..16]);
+            self.sftp_write(data, &tmp).await.map_err(|e| fail(format!("SFTP: {e}")))?;
+            let script = format!(
+                "set -e; t={t}; test \"$(sha256sum \"$t\" | cut -d' ' -f1)\" = {sha} || {{ rm -f \"$t\"; echo 'sha256 mismatch after upload' >&2; exit 1; }}; install -D -m {mode:o} \"$t\" {p}; rm -f \"$t\"",
+                t = shell_quote(&tmp),
+                p = shell_quote(path)
+            );
+            let out = self.run(&script, Duration::from_secs(120)).await?;
+            if !out.success() {
+                return Err(fail(out.stderr.trim().to_string()));
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,244 @@
+//! The state database: jobs, step results with timings and logs, and pinned
+//! host keys. Embedded SQLite in WAL mode, so a crash loses at most the step
+//! in flight and a re-run knows what was done. Secrets are redacted from
+//! every log before it is stored.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::ssh::KnownHosts;
+
+#[derive(Debug, thiserror::Error)]
+#[error("state database {path}: {source}")]
+pub struct StateError {
+    pub path: String,
+    #[source]
+    pub source: rusqlite::Error,
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its check did not hold; it was applied.
+    Applied,
+    /// Its check held (or it was done in an earlier run); nothing was changed.
+    Skipped,
+    Failed,
+    /// Not started: an earlier failure stopped it.
+    NotRun,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Skipped => "skipped",
+            Outcome::Failed => "failed",
+            Outcome::NotRun => "not-run",
+        }
+    }
+}
+
+/// A step's result, to record.
+pub struct Record<'a> {
+    pub node: &'a str,
+    pub module: &'a str,
+    pub host: &'a str,
+    pub outcome: Outcome,
+    /// Milliseconds since the epoch.
+    pub started: i64,
+    pub duration_ms: i64,
+    pub log: &'a str,
+}
+
+/// One recorded step.
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    pub node: String,
+    pub module: String,
+    pub host: String,
+    pub status: String,
+    pub duration_ms: i64,
+    pub log: String,
+}
+
+/// A job as `status` shows it.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    pub id: i64,
+    pub cluster: String,
+    pub kind: String,
+    pub started: i64,
+    pub status: String,
+}
+
+pub struct State {
+    conn: Mutex<Connection>,
+    path: String,
+    secrets: Vec<String>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl State {
+    /// Opens (creating if needed) the database at `path`; `secrets` are redacted from logs.
+    pub fn open(path: &Path, secrets: Vec<String>) -> Result<State, StateError> {
+        let p = path.display().to_string();
+        let err = |source| StateError { path: p.clone(), source };
+        if let Some(dir) = path.parent() {
+            let _ = fs_err::create_dir_all(dir);
+        }
+        let conn = Connection::open(path).map_err(err)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=NORMAL;
+             PRAGMA busy_timeout=5000;
+             CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, cluster TEXT NOT NULL, kind TEXT NOT NULL, started INTEGER NOT NULL, finished INTEGER, status TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS steps(job INTEGER NOT NULL, node TEXT NOT NULL, module TEXT NOT NULL, host TEXT NOT NULL, status TEXT NOT NULL,
+                 started INTEGER NOT NULL, duration_ms INTEGER NOT NULL, log TEXT NOT NULL, PRIMARY KEY(job, node));
+             CREATE INDEX IF NOT EXISTS steps_node ON steps(node, status);
+             CREATE TABLE IF NOT EXISTS known_hosts(endpoint TEXT PRIMARY KEY, key TEXT NOT NULL, first_seen INTEGER NOT NULL);",
+        )
+        .map_err(err)?;
+        let secrets = secrets.into_iter().filter(|s| s.len() >= 4).collect();
+        Ok(State {
+            conn: Mutex::new(conn),
+            path: p,
+            secrets,
+        })
+    }
+
+    fn err(&self, source: rusqlite::Error) -> StateError {
+        StateError {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Removes every secret from a log.
+    pub fn redact(&self, log: &str) -> String {
+        self.secrets
+            .iter()
+            .fold(log.to_string(), |l, s| l.replace(s.as_str(), "<redacted>"))
+    }
+
+    pub fn begin_job(&self, cluster: &str, kind: &str) -> Result<i64, StateError> {
+        let c = self.conn();
+        c.execute(
+            "INSERT INTO jobs(cluster, kind, started, status) VALUES (?1, ?2, ?3, 'running')",
+            params![cluster, kind, now_ms()],
+        )
+        .map_err(|e| self.err(e))?;
+        Ok(c.last_insert_rowid())
+    }
+
+    pub fn finish_job(&self, job: i64, status: &str) -> Result<(), StateError> {
+        self.conn()
+            .execute(
+                "UPDATE jobs SET finished = ?1, status = ?2 WHERE id = ?3",
+                params![now_ms(), status, job],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Records a step's result (replacing an earlier one of the same job).
+    pub fn record(&self, job: i64, r: &Record) -> Result<(), StateError> {
+        let log = self.redact(r.log);
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO steps(job, node, module, host, status, started, duration_ms, log) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![job, r.node, r.module, r.host, r.outcome.as_str(), r.started, r.duration_ms, log],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Whether an earlier job of this cluster completed `node`.
+    pub fn done_before(&self, cluster: &str, node: &str) -> Result<bool, StateError> {
+        self.conn()
+            .query_row(
+                "SELECT 1 FROM steps s JOIN jobs j ON j.id = s.job WHERE j.cluster = ?1 AND s.node = ?2 AND s.status IN ('applied', 'skipped') LIMIT 1",
+                params![cluster, node],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(|e| self.err(e))
+    }
+
+    pub fn job(&self, id: Option<i64>) -> Result<Option<JobRecord>, StateError> {
+        let c = self.conn();
+        let row = |r: &rusqlite::Row| {
+            Ok(JobRecord {
+                id: r.get(0)?,
+                cluster: r.get(1)?,
+                kind: r.get(2)?,
+                started: r.get(3)?,
+                status: r.get(4)?,
+            })
+        };
+        let q = match id {
+            Some(id) => c.query_row(
+                "SELECT id, cluster, kind, started, status FROM jobs WHERE id = ?1",
+                params![id],
+                row,
+            ),
+            None => c.query_row(
+                "SELECT id, cluster, kind, started, status FROM jobs ORDER BY id DESC LIMIT 1",
+                [],
+                row,
+            ),
+        };
+        q.optional().map_err(|e| self.err(e))
+    }
+
+    pub fn steps(&self, job: i64) -> Result<Vec<StepRecord>, StateError> {
+        let c = self.conn();
+        let mut stmt = c
+            .prepare("SELECT node, module, host, status, duration_ms, log FROM steps WHERE job = ?1 ORDER BY started, node")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![job], |r| {
+                Ok(StepRecord {
+                    node: r.get(0)?,
+                    module: r.get(1)?,
+                    host: r.get(2)?,
+                    status: r.get(3)?,
+                    duration_ms: r.get(4)?,
+                    log: r.get(5)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+}
+
+impl KnownHosts for State {
+    fn get(&self, endpoint: &str) -> Option<String> {
+        self.conn()
+            .query_row("SELECT key FROM known_hosts WHERE endpoint = ?1", params![endpoint], |r| r.get(0))
+            .optional()
+            .ok()
+            .flatten()
+    }
+
+    fn put(&self, endpoint: &str, key: &str) {
+        let _ = self.conn().execute(
+            "INSERT INTO known_hosts(endpoint, key, first_seen) VALUES (?1, ?2, ?3) ON CONFLICT(endpoint) DO UPDATE SET key = excluded.key",
+            params![endpoint, key, now_ms()],
+        );
+    }
+}

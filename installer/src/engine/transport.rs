@@ -1,0 +1,65 @@
+//! How steps reach a host: run a command, put a file. Behind a trait so the
+//! plan and the engine are tested on a recording fake and run for real over
+//! SSH with the same steps.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+/// What a command left behind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CmdOutput {
+    /// The exit status; `None` if the command was killed by a signal.
+    pub code: Option<u32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CmdOutput {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TransportError {
+    #[error("{host}: cannot connect to {address}: {why}")]
+    Connect { host: String, address: String, why: String },
+    #[error("{host}: authentication as {user} failed ({method}); check the credentials in cluster.yaml")]
+    Auth { host: String, user: String, method: String },
+    #[error(
+        "{host}: the host key changed (known {known}, offered {offered}). This is what a man-in-the-middle looks like; if the host was reinstalled, re-run with --accept-new-host-key"
+    )]
+    HostKeyChanged { host: String, known: String, offered: String },
+    #[error("{host}: `{command}` did not finish within {seconds} s")]
+    Timeout { host: String, command: String, seconds: u64 },
+    #[error("{host}: the SSH session failed: {why}")]
+    Session { host: String, why: String },
+    #[error("{host}: uploading {path}: {why}")]
+    Upload { host: String, path: String, why: String },
+}
+
+impl TransportError {
+    /// Whether trying again may help (a dropped connection, not bad credentials).
+    pub fn transient(&self) -> bool {
+        matches!(
+            self,
+            TransportError::Connect { .. } | TransportError::Session { .. } | TransportError::Timeout { .. }
+        )
+    }
+}
+
+/// One connection to one host.
+pub trait Transport: Send + Sync {
+    /// The host's name in the config.
+    fn host(&self) -> &str;
+    /// Runs a shell command (as root: through sudo for other users).
+    fn run<'a>(&'a self, command: &'a str, timeout: Duration) -> BoxFuture<'a, Result<CmdOutput, TransportError>>;
+    /// Writes `data` to `path` with `mode`, whole or not at all, and checks its sha256 on the host.
+    fn put<'a>(&'a self, data: &'a [u8], path: &'a str, mode: u32) -> BoxFuture<'a, Result<(), TransportError>>;
+}
+
+/// Quotes a string for a POSIX shell.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}

@@ -1,0 +1,395 @@
+//! The plan and the engine on the recording fake transport: order,
+//! parallelism, skip on check, fail-fast versus continue, resume, cycles.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use kubexm_installer::engine::fake::{Fake, Log, Script};
+use kubexm_installer::engine::plan::{Module, Pipeline, PlanError, Scope, Step, Task};
+use kubexm_installer::engine::run::{EngineOptions, Policy, Report, run};
+use kubexm_installer::engine::state::{Outcome, State};
+use kubexm_installer::engine::steps::Shell;
+use kubexm_installer::engine::transport::{CmdOutput, Transport, TransportError};
+
+fn hosts(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("h{i}")).collect()
+}
+
+fn step(name: &str, check: Option<&str>) -> Arc<dyn Step> {
+    Arc::new(Shell::new(name, check, &format!("apply {name}")))
+}
+
+fn task(name: &str, hosts: &[String], steps: &[&str], after: &[(&str, Scope)]) -> Task {
+    Task {
+        name: name.into(),
+        hosts: hosts.to_vec(),
+        steps: steps.iter().map(|s| step(s, None)).collect(),
+        after: after.iter().map(|(t, s)| (t.to_string(), *s)).collect(),
+    }
+}
+
+/// One module with one task of `steps` on `hs`.
+fn single(hs: &[String], steps: &[&str]) -> Pipeline {
+    Pipeline {
+        name: "p".into(),
+        modules: vec![Module {
+            name: "m".into(),
+            tasks: vec![task("t", hs, steps, &[])],
+        }],
+    }
+}
+
+fn transports(hs: &[String], log: &Log, script: Script, latency: Duration) -> HashMap<String, Arc<dyn Transport>> {
+    hs.iter()
+        .map(|h| {
+            (
+                h.clone(),
+                Arc::new(Fake {
+                    host: h.clone(),
+                    script: script.clone(),
+                    log: log.clone(),
+                    latency,
+                }) as Arc<dyn Transport>,
+            )
+        })
+        .collect()
+}
+
+fn ok_script() -> Script {
+    Arc::new(|_, _| {
+        Ok(CmdOutput {
+            code: Some(0),
+            ..Default::default()
+        })
+    })
+}
+
+fn state(dir: &tempfile::TempDir) -> State {
+    State::open(&dir.path().join("state.db"), vec!["hunter2-secret".into()]).unwrap()
+}
+
+async fn go(p: &Pipeline, ts: &HashMap<String, Arc<dyn Transport>>, st: &State, opts: EngineOptions) -> Report {
+    let plan = p.plan().unwrap();
+    let job = st.begin_job("c", "test").unwrap();
+    run(&plan, ts, st, "c", job, &opts, Arc::new(AtomicBool::new(false))).await
+}
+
+#[tokio::test]
+async fn order_follows_same_host_and_all_hosts_edges() {
+    let hs = hosts(3);
+    let p = Pipeline {
+        name: "p".into(),
+        modules: vec![
+            Module {
+                name: "infra".into(),
+                tasks: vec![
+                    task("a", &hs, &["a1", "a2"], &[]),
+                    task("b", &hs, &["b1"], &[("a", Scope::SameHost)]),
+                ],
+            },
+            Module {
+                name: "cp".into(),
+                tasks: vec![task("c", &hs[..1], &["c1"], &[("b", Scope::AllHosts)])],
+            },
+        ],
+    };
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let r = go(
+        &p,
+        &transports(&hs, &log, ok_script(), Duration::from_millis(5)),
+        &state(&dir),
+        EngineOptions::default(),
+    )
+    .await;
+    assert!(r.ok(), "{r:?}");
+    let calls = log.calls();
+    let pos = |h: &str, c: &str| {
+        calls
+            .iter()
+            .position(|(hh, cc)| hh == h && cc == c)
+            .unwrap_or_else(|| panic!("{c} on {h} not run"))
+    };
+    for h in &hs {
+        assert!(pos(h, "apply a1") < pos(h, "apply a2") && pos(h, "apply a2") < pos(h, "apply b1"));
+    }
+    for h in &hs {
+        assert!(pos(h, "apply b1") < pos("h1", "apply c1"), "c1 started before b1 finished on {h}");
+    }
+}
+
+#[tokio::test]
+async fn independent_hosts_run_in_parallel_within_the_concurrency_bound() {
+    let hs = hosts(10);
+    let p = single(&hs, &["s1", "s2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let st = state(&dir);
+    let latency = Duration::from_millis(100);
+    let ts = transports(&hs, &Log::default(), ok_script(), latency);
+    let t0 = Instant::now();
+    assert!(
+        go(
+            &p,
+            &ts,
+            &st,
+            EngineOptions {
+                concurrency: 10,
+                ..Default::default()
+            }
+        )
+        .await
+        .ok()
+    );
+    let wide = t0.elapsed();
+    let t1 = Instant::now();
+    let dir2 = tempfile::tempdir().unwrap();
+    assert!(
+        go(
+            &p,
+            &ts,
+            &state(&dir2),
+            EngineOptions {
+                concurrency: 2,
+                ..Default::default()
+            }
+        )
+        .await
+        .ok()
+    );
+    let narrow = t1.elapsed();
+    // 10 hosts x 2 steps: about 2 latencies wide open, about 10 with 2 hosts at a time.
+    assert!(wide < latency * 5, "wide run took {wide:?}");
+    assert!(narrow >= latency * 9, "narrow run took only {narrow:?}: more than 2 hosts at once?");
+}
+
+#[tokio::test]
+async fn a_step_whose_check_holds_is_skipped_and_not_applied() {
+    let hs = hosts(2);
+    let t = Task {
+        name: "t".into(),
+        hosts: hs.clone(),
+        steps: vec![Arc::new(Shell::new("s", Some("check s"), "apply s"))],
+        after: vec![],
+    };
+    let p = Pipeline {
+        name: "p".into(),
+        modules: vec![Module {
+            name: "m".into(),
+            tasks: vec![t],
+        }],
+    };
+    let script: Script = Arc::new(|host, cmd| {
+        Ok(CmdOutput {
+            code: Some(if cmd == "check s" && host == "h1" {
+                0
+            } else if cmd == "check s" {
+                1
+            } else {
+                0
+            }),
+            ..Default::default()
+        })
+    });
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let r = go(
+        &p,
+        &transports(&hs, &log, script, Duration::ZERO),
+        &state(&dir),
+        EngineOptions::default(),
+    )
+    .await;
+    let by_host: HashMap<_, _> = r.results.iter().map(|x| (x.host.clone(), x.outcome)).collect();
+    assert_eq!(by_host["h1"], Outcome::Skipped);
+    assert_eq!(by_host["h2"], Outcome::Applied);
+    assert!(!log.calls().contains(&("h1".into(), "apply s".into())));
+}
+
+fn failing_on(host: &'static str, cmd: &'static str) -> Script {
+    Arc::new(move |h, c| {
+        Ok(CmdOutput {
+            code: Some(if h == host && c == cmd { 1 } else { 0 }),
+            stderr: "boom".into(),
+            ..Default::default()
+        })
+    })
+}
+
+#[tokio::test]
+async fn fail_fast_stops_everything_continue_finishes_other_hosts() {
+    let hs = hosts(4);
+    let p = || single(&hs, &["s1", "s2", "s3"]);
+    let dir = tempfile::tempdir().unwrap();
+    let st = state(&dir);
+    let cont = go(
+        &p(),
+        &transports(&hs, &Log::default(), failing_on("h2", "apply s1"), Duration::from_millis(20)),
+        &st,
+        EngineOptions {
+            policy: Policy::ContinueOtherHosts,
+            ..Default::default()
+        },
+    )
+    .await;
+    let fail = cont.failures();
+    assert_eq!(fail.len(), 1);
+    assert!(fail[0].id == "m/t/s1@h2" && fail[0].log.contains("boom"), "{fail:?}");
+    assert_eq!(cont.count(Outcome::Applied), 9, "the other three hosts finish");
+    assert_eq!(cont.count(Outcome::NotRun), 2, "h2's s2 and s3 cannot run");
+
+    let dir2 = tempfile::tempdir().unwrap();
+    let fast = go(
+        &p(),
+        &transports(&hs, &Log::default(), failing_on("h2", "apply s1"), Duration::from_millis(20)),
+        &state(&dir2),
+        EngineOptions {
+            policy: Policy::FailFast,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        fast.count(Outcome::Applied) < 9,
+        "fail-fast kept starting steps: {}",
+        fast.count(Outcome::Applied)
+    );
+    assert_eq!(fast.results.len(), 12, "every node is accounted for");
+}
+
+#[tokio::test]
+async fn a_rerun_resumes_from_the_state_database() {
+    let hs = hosts(2);
+    let p = single(&hs, &["s1", "s2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let st = state(&dir);
+    let first = go(
+        &p,
+        &transports(&hs, &Log::default(), failing_on("h1", "apply s2"), Duration::ZERO),
+        &st,
+        EngineOptions {
+            policy: Policy::ContinueOtherHosts,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(!first.ok());
+    let log = Log::default();
+    let second = go(
+        &p,
+        &transports(&hs, &log, ok_script(), Duration::ZERO),
+        &st,
+        EngineOptions::default(),
+    )
+    .await;
+    assert!(second.ok(), "{second:?}");
+    // Steps completed earlier (no check of their own) are not run again; only the failed one is.
+    assert_eq!(log.calls(), vec![("h1".to_string(), "apply s2".to_string())]);
+    assert_eq!(second.count(Outcome::Skipped), 3);
+    let job = st.job(None).unwrap().unwrap();
+    assert_eq!(job.status, "succeeded");
+}
+
+#[tokio::test]
+async fn transient_transport_failures_are_retried() {
+    let hs = hosts(1);
+    let p = single(&hs, &["s1"]);
+    let n = Arc::new(AtomicU32::new(0));
+    let n2 = n.clone();
+    let script: Script = Arc::new(move |h, _| {
+        if n2.fetch_add(1, Ordering::SeqCst) == 0 {
+            Err(TransportError::Session {
+                host: h.into(),
+                why: "connection reset".into(),
+            })
+        } else {
+            Ok(CmdOutput {
+                code: Some(0),
+                ..Default::default()
+            })
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let r = go(
+        &p,
+        &transports(&hs, &Log::default(), script, Duration::ZERO),
+        &state(&dir),
+        EngineOptions::default(),
+    )
+    .await;
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(n.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn cycles_and_unknown_tasks_are_refused() {
+    let hs = hosts(1);
+    let p = Pipeline {
+        name: "p".into(),
+        modules: vec![Module {
+            name: "m".into(),
+            tasks: vec![
+                task("a", &hs, &["x"], &[("b", Scope::SameHost)]),
+                task("b", &hs, &["y"], &[("a", Scope::SameHost)]),
+            ],
+        }],
+    };
+    assert!(matches!(p.plan(), Err(PlanError::Cycle(_))));
+    let q = Pipeline {
+        name: "p".into(),
+        modules: vec![Module {
+            name: "m".into(),
+            tasks: vec![task("a", &hs, &["x"], &[("nope", Scope::AllHosts)])],
+        }],
+    };
+    assert!(matches!(q.plan(), Err(PlanError::UnknownTask { .. })));
+}
+
+#[test]
+fn dry_run_description_and_dot() {
+    let hs = hosts(2);
+    let p = Pipeline {
+        name: "p".into(),
+        modules: vec![Module {
+            name: "infra".into(),
+            tasks: vec![task("a", &hs, &["a1", "a2"], &[])],
+        }],
+    };
+    let plan = p.plan().unwrap();
+    let d = plan.describe();
+    assert!(d.starts_with("infra\n") && d.contains("  h1: infra/a/a1, infra/a/a2"), "{d}");
+    assert!(plan.to_dot().contains("->"));
+}
+
+#[tokio::test]
+async fn secrets_never_reach_the_state_database() {
+    let hs = hosts(1);
+    let p = single(&hs, &["s1"]);
+    let script: Script = Arc::new(|_, _| {
+        Ok(CmdOutput {
+            code: Some(0),
+            stdout: "password is hunter2-secret".into(),
+            ..Default::default()
+        })
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let st = state(&dir);
+    go(
+        &p,
+        &transports(&hs, &Log::default(), script, Duration::ZERO),
+        &st,
+        EngineOptions::default(),
+    )
+    .await;
+    let job = st.job(None).unwrap().unwrap();
+    let steps = st.steps(job.id).unwrap();
+    assert!(
+        steps[0].log.contains("<redacted>") && !steps[0].log.contains("hunter2"),
+        "{}",
+        steps[0].log
+    );
+    drop(st);
+    let raw = std::fs::read(dir.path().join("state.db")).unwrap();
+    assert!(!String::from_utf8_lossy(&raw).contains("hunter2-secret"));
+}
