@@ -101,88 +101,123 @@ pub async fn run(
         .node_indices()
         .map(|n| (n, g.neighbors_directed(n, Direction::Incoming).count()))
         .collect();
-    let mut ready: VecDeque<NodeIndex> = g.node_indices().filter(|n| indegree[n] == 0).collect();
-    let mut busy: HashSet<String> = HashSet::new();
+    let done_before = state.done_nodes(cluster).unwrap_or_default();
+    // Ready nodes wait per host; hosts with ready work and no running step
+    // wait in one queue. Every event is O(1), whatever the plan's size.
+    let mut pending: HashMap<&str, VecDeque<NodeIndex>> = HashMap::new();
+    let mut waiting: VecDeque<&str> = VecDeque::new();
+    let mut queued: HashSet<&str> = HashSet::new();
+    let mut busy: HashSet<&str> = HashSet::new();
     let mut blocked: HashSet<NodeIndex> = HashSet::new();
     let mut report = Report::default();
     let mut running: JoinSet<(NodeIndex, Outcome, String, i64, i64)> = JoinSet::new();
     let mut failed = false;
+    for n in g.node_indices().filter(|n| indegree[n] == 0) {
+        let host = g[n].host.as_str();
+        pending.entry(host).or_default().push_back(n);
+        if queued.insert(host) {
+            waiting.push_back(host);
+        }
+    }
     loop {
         let stopping = stop.load(Ordering::Relaxed) || (failed && opts.policy == Policy::FailFast);
-        if !stopping {
-            // Start every ready node whose host is free, within the host budget.
-            let mut deferred = VecDeque::new();
-            while let Some(n) = ready.pop_front() {
-                let node = &g[n];
-                if blocked.contains(&n) {
-                    continue;
-                }
-                if busy.contains(&node.host) || busy.len() >= opts.concurrency.max(1) {
-                    deferred.push_back(n);
-                    continue;
-                }
-                let Some(t) = transports.get(&node.host).cloned() else {
-                    report.results.push(NodeResult {
-                        id: node.id.clone(),
-                        host: node.host.clone(),
-                        outcome: Outcome::Failed,
-                        log: format!("no connection to {}", node.host),
-                    });
-                    failed = true;
-                    continue;
-                };
-                busy.insert(node.host.clone());
-                let step = node.step.clone();
-                let done_before = matches!(state.done_before(cluster, &node.id), Ok(true));
-                let attempts = opts.attempts.max(1);
-                running.spawn(async move {
-                    let started = now_ms();
-                    let (outcome, log) = execute(step.as_ref(), t.as_ref(), done_before, attempts).await;
-                    (n, outcome, log, started, now_ms() - started)
-                });
-            }
-            ready = deferred;
-        }
-        let Some(joined) = running.join_next().await else { break };
-        let Ok((n, outcome, log, started, duration_ms)) = joined else {
-            continue;
-        };
-        let node = &g[n];
-        busy.remove(&node.host);
-        let _ = state.record(
-            job,
-            &Record {
-                node: &node.id,
-                module: &node.module,
-                host: &node.host,
-                outcome,
-                started,
-                duration_ms,
-                log: &log,
-            },
-        );
-        report.results.push(NodeResult {
-            id: node.id.clone(),
-            host: node.host.clone(),
-            outcome,
-            log: state.redact(&log),
-        });
-        if outcome == Outcome::Failed {
-            failed = true;
-            // Everything that depends on it cannot run.
-            let mut dfs = petgraph::visit::Dfs::new(g, n);
-            while let Some(d) = dfs.next(g) {
-                if d != n {
-                    blocked.insert(d);
-                }
-            }
-        } else {
-            for next in g.neighbors_directed(n, Direction::Outgoing) {
-                if let Some(d) = indegree.get_mut(&next) {
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push_back(next);
+        while !stopping && busy.len() < opts.concurrency.max(1) {
+            let Some(host) = waiting.pop_front() else { break };
+            queued.remove(host);
+            let Some(n) = pending.get_mut(host).and_then(|q| {
+                while let Some(n) = q.pop_front() {
+                    if !blocked.contains(&n) {
+                        return Some(n);
                     }
+                }
+                None
+            }) else {
+                continue;
+            };
+            let node = &g[n];
+            let Some(t) = transports.get(&node.host).cloned() else {
+                report.results.push(NodeResult {
+                    id: node.id.clone(),
+                    host: node.host.clone(),
+                    outcome: Outcome::Failed,
+                    log: format!("no connection to {}", node.host),
+                });
+                failed = true;
+                continue;
+            };
+            busy.insert(host);
+            let step = node.step.clone();
+            let done = done_before.contains(&node.id);
+            let attempts = opts.attempts.max(1);
+            running.spawn(async move {
+                let started = now_ms();
+                let (outcome, log) = execute(step.as_ref(), t.as_ref(), done, attempts).await;
+                (n, outcome, log, started, now_ms() - started)
+            });
+        }
+        let Some(first) = running.join_next().await else { break };
+        // Everything else that finished meanwhile is recorded in the same transaction.
+        let mut finished = vec![first];
+        while let Some(more) = running.try_join_next() {
+            finished.push(more);
+        }
+        let finished: Vec<_> = finished.into_iter().filter_map(Result::ok).collect();
+        let records: Vec<Record> = finished
+            .iter()
+            .map(|(n, outcome, log, started, duration_ms)| {
+                let node = &g[*n];
+                Record {
+                    node: &node.id,
+                    module: &node.module,
+                    host: &node.host,
+                    outcome: *outcome,
+                    started: *started,
+                    duration_ms: *duration_ms,
+                    log,
+                }
+            })
+            .collect();
+        let _ = state.record_many(job, &records);
+        for (n, outcome, log, _, _) in &finished {
+            let (n, outcome) = (*n, *outcome);
+            let node = &g[n];
+            let host = node.host.as_str();
+            busy.remove(host);
+            report.results.push(NodeResult {
+                id: node.id.clone(),
+                host: node.host.clone(),
+                outcome,
+                log: state.redact(log),
+            });
+            if outcome == Outcome::Failed {
+                failed = true;
+                // Everything that depends on it cannot run.
+                let mut dfs = petgraph::visit::Dfs::new(g, n);
+                while let Some(d) = dfs.next(g) {
+                    if d != n {
+                        blocked.insert(d);
+                    }
+                }
+            } else {
+                for next in g.neighbors_directed(n, Direction::Outgoing) {
+                    if let Some(d) = indegree.get_mut(&next) {
+                        *d -= 1;
+                        if *d == 0 {
+                            pending.entry(g[next].host.as_str()).or_default().push_back(next);
+                        }
+                    }
+                }
+            }
+            if pending.get(host).is_some_and(|q| !q.is_empty()) && queued.insert(host) {
+                waiting.push_back(host);
+            }
+        }
+        // A host may have work now because of another host's step.
+        for (n, _, _, _, _) in &finished {
+            for next in g.neighbors_directed(*n, Direction::Outgoing) {
+                let h = g[next].host.as_str();
+                if !busy.contains(h) && pending.get(h).is_some_and(|q| !q.is_empty()) && queued.insert(h) {
+                    waiting.push_back(h);
                 }
             }
         }
@@ -190,30 +225,31 @@ pub async fn run(
     report.interrupted = stop.load(Ordering::Relaxed);
     let finished: HashSet<&str> = report.results.iter().map(|r| r.id.as_str()).collect::<HashSet<_>>();
     let missing: Vec<NodeIndex> = g.node_indices().filter(|n| !finished.contains(g[*n].id.as_str())).collect();
-    for n in missing {
-        let node = &g[n];
-        let why = if blocked.contains(&n) {
+    let mut records = Vec::new();
+    for n in &missing {
+        let node = &g[*n];
+        let why = if blocked.contains(n) {
             "an earlier step it depends on failed"
         } else {
             "the run stopped before it"
         };
-        let _ = state.record(
-            job,
-            &Record {
-                node: &node.id,
-                module: &node.module,
-                host: &node.host,
-                outcome: Outcome::NotRun,
-                started: now_ms(),
-                duration_ms: 0,
-                log: why,
-            },
-        );
-        report.results.push(NodeResult {
-            id: node.id.clone(),
-            host: node.host.clone(),
+        records.push(Record {
+            node: &node.id,
+            module: &node.module,
+            host: &node.host,
             outcome: Outcome::NotRun,
-            log: why.into(),
+            started: now_ms(),
+            duration_ms: 0,
+            log: why,
+        });
+    }
+    let _ = state.record_many(job, &records);
+    for r in records {
+        report.results.push(NodeResult {
+            id: r.node.to_string(),
+            host: r.host.to_string(),
+            outcome: Outcome::NotRun,
+            log: r.log.into(),
         });
     }
     let status = if report.ok() {

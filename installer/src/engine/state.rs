@@ -156,14 +156,46 @@ impl State {
 
     /// Records a step's result (replacing an earlier one of the same job).
     pub fn record(&self, job: i64, r: &Record) -> Result<(), StateError> {
-        let log = self.redact(r.log);
-        self.conn()
-            .execute(
-                "INSERT OR REPLACE INTO steps(job, node, module, host, status, started, duration_ms, log) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![job, r.node, r.module, r.host, r.outcome.as_str(), r.started, r.duration_ms, log],
-            )
+        self.record_many(job, std::slice::from_ref(r))
+    }
+
+    /// Records several results in one transaction: results that finished
+    /// together are written together, before anything depending on them starts.
+    pub fn record_many(&self, job: i64, records: &[Record]) -> Result<(), StateError> {
+        let mut c = self.conn();
+        let tx = c.transaction().map_err(|e| self.err(e))?;
+        {
+            let mut stmt = tx
+                .prepare_cached("INSERT OR REPLACE INTO steps(job, node, module, host, status, started, duration_ms, log) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
+                .map_err(|e| self.err(e))?;
+            for r in records {
+                let log = self.redact(r.log);
+                stmt.execute(params![
+                    job,
+                    r.node,
+                    r.module,
+                    r.host,
+                    r.outcome.as_str(),
+                    r.started,
+                    r.duration_ms,
+                    log
+                ])
+                .map_err(|e| self.err(e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// Every node an earlier job of this cluster completed.
+    pub fn done_nodes(&self, cluster: &str) -> Result<std::collections::HashSet<String>, StateError> {
+        let c = self.conn();
+        let mut stmt = c
+            .prepare("SELECT DISTINCT s.node FROM steps s JOIN jobs j ON j.id = s.job WHERE j.cluster = ?1 AND s.status IN ('applied', 'skipped')")
             .map_err(|e| self.err(e))?;
-        Ok(())
+        let rows = stmt
+            .query_map(params![cluster], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
     /// Whether an earlier job of this cluster completed `node`.
