@@ -149,6 +149,12 @@ enum Command {
         catalog: Vec<PathBuf>,
         #[command(flatten)]
         engine: EngineArgs,
+        /// Print the plan and touch no host.
+        #[arg(long)]
+        dry_run: bool,
+        /// Write the plan's DAG as Graphviz DOT to FILE.
+        #[arg(long, value_name = "FILE")]
+        graph: Option<PathBuf>,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
@@ -341,11 +347,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             file,
             catalog,
             engine,
+            dry_run,
+            graph,
             output,
         } => {
             let files: Vec<&std::path::Path> = catalog.iter().map(PathBuf::as_path).collect();
             let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
             let cluster = kubexm_bom::config::load_file(&file, &cat)?;
+            if dry_run || graph.is_some() {
+                let hosts = cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
+                let plan = kubexm_installer::engine::jobs::facts_pipeline(hosts, Default::default()).plan()?;
+                if let Some(g) = &graph {
+                    let tmp = g.with_extension("dot.tmp");
+                    fs_err::write(&tmp, plan.to_dot())?;
+                    fs_err::rename(&tmp, g)?;
+                }
+                if dry_run {
+                    print!("{}", plan.describe());
+                    return Ok(());
+                }
+            }
             let (_, secrets) = kubexm_installer::engine::inventory::targets(&cluster).map_err(|e| classified(Class::Config, e))?;
             let state = std::sync::Arc::new(kubexm_installer::engine::state::State::open(&engine.state, secrets)?);
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -27,6 +27,22 @@ pub struct FactsReport {
     pub errors: Vec<String>,
 }
 
+/// The facts pipeline: one gathering step per host.
+pub fn facts_pipeline(hosts: Vec<String>, out: Arc<Mutex<BTreeMap<String, HostFacts>>>) -> Pipeline {
+    Pipeline {
+        name: "facts".into(),
+        modules: vec![Module {
+            name: "facts".into(),
+            tasks: vec![Task {
+                name: "gather".into(),
+                hosts,
+                steps: vec![Arc::new(GatherStep { out })],
+                after: vec![],
+            }],
+        }],
+    }
+}
+
 /// Connects to every host and gathers its facts, as a recorded job.
 pub async fn facts(cluster: &Cluster, state: Arc<State>, opts: &ConnectOptions, stop: Arc<AtomicBool>) -> anyhow::Result<FactsReport> {
     let (targets, _) = inventory::targets(cluster)?;
