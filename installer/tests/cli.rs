@@ -28,9 +28,17 @@ fn facts_dry_run_prints_the_plan_and_touches_no_host() {
     let ha = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/ha.yaml");
     let dir = tempfile::tempdir().unwrap();
     let dot = dir.path().join("plan.dot");
-    let out = Command::cargo_bin("kubexm-install").unwrap().args(["facts", "-f", ha, "--dry-run", "--graph"]).arg(&dot).output().unwrap();
+    let out = Command::cargo_bin("kubexm-install")
+        .unwrap()
+        .args(["facts", "-f", ha, "--dry-run", "--graph"])
+        .arg(&dot)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with("facts\n") && text.contains("  worker3: facts/gather/facts"), "{text}");
+    assert!(
+        text.starts_with("facts\n") && text.contains("  worker3: facts/gather/facts"),
+        "{text}"
+    );
     assert!(std::fs::read_to_string(dot).unwrap().starts_with("digraph plan {"));
 }

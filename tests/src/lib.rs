@@ -99,25 +99,35 @@ static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// A kubexm binary of this workspace, built (once per test process) so it
 /// matches the source: a stale binary would test old code.
 pub fn bin(name: &str) -> PathBuf {
+    let package = if name == "kubexm-bundle" {
+        "kubexm-builder"
+    } else {
+        "kubexm-installer"
+    };
+    built(package, "--bin", name, name)
+}
+
+/// A lab test driver from `installer/examples/`, built like [`bin`].
+pub fn example(name: &str) -> PathBuf {
+    built("kubexm-installer", "--example", name, &format!("examples/{name}"))
+}
+
+fn built(package: &str, kind: &str, name: &str, rel: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
-    // target/<profile>/deps/<test> → target/<profile>/<name>
+    // target/<profile>/deps/<test> → target/<profile>/<rel>
     let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if !built.iter().any(|b| b == name) {
-        let package = match name {
-            "kubexm-bundle" => "kubexm-builder",
-            _ => "kubexm-installer",
-        };
+    let mut done = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !done.iter().any(|b| b == rel) {
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", package, "--bin", name]);
+        cmd.args(["build", "-q", "-p", package, kind, name]);
         if dir.file_name().is_some_and(|p| p == "release") {
             cmd.arg("--release");
         }
         let status = cmd.status().expect("running cargo build");
         assert!(status.success(), "building {name} failed");
-        built.push(name.to_string());
+        done.push(rel.to_string());
     }
-    dir.join(name)
+    dir.join(rel)
 }
 
 /// The fixture server's request counters.

@@ -101,3 +101,101 @@ fn a_changed_host_key_is_refused_until_accepted() {
     ok(facts(&lab, &cfg, &state, &["--accept-new-host-key"]), "accepting the new key");
     ok(facts(&lab, &cfg, &state, &[]), "the new key is pinned");
 }
+
+/// Runs the lab plan driver; returns its output.
+fn driver(lab: &Lab, cfg: &Path, state: &Path, slow: u32, concurrency: u32) -> Command {
+    let digests: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&lab.desc.fixture.digests).unwrap()).unwrap();
+    let sha = digests["runc"]["v1.1.5"]["amd64"].as_str().unwrap().to_string();
+    let rel = "github.com/opencontainers/runc/releases/download/v1.1.5/runc.amd64";
+    let local = lab.desc.fixture.catalog.parent().unwrap().join("files").join(rel);
+    let mut c = Command::new(kubexm_e2e::example("plan_driver"));
+    c.arg(cfg)
+        .arg(&lab.desc.fixture.catalog)
+        .arg(state)
+        .arg(format!("{}/{rel}", lab.desc.fixture.http))
+        .arg(local)
+        .arg(sha)
+        .arg(slow.to_string())
+        .arg(concurrency.to_string());
+    c
+}
+
+fn summary(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("driver said: {}{}", text(&out.stdout), text(&out.stderr)))
+}
+
+#[test]
+fn fan_out_resume_after_sigkill_and_a_host_stopped_mid_run() {
+    let Some(lab) = Lab::up(5, 0) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let key = lab.desc.ssh.key.display().to_string();
+    let cfg = config(&lab, dir.path(), |_| ("root".into(), format!("{{privateKey: {{path: {key}}}}}")));
+    let state = dir.path().join("state.db");
+
+    // 1. The installer is killed with SIGKILL mid-run; a re-run resumes and completes.
+    let mut child = driver(&lab, &cfg, &state, 3, 2)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    child.kill().unwrap();
+    let _ = child.wait();
+    let resumed = driver(&lab, &cfg, &state, 3, 2).output().unwrap();
+    let r = summary(&resumed);
+    assert!(resumed.status.success(), "{r}");
+    assert!(
+        r["skipped"].as_u64().unwrap() >= 2,
+        "the re-run redid work finished before the kill: {r}"
+    );
+    assert!(r["applied"].as_u64().unwrap() >= 1, "the kill came after everything was done: {r}");
+    let status = ok(
+        Command::new(bin("kubexm-install"))
+            .arg("status")
+            .arg("--state")
+            .arg(&state)
+            .output()
+            .unwrap(),
+        "status",
+    );
+    assert!(status.contains("succeeded") && status.contains("skipped"), "{status}");
+
+    // 2. Every check now holds: nothing is applied.
+    let again = summary(&driver(&lab, &cfg, &state, 3, 5).output().unwrap());
+    assert_eq!(
+        (again["applied"].as_u64(), again["skipped"].as_u64()),
+        (Some(0), Some(20)),
+        "{again}"
+    );
+
+    // 3. One host stopped mid-run: the others finish, the error names the host and the step; a re-run completes once it is back.
+    for h in ["lab1", "lab2", "lab3", "lab4", "lab5"] {
+        // The unit keeps running (its check holds); the files go, so those steps run again.
+        lab.ssh_ok(h, "rm -rf /var/lib/kubexm-test");
+    }
+    let run = driver(&lab, &cfg, &state, 6, 5)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    kubexm_e2e::lab_cmd(&["stop", "lab3"]);
+    let out = run.wait_with_output().unwrap();
+    let s = summary(&out);
+    assert_eq!(out.status.code(), Some(7), "{s}");
+    let failed = s["failed"].as_array().unwrap();
+    assert!(
+        !failed.is_empty()
+            && failed
+                .iter()
+                .all(|f| f["host"] == "lab3" && f["id"].as_str().unwrap().ends_with("@lab3")),
+        "{s}"
+    );
+    // The other four hosts finish (three steps applied, the running unit skipped); lab3 stops at the failed step.
+    assert!(s["applied"].as_u64().unwrap() >= 12, "the other four hosts finish: {s}");
+    assert_eq!(failed.len(), 1, "{s}");
+    let total = ["applied", "skipped", "notRun"].iter().map(|k| s[k].as_u64().unwrap()).sum::<u64>() + failed.len() as u64;
+    assert_eq!(total, 20, "every step is accounted for: {s}");
+    kubexm_e2e::lab_cmd(&["start", "lab3"]);
+    let back = driver(&lab, &cfg, &state, 1, 5).output().unwrap();
+    let b = summary(&back);
+    assert!(back.status.success(), "{b}");
+}
