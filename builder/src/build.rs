@@ -420,14 +420,12 @@ fn chart_http_hosts(bom: &Bom) -> Vec<String> {
         .collect()
 }
 
-/// The sha256 a published checksum file gives for `url`, remembered per URL.
+/// The sha256 a published checksum file gives for `url`, remembered per
+/// checksum file (one file often lists every arch).
 async fn published(http: &Http, cache: &Cache, artifact: &str, sum_url: &str, url: &str) -> Result<String, FetchError> {
-    if let Some(h) = cache
-        .get_ref::<String>("checksums", sum_url)
-        .and_then(|m: String| serde_json::from_str::<BTreeMap<String, String>>(&m).ok())
-        .and_then(|m| m.get(url).cloned())
-    {
-        return Ok(h);
+    let mut known: BTreeMap<String, String> = cache.get_ref("checksums", sum_url).unwrap_or_default();
+    if let Some(h) = known.get(url) {
+        return Ok(h.clone());
     }
     let file = url.rsplit('/').next().unwrap_or(url);
     let text = http.get_bytes(artifact, sum_url).await?;
@@ -436,12 +434,8 @@ async fn published(http: &Http, cache: &Cache, artifact: &str, sum_url: &str, ur
         url: sum_url.into(),
         file: file.into(),
     })?;
-    let mut map: BTreeMap<String, String> = cache
-        .get_ref::<String>("checksums", sum_url)
-        .and_then(|m| serde_json::from_str(&m).ok())
-        .unwrap_or_default();
-    map.insert(url.to_string(), hex.clone());
-    let _ = cache.set_ref("checksums", sum_url, &serde_json::to_string(&map).unwrap_or_default());
+    known.insert(url.to_string(), hex.clone());
+    cache.set_ref("checksums", sum_url, &known).map_err(FetchError::io("cache"))?;
     Ok(hex)
 }
 

@@ -4,6 +4,8 @@
 use std::io::Write;
 use std::path::Path;
 
+use crate::manifest::{API_VERSION, BundleManifest, KIND, Member};
+
 /// One raw member: path, content, entry type.
 pub type RawEntry<'a> = (&'a str, &'a [u8], tar::EntryType);
 
@@ -27,4 +29,23 @@ pub fn raw_archive(out: &Path, entries: &[RawEntry]) -> std::io::Result<()> {
         t.append(&h, *data)?;
     }
     t.into_inner()?.finish()?.flush()
+}
+
+/// A minimal valid manifest listing `members` (cluster `t`, amd64).
+pub fn manifest(members: Vec<Member>) -> BundleManifest {
+    let lock = kubexm_bom::Bom {
+        cluster: "t".into(),
+        kubernetes_version: "v1.33.4".into(),
+        arches: vec!["amd64".into()],
+        ..Default::default()
+    };
+    BundleManifest {
+        api_version: API_VERSION.into(),
+        kind: KIND.into(),
+        name: "t".into(),
+        created_by: "test".into(),
+        config_digest: "sha256:00".into(),
+        lock,
+        members,
+    }
 }

@@ -2,10 +2,10 @@
 
 use std::path::Path;
 
-use kubexm_bom::Bom;
 use kubexm_bundle::digest::sha256_hex;
-use kubexm_bundle::manifest::{API_VERSION, BundleManifest, KIND, Member};
+use kubexm_bundle::manifest::Member;
 use kubexm_bundle::pack::{PackMember, Source, listing, pack};
+use kubexm_bundle::testing::manifest;
 use kubexm_bundle::verify::{Discard, VerifyError, check_members, read_manifest};
 
 fn member(path: &str, data: &[u8]) -> PackMember {
@@ -14,23 +14,6 @@ fn member(path: &str, data: &[u8]) -> PackMember {
         size: data.len() as u64,
         sha256: sha256_hex(data),
         source: Source::Bytes(data.to_vec()),
-    }
-}
-
-fn manifest(members: Vec<Member>) -> BundleManifest {
-    BundleManifest {
-        api_version: API_VERSION.into(),
-        kind: KIND.into(),
-        name: "t".into(),
-        created_by: "test".into(),
-        config_digest: "sha256:00".into(),
-        lock: Bom {
-            cluster: "t".into(),
-            kubernetes_version: "v1.33.4".into(),
-            arches: vec!["amd64".into()],
-            ..Default::default()
-        },
-        members,
     }
 }
 

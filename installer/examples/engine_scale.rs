@@ -14,7 +14,7 @@ use kubexm_installer::engine::state::State;
 use kubexm_installer::engine::steps::Shell;
 use kubexm_installer::engine::transport::Transport;
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let (hosts, steps, latency_ms, concurrency) = (
         args.first().copied().unwrap_or(1000),
@@ -52,8 +52,7 @@ fn main() {
         name: "scale".into(),
         modules,
     }
-    .plan()
-    .expect("plan");
+    .plan()?;
     let plan_time = t0.elapsed();
     let log = Log::default();
     let latency = Duration::from_millis(latency_ms as u64);
@@ -71,9 +70,9 @@ fn main() {
         .collect();
     let dir = std::env::temp_dir().join(format!("kubexm-engine-scale-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let state = State::open(&dir.join("state.db"), vec![]).expect("state");
-    let job = state.begin_job("scale", "bench").expect("job");
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let state = State::open(&dir.join("state.db"), vec![])?;
+    let job = state.begin_job("scale", "bench")?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let t1 = Instant::now();
     let report = rt.block_on(run(
         &plan,
@@ -89,7 +88,7 @@ fn main() {
         Arc::new(AtomicBool::new(false)),
     ));
     let wall = t1.elapsed();
-    assert!(report.ok(), "the run failed");
+    anyhow::ensure!(report.ok(), "the run failed: {:?}", report.failures());
     // Each host runs its steps one after another; hosts run `concurrency` at a time.
     let waves = hosts.div_ceil(concurrency) as u32;
     let simulated = latency * (per * 5) as u32 * waves;
@@ -105,4 +104,5 @@ fn main() {
         simulated.as_secs_f64()
     );
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }

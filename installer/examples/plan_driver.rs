@@ -15,17 +15,19 @@ use kubexm_installer::engine::run::{EngineOptions, Policy, run};
 use kubexm_installer::engine::state::{Outcome, State};
 use kubexm_installer::engine::steps::{Distribute, Shell};
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    assert!(
+    anyhow::ensure!(
         a.len() == 8,
         "usage: plan_driver CLUSTER_YAML CATALOG STATE_DB FILE_URL FILE_LOCAL SHA256 SLOW_SECONDS CONCURRENCY"
     );
-    let catalog = kubexm_bom::catalog::Catalog::with_overrides(&[std::path::Path::new(&a[1])]).expect("catalog");
-    let cluster = kubexm_bom::config::load_file(std::path::Path::new(&a[0]), &catalog).expect("config");
-    let (targets, secrets) = inventory::targets(&cluster).expect("targets");
-    let state = Arc::new(State::open(std::path::Path::new(&a[2]), secrets).expect("state"));
-    let concurrency: usize = a[7].parse().expect("concurrency");
+    let catalog = kubexm_bom::catalog::Catalog::with_overrides(&[std::path::Path::new(&a[1])])?;
+    let cluster = kubexm_bom::config::load_file(std::path::Path::new(&a[0]), &catalog)?;
+    let (targets, secrets) = inventory::targets(&cluster)?;
+    let state = Arc::new(State::open(std::path::Path::new(&a[2]), secrets)?);
+    let concurrency: usize = a[7]
+        .parse()
+        .map_err(|_| anyhow::anyhow!("CONCURRENCY must be a number, not {:?}", a[7]))?;
     let dir = "/var/lib/kubexm-test";
     let steps: Vec<Arc<dyn Step>> = vec![
         Arc::new(Shell::new(
@@ -66,17 +68,17 @@ fn main() {
             }],
         }],
     };
-    let plan = pipeline.plan().expect("plan");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let plan = pipeline.plan()?;
+    let rt = tokio::runtime::Runtime::new()?;
     let (report, connect_errors, job) = rt.block_on(async {
         let (transports, errors) = inventory::connect_all(&targets, state.clone(), false, concurrency).await;
-        let job = state.begin_job(&cluster.metadata.name, "driver").expect("job");
+        let job = state.begin_job(&cluster.metadata.name, "driver")?;
         let opts = EngineOptions {
             concurrency,
             policy: Policy::ContinueOtherHosts,
             attempts: 3,
         };
-        (
+        anyhow::Ok((
             run(
                 &plan,
                 &transports,
@@ -89,8 +91,8 @@ fn main() {
             .await,
             errors,
             job,
-        )
-    });
+        ))
+    })?;
     let failed: Vec<_> = report
         .failures()
         .iter()

@@ -3,29 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use kubexm_bom::Bom;
 use kubexm_bundle::digest::sha256_hex;
-use kubexm_bundle::manifest::{API_VERSION, BundleManifest, KIND, Member};
+use kubexm_bundle::manifest::Member;
 use kubexm_bundle::pack::{PackMember, Source, listing, pack};
+use kubexm_bundle::testing::manifest;
 use kubexm_installer::unpack::{Trust, UnpackError, unpack};
-
-fn manifest(members: Vec<Member>) -> BundleManifest {
-    let lock = Bom {
-        cluster: "t".into(),
-        kubernetes_version: "v1.33.4".into(),
-        arches: vec!["amd64".into()],
-        ..Default::default()
-    };
-    BundleManifest {
-        api_version: API_VERSION.into(),
-        kind: KIND.into(),
-        name: "t".into(),
-        created_by: "test".into(),
-        config_digest: "sha256:00".into(),
-        lock,
-        members,
-    }
-}
 
 struct Fixture {
     dir: tempfile::TempDir,

@@ -55,19 +55,7 @@ pub async fn facts(cluster: &Cluster, state: Arc<State>, opts: &ConnectOptions, 
         .map(|t| t.name.clone())
         .filter(|n| transports.contains_key(n))
         .collect();
-    let pipeline = Pipeline {
-        name: "facts".into(),
-        modules: vec![Module {
-            name: "facts".into(),
-            tasks: vec![Task {
-                name: "gather".into(),
-                hosts,
-                steps: vec![Arc::new(GatherStep { out: out.clone() })],
-                after: vec![],
-            }],
-        }],
-    };
-    let plan = pipeline.plan()?;
+    let plan = facts_pipeline(hosts, out.clone()).plan()?;
     let eo = EngineOptions {
         concurrency: opts.concurrency,
         policy: Policy::ContinueOtherHosts,
