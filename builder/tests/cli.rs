@@ -9,7 +9,7 @@ fn bundle() -> Command {
 }
 
 fn example(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name)
+    PathBuf::from(manifest_dir()).join("../examples").join(name)
 }
 
 fn stdout(out: &std::process::Output) -> String {
@@ -219,4 +219,10 @@ fn init_writes_a_valid_example_and_never_overwrites() {
     bundle().arg("init").arg("-f").arg(&p).arg("--force").assert().success();
     // No temporary file is left behind.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+/// The package's folder, read when the test runs: a test binary reused from a
+/// checkout elsewhere (a shared CARGO_TARGET_DIR) must not point there.
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")
 }

@@ -84,6 +84,7 @@ fn main() -> anyhow::Result<()> {
             concurrency,
             policy: Policy::FailFast,
             attempts: 1,
+            ..Default::default()
         },
         Arc::new(AtomicBool::new(false)),
     ));

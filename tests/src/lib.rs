@@ -68,10 +68,7 @@ pub struct Lab {
 
 /// The repository root (this crate lives in `tests/`).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
+    Path::new(&manifest_dir()).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
 fn in_ci() -> bool {
@@ -454,4 +451,10 @@ pub fn ok(out: Output, what: &str) -> String {
         text(&out.stderr)
     );
     text(&out.stdout)
+}
+
+/// The package's folder, read when the test runs: a test binary reused from a
+/// checkout elsewhere (a shared CARGO_TARGET_DIR) must not point there.
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")
 }

@@ -8,7 +8,7 @@ use kubexm_bom::{Checksum, config, resolve::resolve};
 use crate::catalog;
 
 fn example(name: &str) -> kubexm_bom::Bom {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
+    let path = Path::new(&manifest_dir()).join("../examples").join(name);
     let cluster = config::load_file(&path, &catalog()).unwrap();
     resolve(&cluster, &catalog(), &Mirrors::default()).unwrap()
 }
@@ -27,7 +27,7 @@ fn single_node_example_bom() {
 fn ha_bom_has_both_arches_and_the_reference_digests() {
     let bom = example("ha.yaml");
     assert_eq!(bom.arches, ["amd64", "arm64"]);
-    let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/upstream-sha256.json");
+    let reference = Path::new(&manifest_dir()).join("../../shared/reference/upstream-sha256.json");
     let Ok(text) = std::fs::read_to_string(&reference) else {
         assert!(std::env::var("CI").is_err(), "CI must have {}", reference.display());
         eprintln!("SKIP digest comparison: {} is not beside the checkout", reference.display());
@@ -84,7 +84,7 @@ fn ha_bom_has_both_arches_and_the_reference_digests() {
 
 #[test]
 fn mirrors_rewrite_sources_but_keep_identities() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/single-node.yaml");
+    let path = Path::new(&manifest_dir()).join("../examples/single-node.yaml");
     let cluster = config::load_file(&path, &catalog()).unwrap();
     let m = Mirrors::from_args(&[
         "dl.k8s.io=http://198.18.0.1:8080/dl.k8s.io".into(),
@@ -105,4 +105,10 @@ fn mirrors_rewrite_sources_but_keep_identities() {
 #[test]
 fn resolution_is_deterministic() {
     assert_eq!(example("ha.yaml"), example("ha.yaml"));
+}
+
+/// The package's folder, read when the test runs: a test binary reused from a
+/// checkout elsewhere (a shared CARGO_TARGET_DIR) must not point there.
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")
 }

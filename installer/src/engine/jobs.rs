@@ -9,9 +9,10 @@ use kubexm_bom::config::Cluster;
 
 use super::facts::{GatherStep, HostFacts};
 use super::inventory;
-use super::plan::{Module, Pipeline, Task};
+use super::plan::{Module, Pipeline, Step, Task};
+use super::progress::ProgressMode;
 use super::run::{self, EngineOptions, Policy};
-use super::state::State;
+use super::state::{Outcome, State};
 
 /// Options for connecting to the cluster's hosts.
 #[derive(Debug, Clone)]
@@ -29,45 +30,154 @@ pub struct FactsReport {
 
 /// The facts pipeline: one gathering step per host.
 pub fn facts_pipeline(hosts: Vec<String>, out: Arc<Mutex<BTreeMap<String, HostFacts>>>) -> Pipeline {
+    one_task("facts", hosts, vec![Arc::new(GatherStep { out })])
+}
+
+/// What an executed job did.
+pub struct Execution {
+    pub job: i64,
+    pub report: run::Report,
+    /// One line per host that could not be reached; those hosts ran nothing.
+    pub connect_errors: Vec<String>,
+}
+
+impl Execution {
+    /// Every host reached and every step done.
+    pub fn ok(&self) -> bool {
+        self.connect_errors.is_empty() && self.report.ok()
+    }
+
+    /// One line per host that failed: connection errors, then failed steps.
+    pub fn errors(&self) -> Vec<String> {
+        let mut out = self.connect_errors.clone();
+        out.extend(self.report.failures().iter().map(|f| format!("{}: {}: {}", f.host, f.id, f.log)));
+        out
+    }
+}
+
+/// A pipeline of one module with one task: `steps` in order on every host.
+pub fn one_task(name: &str, hosts: Vec<String>, steps: Vec<Arc<dyn Step>>) -> Pipeline {
     Pipeline {
-        name: "facts".into(),
+        name: name.into(),
         modules: vec![Module {
-            name: "facts".into(),
+            name: name.into(),
             tasks: vec![Task {
-                name: "gather".into(),
+                name: name.into(),
                 hosts,
-                steps: vec![Arc::new(GatherStep { out })],
+                steps,
                 after: vec![],
             }],
         }],
     }
 }
 
-/// Connects to every host and gathers its facts, as a recorded job.
-pub async fn facts(cluster: &Cluster, state: Arc<State>, opts: &ConnectOptions, stop: Arc<AtomicBool>) -> anyhow::Result<FactsReport> {
+/// A job's outcome as JSON: counts, failures and connection errors.
+pub fn summary(ex: &Execution) -> serde_json::Value {
+    let failed: Vec<_> = ex
+        .report
+        .failures()
+        .iter()
+        .map(|f| serde_json::json!({"id": f.id, "host": f.host, "log": f.log}))
+        .collect();
+    serde_json::json!({
+        "job": ex.job,
+        "applied": ex.report.count(Outcome::Applied),
+        "skipped": ex.report.count(Outcome::Skipped),
+        "notRun": ex.report.count(Outcome::NotRun),
+        "failed": failed,
+        "connectErrors": ex.connect_errors,
+    })
+}
+
+/// Connects to every host of `cluster`, builds the pipeline for the hosts
+/// that answered, and runs it as a recorded job of `kind`. Under fail-fast a
+/// host that cannot be reached stops the job before anything runs.
+pub async fn execute(
+    cluster: &Cluster,
+    state: Arc<State>,
+    kind: &str,
+    connect: &ConnectOptions,
+    engine: &EngineOptions,
+    stop: Arc<AtomicBool>,
+    pipeline: impl FnOnce(Vec<String>) -> anyhow::Result<Pipeline>,
+) -> anyhow::Result<Execution> {
     let (targets, _) = inventory::targets(cluster)?;
-    let job = state.begin_job(&cluster.metadata.name, "facts")?;
-    let (transports, failures) = inventory::connect_all(&targets, state.clone(), opts.accept_new_host_key, opts.concurrency).await;
-    let mut errors: Vec<String> = failures.iter().map(|e| e.to_string()).collect();
-    let out = Arc::new(Mutex::new(BTreeMap::new()));
+    let job = state.begin_job(&cluster.metadata.name, kind)?;
+    let (transports, failures) = inventory::connect_all(&targets, state.clone(), connect.accept_new_host_key, connect.concurrency).await;
+    let connect_errors: Vec<String> = failures.iter().map(|e| e.to_string()).collect();
+    if !connect_errors.is_empty() && engine.policy == Policy::FailFast {
+        let _ = state.finish_job(job, "failed");
+        return Ok(Execution {
+            job,
+            report: run::Report::default(),
+            connect_errors,
+        });
+    }
     let hosts: Vec<String> = targets
         .iter()
         .map(|t| t.name.clone())
         .filter(|n| transports.contains_key(n))
         .collect();
-    let plan = facts_pipeline(hosts, out.clone()).plan()?;
+    let plan = pipeline(hosts)?.plan()?;
+    let report = run::run(&plan, &transports, &state, &cluster.metadata.name, job, engine, stop).await;
+    if !connect_errors.is_empty() {
+        let _ = state.finish_job(job, "failed");
+    }
+    Ok(Execution {
+        job,
+        report,
+        connect_errors,
+    })
+}
+
+/// Runs `steps` in order on every host of `cluster` as one job, on a runtime
+/// of its own, accepting new host keys: for test and bench drivers.
+pub fn run_steps_blocking(
+    cluster: &Cluster,
+    state: Arc<State>,
+    kind: &str,
+    steps: Vec<Arc<dyn Step>>,
+    concurrency: usize,
+    policy: Policy,
+) -> anyhow::Result<Execution> {
+    let connect = ConnectOptions {
+        accept_new_host_key: true,
+        concurrency,
+    };
+    let opts = EngineOptions {
+        concurrency,
+        policy,
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(execute(
+        cluster,
+        state,
+        kind,
+        &connect,
+        &opts,
+        Arc::new(AtomicBool::new(false)),
+        |hosts| Ok(one_task(kind, hosts, steps)),
+    ))
+}
+
+/// Connects to every host and gathers its facts, as a recorded job.
+pub async fn facts(cluster: &Cluster, state: Arc<State>, opts: &ConnectOptions, stop: Arc<AtomicBool>) -> anyhow::Result<FactsReport> {
+    let out = Arc::new(Mutex::new(BTreeMap::new()));
     let eo = EngineOptions {
         concurrency: opts.concurrency,
         policy: Policy::ContinueOtherHosts,
+        progress: ProgressMode::for_stderr(),
         ..Default::default()
     };
-    let report = run::run(&plan, &transports, &state, &cluster.metadata.name, job, &eo, stop).await;
-    errors.extend(report.failures().iter().map(|f| format!("{}: {}", f.host, f.log)));
-    if !failures.is_empty() {
-        let _ = state.finish_job(job, "failed");
-    }
+    let sink = out.clone();
+    let ex = execute(cluster, state, "facts", opts, &eo, stop, |hosts| Ok(facts_pipeline(hosts, sink))).await?;
     let facts = out.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
-    Ok(FactsReport { job, facts, errors })
+    Ok(FactsReport {
+        job: ex.job,
+        facts,
+        errors: ex.errors(),
+    })
 }
 
 /// A person's view of a job: per module and host, with the failed steps' log tails.

@@ -9,6 +9,7 @@ pub mod fake;
 pub mod inventory;
 pub mod jobs;
 pub mod plan;
+pub mod progress;
 pub mod run;
 pub mod ssh;
 pub mod state;

@@ -19,6 +19,7 @@ use petgraph::graph::NodeIndex;
 use tokio::task::JoinSet;
 
 use super::plan::{Check, Plan, StepError};
+use super::progress::{Progress, ProgressMode};
 use super::state::{Outcome, Record, State};
 use super::transport::Transport;
 
@@ -36,6 +37,7 @@ pub struct EngineOptions {
     pub policy: Policy,
     /// Attempts for a step whose transport failed transiently.
     pub attempts: u32,
+    pub progress: ProgressMode,
 }
 
 impl Default for EngineOptions {
@@ -44,6 +46,7 @@ impl Default for EngineOptions {
             concurrency: 20,
             policy: Policy::FailFast,
             attempts: 3,
+            progress: ProgressMode::Off,
         }
     }
 }
@@ -112,6 +115,7 @@ pub async fn run(
     let mut report = Report::default();
     let mut running: JoinSet<(NodeIndex, Outcome, String, i64, i64)> = JoinSet::new();
     let mut failed = false;
+    let progress = Progress::new(plan, opts.progress);
     for n in g.node_indices().filter(|n| indegree[n] == 0) {
         let host = g[n].host.as_str();
         pending.entry(host).or_default().push_back(n);
@@ -146,6 +150,7 @@ pub async fn run(
                 continue;
             };
             busy.insert(host);
+            progress.started(node);
             let step = node.step.clone();
             let done = done_before.contains(&node.id);
             let attempts = opts.attempts.max(1);
@@ -183,6 +188,7 @@ pub async fn run(
             let node = &g[n];
             let host = node.host.as_str();
             busy.remove(host);
+            progress.finished(node, outcome);
             report.results.push(NodeResult {
                 id: node.id.clone(),
                 host: node.host.clone(),
@@ -233,6 +239,7 @@ pub async fn run(
         } else {
             "the run stopped before it"
         };
+        progress.finished(node, Outcome::NotRun);
         records.push(Record {
             node: &node.id,
             module: &node.module,
@@ -260,6 +267,7 @@ pub async fn run(
         "failed"
     };
     let _ = state.finish_job(job, status);
+    progress.end();
     report
 }
 

@@ -66,11 +66,9 @@ impl Step for Shell {
     }
 }
 
-/// A file put on a host: fetched from the bundle's file server with curl or
-/// wget when the host has one (SSH only tells it to), else sent over SFTP;
-/// the sha256 is checked on the host either way.
-pub struct Distribute {
-    pub name: String,
+/// One file a [`Distribute`] step puts on a host.
+#[derive(Debug, Clone)]
+pub struct FileCopy {
     /// The file server URL of the file.
     pub url: String,
     /// The file itself, for hosts with neither curl nor wget.
@@ -78,8 +76,66 @@ pub struct Distribute {
     pub sha256: String,
     pub dest: String,
     pub mode: u32,
+}
+
+/// Files put on a host: fetched in parallel from the bundle's file server with
+/// curl or wget when the host has one (SSH only tells it to), else sent over
+/// SFTP; each sha256 is checked on the host either way (with openssl when the
+/// host has it, several times faster than sha256sum).
+pub struct Distribute {
+    pub name: String,
+    pub files: Vec<FileCopy>,
     /// The file server's CA on the host, for https URLs.
     pub ca: Option<String>,
+}
+
+/// A shell function `h FILE` printing the file's sha256.
+const HASH_FN: &str = "h() { if command -v openssl >/dev/null; then openssl dgst -sha256 -r \"$1\" 2>/dev/null | cut -d' ' -f1; else sha256sum \"$1\" 2>/dev/null | cut -d' ' -f1; fi; }";
+
+impl Distribute {
+    /// A step for a single file.
+    pub fn one(name: &str, file: FileCopy) -> Distribute {
+        Distribute {
+            name: name.into(),
+            files: vec![file],
+            ca: None,
+        }
+    }
+
+    fn script(&self) -> String {
+        use super::transport::shell_quote as q;
+        let ca = self.ca.as_deref().map(|c| format!(" --cacert {}", q(c))).unwrap_or_default();
+        let wget_ca = self
+            .ca
+            .as_deref()
+            .map(|c| format!(" --ca-certificate={}", q(c)))
+            .unwrap_or_default();
+        let mut s = format!(
+            "{HASH_FN}\nif command -v curl >/dev/null; then g() {{ curl -fsS --retry 3{ca} -o \"$2\" \"$1\"; }}; \
+             elif command -v wget >/dev/null; then g() {{ wget -q{wget_ca} -O \"$2\" \"$1\"; }}; else exit 100; fi\nf=0\n"
+        );
+        for (i, c) in self.files.iter().enumerate() {
+            let (d, t) = (q(&c.dest), q(&format!("{}.kubexm-part", c.dest)));
+            s.push_str(&format!(
+                "p{i}=\nif [ \"$(h {d})\" != {sha} ]; then mkdir -p \"$(dirname {d})\" && {{ (g {u} {t} && h {t} > {t}.sum) & p{i}=$!; }}; fi\n",
+                u = q(&c.url),
+                sha = c.sha256
+            ));
+        }
+        for (i, c) in self.files.iter().enumerate() {
+            let (d, t) = (q(&c.dest), q(&format!("{}.kubexm-part", c.dest)));
+            s.push_str(&format!(
+                "if [ -n \"$p{i}\" ]; then if wait $p{i} && [ \"$(cat {t}.sum)\" = {sha} ]; then rm -f {t}.sum && chmod {mode:o} {t} && mv -f {t} {d}; \
+                 else echo \"fetching {u} into {d} failed or its sha256 differs\" >&2; rm -f {t} {t}.sum; f=1; fi; \
+                 elif [ \"$(h {d})\" != {sha} ]; then echo \"cannot create the folder of {d}\" >&2; f=1; fi\n",
+                u = c.url.replace(['"', '`', '$', '\\'], ""),
+                sha = c.sha256,
+                mode = c.mode
+            ));
+        }
+        s.push_str("exit $f\n");
+        s
+    }
 }
 
 impl Step for Distribute {
@@ -89,12 +145,15 @@ impl Step for Distribute {
 
     fn check<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>> {
         Box::pin(async move {
-            let cmd = format!(
-                "test \"$(sha256sum {} 2>/dev/null | cut -d' ' -f1)\" = {}",
-                super::transport::shell_quote(&self.dest),
-                self.sha256
-            );
-            Ok(if t.run(&cmd, Duration::from_secs(120)).await?.success() {
+            let mut cmd = format!("{HASH_FN}\n");
+            for c in &self.files {
+                cmd.push_str(&format!(
+                    "[ \"$(h {})\" = {} ] || exit 1\n",
+                    super::transport::shell_quote(&c.dest),
+                    c.sha256
+                ));
+            }
+            Ok(if t.run(&cmd, Duration::from_secs(300)).await?.success() {
                 Check::Holds
             } else {
                 Check::Missing
@@ -104,40 +163,18 @@ impl Step for Distribute {
 
     fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
         Box::pin(async move {
-            use super::transport::shell_quote as q;
-            let tmp = format!("{}.kubexm-part", self.dest);
-            let ca = self.ca.as_deref().map(|c| format!(" --cacert {}", q(c))).unwrap_or_default();
-            let wget_ca = self
-                .ca
-                .as_deref()
-                .map(|c| format!(" --ca-certificate={}", q(c)))
-                .unwrap_or_default();
-            let fetch = format!(
-                "mkdir -p \"$(dirname {d})\" && if command -v curl >/dev/null; then curl -fsS --retry 3{ca} -o {t} {u}; elif command -v wget >/dev/null; then wget -q{wget_ca} -O {t} {u}; else exit 100; fi && \
-                 test \"$(sha256sum {t} | cut -d' ' -f1)\" = {sha} && chmod {mode:o} {t} && mv -f {t} {d}",
-                d = q(&self.dest),
-                t = q(&tmp),
-                u = q(&self.url),
-                sha = self.sha256,
-                mode = self.mode
-            );
-            let out = t.run(&fetch, Duration::from_secs(600)).await?;
+            let out = t.run(&self.script(), Duration::from_secs(1800)).await?;
+            let dests: Vec<&str> = self.files.iter().map(|c| c.dest.as_str()).collect();
             match out.code {
-                Some(0) => Ok(format!("fetched {} from {}", self.dest, self.url)),
+                Some(0) => Ok(format!("fetched {} from the file server", dests.join(", "))),
                 Some(100) => {
-                    let data = fs_err::read(&self.local).map_err(|e| StepError::Failed(e.to_string()))?;
-                    t.put(&data, &self.dest, self.mode).await?;
-                    Ok(format!("sent {} over SFTP (no curl or wget on the host)", self.dest))
+                    for c in &self.files {
+                        let data = fs_err::read(&c.local).map_err(|e| StepError::Failed(e.to_string()))?;
+                        t.put(&data, &c.dest, c.mode).await?;
+                    }
+                    Ok(format!("sent {} over SFTP (no curl or wget on the host)", dests.join(", ")))
                 }
-                _ => {
-                    let _ = t.run(&format!("rm -f {}", q(&tmp)), Duration::from_secs(30)).await;
-                    Err(StepError::Failed(format!(
-                        "fetching {} into {} failed or its sha256 differs: {}",
-                        self.url,
-                        self.dest,
-                        out.stderr.trim()
-                    )))
-                }
+                _ => Err(StepError::Failed(out.stderr.trim().to_string())),
             }
         })
     }

@@ -199,3 +199,73 @@ fn fan_out_resume_after_sigkill_and_a_host_stopped_mid_run() {
     let b = summary(&back);
     assert!(back.status.success(), "{b}");
 }
+
+/// Agent auth, and hosts reachable only through a bastion: lab2 and lab3
+/// accept SSH from lab1's address alone, so the direct path is refused and
+/// only the jump through lab1 works.
+#[test]
+fn facts_by_agent_and_through_a_bastion() {
+    let Some(lab) = Lab::up(3, 0) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let key = lab.desc.ssh.key.display().to_string();
+    let bastion = lab.desc.hosts[0].address.clone();
+    for h in ["lab2", "lab3"] {
+        lab.ssh_ok(
+            h,
+            &format!("echo 'AllowUsers root@{bastion}' > /etc/ssh/sshd_config.d/zz-only-bastion.conf && systemctl reload ssh"),
+        );
+    }
+    let sock = dir.path().join("agent.sock");
+    let agent = Command::new("ssh-agent").arg("-a").arg(&sock).arg("-s").output().unwrap();
+    assert!(agent.status.success(), "ssh-agent: {}", text(&agent.stderr));
+    let pid: String = text(&agent.stdout)
+        .split("SSH_AGENT_PID=")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .unwrap()
+        .to_string();
+    struct Kill(String);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = Command::new("kill").arg(&self.0).status();
+        }
+    }
+    let _agent = Kill(pid);
+    let added = Command::new("ssh-add").arg(&key).env("SSH_AUTH_SOCK", &sock).output().unwrap();
+    assert!(added.status.success(), "ssh-add: {}", text(&added.stderr));
+    let cfg = config(&lab, dir.path(), |i| match i {
+        0 => ("root".into(), "{agent: true}".into()),
+        _ => (
+            "root".into(),
+            format!("{{privateKey: {{path: {key}}}}}, bastion: {{address: {bastion}, user: root, auth: {{agent: true}}}}"),
+        ),
+    });
+    let state = dir.path().join("state.db");
+    let run = |extra: &[&str]| {
+        let mut c = Command::new(bin("kubexm-install"));
+        c.arg("facts")
+            .arg("-f")
+            .arg(&cfg)
+            .arg("--catalog")
+            .arg(&lab.desc.fixture.catalog)
+            .arg("--state")
+            .arg(&state)
+            .args(["-o", "json"])
+            .args(extra)
+            .env("SSH_AUTH_SOCK", &sock);
+        c.output().unwrap()
+    };
+    let v: serde_json::Value = serde_json::from_str(&ok(run(&[]), "facts by agent and bastion")).unwrap();
+    let got: Vec<&str> = v["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["hostname"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, ["lab1", "lab2", "lab3"], "{v}");
+    // The direct path really is closed: without the bastion, lab2 is refused.
+    let direct = config(&lab, dir.path(), |_| ("root".into(), format!("{{privateKey: {{path: {key}}}}}")));
+    let refused = facts(&lab, &direct, &dir.path().join("direct.db"), &[]);
+    assert_eq!(refused.status.code(), Some(7), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("lab2"), "{}", text(&refused.stderr));
+}
