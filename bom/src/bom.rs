@@ -27,6 +27,59 @@ pub struct Bom {
     /// Upstream rewriting in force: `host[/path]` → base URL.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mirrors: BTreeMap<String, String>,
+    /// OS package repositories: one per release and arch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub os_repos: Vec<OsRepoItem>,
+}
+
+/// A flat Debian package repository the bundle carries, for one release and arch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OsRepoItem {
+    /// The catalog's release name, e.g. `debian-bookworm`.
+    pub release: String,
+    /// `ID` and `VERSION_CODENAME` of /etc/os-release on hosts of this release.
+    pub distro: String,
+    pub codename: String,
+    pub component: String,
+    pub arch: String,
+    /// The mirror the packages come from, as configured.
+    pub mirror: String,
+    /// Where the repository lives in the bundle (`os/<release>/<arch>`).
+    pub path: String,
+    /// Packages asked for, per role (`all` goes to every host).
+    pub roles: BTreeMap<String, Vec<String>>,
+    /// Every package in the repository, pinned when the bundle is built.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<DebItem>,
+}
+
+/// One `.deb` in a bundle's repository.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DebItem {
+    pub name: String,
+    pub version: String,
+    pub arch: String,
+    /// The file name inside the repository folder.
+    pub file: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+impl OsRepoItem {
+    /// Packages a host with `roles` installs from this repository.
+    pub fn packages_for(&self, roles: &[&str]) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .roles
+            .iter()
+            .filter(|(r, _)| r.as_str() == "all" || roles.contains(&r.as_str()))
+            .flat_map(|(_, p)| p.iter().cloned())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 /// A binary or archive for one arch.

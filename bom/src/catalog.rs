@@ -15,6 +15,9 @@ use crate::yaml;
 const COMPONENTS: &str = include_str!("../../manifests/catalog/components.yaml");
 const KUBERNETES: &str = include_str!("../../manifests/catalog/kubernetes.yaml");
 const ADDONS: &str = include_str!("../../manifests/catalog/addons.yaml");
+const OS: &str = include_str!("../../manifests/catalog/os.yaml");
+/// Built-in archive keyrings, by the name a release's `keyring` uses.
+const KEYRINGS: &[(&str, &str)] = &[("debian-bookworm", include_str!("../../manifests/keys/debian-bookworm.asc"))];
 
 /// Errors reading or merging a catalog.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +46,55 @@ pub struct Catalog {
     pub default: String,
     pub minors: BTreeMap<String, Minor>,
     pub addons: BTreeMap<String, Addon>,
+    #[serde(default)]
+    pub os: OsCatalog,
+}
+
+/// OS releases with package repositories, and the packages each role needs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OsCatalog {
+    #[serde(default)]
+    pub releases: BTreeMap<String, OsRelease>,
+    /// role (`all`, `etcd`, `control-plane`, `worker`, `loadbalancer`) → packages.
+    #[serde(default)]
+    pub roles: BTreeMap<String, Vec<String>>,
+}
+
+/// One OS release's archive.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OsRelease {
+    /// Package format; `deb` is the only one so far.
+    pub format: String,
+    /// `debian`: what /etc/os-release calls `ID`.
+    pub distro: String,
+    /// `bookworm`: `VERSION_CODENAME`, and the archive's `dists/` name.
+    pub codename: String,
+    pub component: String,
+    /// A built-in keyring name, or the path of an armored keyring file.
+    pub keyring: String,
+    /// Priorities every host of the release has installed; their packages and
+    /// what those depend on are not carried.
+    #[serde(default = "default_base_priorities")]
+    pub base_priorities: Vec<String>,
+}
+
+fn default_base_priorities() -> Vec<String> {
+    vec!["required".into(), "important".into()]
+}
+
+impl OsRelease {
+    /// The armored archive keys this release's `InRelease` must be signed with.
+    pub fn keyring_text(&self) -> Result<String, CatalogError> {
+        if let Some((_, text)) = KEYRINGS.iter().find(|(n, _)| *n == self.keyring) {
+            return Ok(text.to_string());
+        }
+        fs_err::read_to_string(&self.keyring).map_err(|source| CatalogError::Read {
+            file: self.keyring.clone(),
+            source,
+        })
+    }
 }
 
 /// A downloadable component (kubeadm, etcd, containerd, ...).
@@ -128,6 +180,7 @@ impl Catalog {
             ("manifests/catalog/components.yaml", COMPONENTS),
             ("manifests/catalog/kubernetes.yaml", KUBERNETES),
             ("manifests/catalog/addons.yaml", ADDONS),
+            ("manifests/catalog/os.yaml", OS),
         ];
         let mut merged = serde_json::Value::Object(Default::default());
         let mut docs = Vec::new();

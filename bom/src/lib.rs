@@ -16,4 +16,4 @@ pub mod net;
 pub mod resolve;
 pub mod yaml;
 
-pub use bom::{Bom, ChartItem, ChartSource, Checksum, FileItem, ImageItem, ManifestItem};
+pub use bom::{Bom, ChartItem, ChartSource, Checksum, DebItem, FileItem, ImageItem, ManifestItem, OsRepoItem};

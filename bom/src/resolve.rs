@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::bom::{Bom, ChartItem, ChartSource, Checksum, FileItem, ImageItem, ManifestItem};
+use crate::bom::{Bom, ChartItem, ChartSource, Checksum, FileItem, ImageItem, ManifestItem, OsRepoItem};
 use crate::catalog::{Catalog, render};
 use crate::config::defaults::{network_addon, storage_addon};
 use crate::config::model::{Cluster, DeployMode, EndpointMode, EtcdMode};
@@ -256,6 +256,7 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
         .collect();
 
     let minor = catalog.minor(k8s);
+    let os_repos = os_repos(cluster, catalog, &arches);
     Ok(Bom {
         cluster: cluster.metadata.name.clone(),
         kubernetes_version: k8s.to_string(),
@@ -266,7 +267,62 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
         charts,
         notes: minor.map(|m| m.notes.clone()).unwrap_or_default(),
         mirrors: mirrors.entries().into_iter().collect::<BTreeMap<_, _>>(),
+        os_repos,
     })
+}
+
+/// One repository per release and arch, with the packages each role present
+/// in the cluster needs, and the extras for every host.
+fn os_repos(cluster: &Cluster, catalog: &Catalog, bundle_arches: &[String]) -> Vec<OsRepoItem> {
+    let Some(os) = &cluster.spec.bundle.os_packages else {
+        return Vec::new();
+    };
+    let g = &cluster.spec.role_groups;
+    let present = [
+        ("etcd", !g.etcd.is_empty()),
+        ("control-plane", !g.control_plane.is_empty()),
+        ("worker", !g.worker.is_empty()),
+        ("loadbalancer", !g.loadbalancer.is_empty()),
+        ("all", true),
+    ];
+    let mut roles: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (role, here) in present {
+        if !here {
+            continue;
+        }
+        let mut p = catalog.os.roles.get(role).cloned().unwrap_or_default();
+        if role == "all" {
+            p.extend(os.extra.iter().cloned());
+        }
+        p.sort();
+        p.dedup();
+        if !p.is_empty() {
+            roles.insert(role.to_string(), p);
+        }
+    }
+    let arches = if os.arches.is_empty() {
+        bundle_arches.to_vec()
+    } else {
+        os.arches.clone()
+    };
+    let mut out = Vec::new();
+    for name in &os.releases {
+        let Some(r) = catalog.os.releases.get(name) else { continue };
+        for arch in &arches {
+            out.push(OsRepoItem {
+                release: name.clone(),
+                distro: r.distro.clone(),
+                codename: r.codename.clone(),
+                component: r.component.clone(),
+                arch: arch.clone(),
+                mirror: os.mirror.trim_end_matches('/').to_string(),
+                path: format!("os/{name}/{arch}"),
+                roles: roles.clone(),
+                packages: Vec::new(),
+            });
+        }
+    }
+    out
 }
 
 fn file_name(url: &str) -> &str {

@@ -30,7 +30,7 @@ use kubexm_cli::{Class, classified};
 use crate::cache::Cache;
 use crate::fetch::http::Http;
 use crate::fetch::images::{Pulled, Puller};
-use crate::fetch::{FetchError, charts, checksum, scan};
+use crate::fetch::{FetchError, charts, checksum, debian, scan};
 
 /// Validated options of one build.
 #[derive(Debug, Clone)]
@@ -98,7 +98,7 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
         .build()
         .context("starting the async runtime")?;
     let jobs = opts.jobs.max(1);
-    let pulled = rt
+    let (pulled, repos) = rt
         .block_on(fetch_all(
             &mut bom,
             &cache,
@@ -108,6 +108,7 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
             jobs,
             on_bytes,
             &progress,
+            &catalog,
         ))
         .map_err(classify)?;
     progress.finish();
@@ -142,6 +143,23 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
     }
     for c in &bom.charts {
         add_blob(&mut members, c.path.clone(), c.sha256.as_deref().unwrap_or_default())?;
+    }
+    for r in &repos {
+        for (file, sha) in &r.debs {
+            add_blob(&mut members, format!("{}/{file}", r.path), sha)?;
+        }
+        for (name, bytes) in &r.index_files {
+            let path = format!("{}/{name}", r.path);
+            members.insert(
+                path.clone(),
+                PackMember {
+                    path,
+                    size: bytes.len() as u64,
+                    source: Source::Bytes(bytes.clone()),
+                    sha256: sha256_hex(bytes),
+                },
+            );
+        }
     }
     let mut index_entries = Vec::new();
     let mut blob_count = 0;
@@ -290,7 +308,8 @@ async fn fetch_all(
     jobs: usize,
     on_bytes: Arc<dyn Fn(u64) + Send + Sync>,
     progress: &Progress,
-) -> anyhow::Result<Vec<Pulled>> {
+    catalog: &kubexm_bom::catalog::Catalog,
+) -> anyhow::Result<(Vec<Pulled>, Vec<debian::Repo>)> {
     // Files: pinned digest, or the upstream's published checksum (remembered per URL).
     let bar = progress.stage("files", bom.files.len());
     let files = std::mem::take(&mut bom.files);
@@ -404,7 +423,44 @@ async fn fetch_all(
         i.digest = Some(p.digest.clone());
         i.upstream_digest = p.upstream_digest.clone();
     }
-    Ok(pulled)
+
+    // OS package repositories: verified mirror, resolved, every .deb fetched.
+    let bar = progress.stage("os repos", bom.os_repos.len());
+    let mut repos = Vec::new();
+    for item in &mut bom.os_repos {
+        let release = catalog
+            .os
+            .releases
+            .get(&item.release)
+            .ok_or_else(|| anyhow::anyhow!("OS release {} is not in the catalog", item.release))?;
+        let keys = release.keyring_text()?;
+        let (repo, in_base) = debian::build_repo(http, cache, item, &keys, &release.base_priorities, jobs)
+            .await
+            .map_err(debian_error)?;
+        if !in_base.is_empty() {
+            tracing::info!(
+                "{} {}: {} already on every host of the release (its base set); not carried",
+                item.release,
+                item.arch,
+                in_base.join(", ")
+            );
+        }
+        repos.push(repo);
+        bar.inc(1);
+    }
+    bar.finish();
+    Ok((pulled, repos))
+}
+
+/// Tags repository failures with their exit class.
+fn debian_error(e: debian::DebianError) -> anyhow::Error {
+    use debian::DebianError as D;
+    match e {
+        D::Fetch(f) => anyhow::Error::new(f),
+        e @ (D::BadSignature { .. } | D::IndexDigest { .. }) => classified(Class::Verify, e),
+        e @ D::Unresolvable(..) => classified(Class::Config, e),
+        e @ (D::Keyring { .. } | D::BadIndex { .. }) => classified(Class::Fetch, e),
+    }
 }
 
 fn chart_http_hosts(bom: &Bom) -> Vec<String> {

@@ -11,6 +11,7 @@
 pub mod engine;
 pub mod hosts;
 pub mod mirror;
+pub mod os_packages;
 pub mod pki;
 pub mod serve;
 pub mod unpack;

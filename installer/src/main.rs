@@ -1,6 +1,7 @@
 //! `kubexm-install`: the offline side of kubexm. Thin: flags in, one library
 //! call, output or an error with its documented exit code.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -157,6 +158,28 @@ enum Command {
         graph: Option<PathBuf>,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
+    },
+    /// Install each host's OS packages (those its roles need) from a served bundle's Debian repositories.
+    Packages {
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        /// Extend or override the built-in catalog with this file. Repeatable.
+        #[arg(long = "catalog", value_name = "FILE")]
+        catalog: Vec<PathBuf>,
+        /// The unpacked bundle (its lock lists the repositories).
+        #[arg(long, value_name = "DIR")]
+        bundle_dir: PathBuf,
+        /// The file server as the hosts reach it (http(s)://HOST:PORT), e.g. `kubexm-install serve`.
+        #[arg(long, value_name = "URL")]
+        file_server: String,
+        /// Path on the hosts of the file server's CA certificate (for https).
+        #[arg(long, value_name = "PATH")]
+        host_ca: Option<String>,
+        /// Print the plan and touch no host.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Show a job: each module and host, and the log tail of each failed step.
     Status {
@@ -367,20 +390,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     return Ok(());
                 }
             }
-            let (_, secrets) = kubexm_installer::engine::inventory::targets(&cluster).map_err(|e| classified(Class::Config, e))?;
-            let state = std::sync::Arc::new(kubexm_installer::engine::state::State::open(&engine.state, secrets)?);
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let rt = tokio::runtime::Runtime::new()?;
+            let (state, stop, rt) = engine_context(&cluster, &engine)?;
             let opts = kubexm_installer::engine::jobs::ConnectOptions {
                 accept_new_host_key: engine.accept_new_host_key,
                 concurrency: engine.concurrency,
             };
-            let stopper = stop.clone();
-            rt.spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    stopper.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-            });
             let r = rt.block_on(kubexm_installer::engine::jobs::facts(&cluster, state, &opts, stop))?;
             match output {
                 Output::Json => println!(
@@ -420,6 +434,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Packages {
+            file,
+            catalog,
+            bundle_dir,
+            file_server,
+            host_ca,
+            dry_run,
+            engine,
+        } => packages(&file, &catalog, &bundle_dir, &file_server, host_ca, dry_run, &engine),
         Command::Status { job, state } => {
             if !state.exists() {
                 return Err(classified(
@@ -460,6 +483,132 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `kubexm-install packages`: the OS packages step on every host.
+fn packages(
+    file: &std::path::Path,
+    catalog: &[PathBuf],
+    bundle_dir: &std::path::Path,
+    file_server: &str,
+    host_ca: Option<String>,
+    dry_run: bool,
+    engine: &EngineArgs,
+) -> anyhow::Result<()> {
+    use kubexm_installer::engine::plan::{Module, Pipeline, Task};
+    use kubexm_installer::os_packages::{HostPackages, roles_of};
+    let files: Vec<&std::path::Path> = catalog.iter().map(PathBuf::as_path).collect();
+    let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
+    let cluster = kubexm_bom::config::load_file(file, &cat)?;
+    let mpath = bundle_dir.join(kubexm_bundle::manifest::MANIFEST_NAME);
+    let manifest = kubexm_bundle::manifest::BundleManifest::from_yaml(&fs_err::read_to_string(&mpath)?)
+        .map_err(|e| classified(Class::Io, anyhow::anyhow!("{}: {e}", mpath.display())))?;
+    let repos = manifest.lock.os_repos;
+    if repos.is_empty() {
+        return Err(classified(
+            Class::Config,
+            anyhow::anyhow!(
+                "the bundle in {} carries no OS package repositories; set bundle.osPackages in cluster.yaml and rebuild it",
+                bundle_dir.display()
+            ),
+        ));
+    }
+    if !(file_server.starts_with("http://") || file_server.starts_with("https://")) {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("--file-server {file_server}: expected http://HOST:PORT or https://HOST:PORT"),
+        ));
+    }
+    // One task per set of roles: hosts with the same roles install the same packages.
+    let pipeline = |hosts: Vec<String>| {
+        let mut by_roles: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
+        for h in hosts {
+            by_roles.entry(roles_of(&cluster, &h)).or_default().push(h);
+        }
+        let tasks = by_roles
+            .into_iter()
+            .map(|(roles, hosts)| Task {
+                name: if roles.is_empty() { "other".into() } else { roles.join("+") },
+                hosts,
+                steps: vec![std::sync::Arc::new(HostPackages {
+                    repos: repos.clone(),
+                    file_server: file_server.to_string(),
+                    roles,
+                    ca: host_ca.clone(),
+                })],
+                after: vec![],
+            })
+            .collect();
+        Ok(Pipeline {
+            name: "os-packages".into(),
+            modules: vec![Module {
+                name: "os-packages".into(),
+                tasks,
+            }],
+        })
+    };
+    if dry_run {
+        let hosts = cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
+        print!("{}", pipeline(hosts)?.plan()?.describe());
+        return Ok(());
+    }
+    let (state, stop, rt) = engine_context(&cluster, engine)?;
+    let connect = kubexm_installer::engine::jobs::ConnectOptions {
+        accept_new_host_key: engine.accept_new_host_key,
+        concurrency: engine.concurrency,
+    };
+    let eo = kubexm_installer::engine::run::EngineOptions {
+        concurrency: engine.concurrency,
+        policy: kubexm_installer::engine::run::Policy::ContinueOtherHosts,
+        progress: kubexm_installer::engine::progress::ProgressMode::for_stderr(),
+        ..Default::default()
+    };
+    let ex = rt.block_on(kubexm_installer::engine::jobs::execute(
+        &cluster,
+        state,
+        "os-packages",
+        &connect,
+        &eo,
+        stop,
+        &pipeline,
+    ))?;
+    for r in &ex.report.results {
+        if let Some(installed) = r.log.split("installed:\n").nth(1) {
+            println!("{}: {}", r.host, installed.trim().replace('\n', ", "));
+        } else if r.outcome == kubexm_installer::engine::state::Outcome::Skipped {
+            println!("{}: already installed", r.host);
+        }
+    }
+    if !ex.ok() {
+        let errors = ex.errors();
+        return Err(classified(
+            Class::Host,
+            anyhow::anyhow!("{} host(s) failed (job {}):\n  {}", errors.len(), ex.job, errors.join("\n  ")),
+        ));
+    }
+    Ok(())
+}
+
+/// The state database, a Ctrl-C flag and a runtime for an engine job.
+fn engine_context(
+    cluster: &kubexm_bom::config::Cluster,
+    engine: &EngineArgs,
+) -> anyhow::Result<(
+    std::sync::Arc<kubexm_installer::engine::state::State>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::runtime::Runtime,
+)> {
+    let (_, secrets) = kubexm_installer::engine::inventory::targets(cluster).map_err(|e| classified(Class::Config, e))?;
+    let state = std::sync::Arc::new(kubexm_installer::engine::state::State::open(&engine.state, secrets)?);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rt = tokio::runtime::Runtime::new()?;
+    let stopper = stop.clone();
+    rt.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stopper.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    Ok((state, stop, rt))
 }
 
 fn install(args: InstallArgs) -> anyhow::Result<()> {

@@ -287,11 +287,37 @@ async fn manifest(s: &Served, name: &str, reference: &str, method: &Method) -> R
     (StatusCode::OK, h, bytes).into_response()
 }
 
+/// A request path as a member path: percent-decoded (apt sends `+` as
+/// `%2b`), with empty and `.` segments dropped (apt asks flat repositories for
+/// `./Packages`). It is only ever looked up among the bundle's members.
+fn file_path(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(h) = raw.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(h, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out)
+        .split('/')
+        .filter(|seg| !seg.is_empty() && *seg != ".")
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 async fn file(State(s): State<Arc<Served>>, method: Method, headers: HeaderMap, req: Request) -> Response {
     if method != Method::GET && method != Method::HEAD {
         return (StatusCode::METHOD_NOT_ALLOWED, "read-only file server\n").into_response();
     }
-    let path = req.uri().path().trim_start_matches('/').to_string();
+    let path = file_path(req.uri().path());
     if let Some(base) = path.strip_suffix(".sha256")
         && let Some((sha, _)) = s.files.get(base)
     {
@@ -373,6 +399,20 @@ fn parse_range(value: &str, size: u64) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_paths_are_decoded_and_dot_segments_dropped() {
+        assert_eq!(
+            file_path("/os/debian-bookworm/amd64/./Packages"),
+            "os/debian-bookworm/amd64/Packages"
+        );
+        assert_eq!(
+            file_path("/os/x/haproxy_2.6.12-1%2bdeb12u1_amd64.deb"),
+            "os/x/haproxy_2.6.12-1+deb12u1_amd64.deb"
+        );
+        // `..` stays a segment and matches no member.
+        assert_eq!(file_path("/files/../bundle.yaml"), "files/../bundle.yaml");
+    }
 
     #[test]
     fn ranges() {

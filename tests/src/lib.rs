@@ -255,6 +255,22 @@ static LAB_BUNDLE: OnceLock<LabBundle> = OnceLock::new();
 
 /// The lab cluster's bundle (the fixture is the same for every lab, so one
 /// build serves every test).
+/// `kubexm-bundle build -f CONFIG` with the lab catalog, `--strict-mirrors`, a cache and an output.
+pub fn build_command(lab: &Lab, config: &Path, cache: &Path, bundle: &Path) -> Command {
+    let mut c = Command::new(bin("kubexm-bundle"));
+    c.arg("build")
+        .arg("-f")
+        .arg(config)
+        .arg("--catalog")
+        .arg(&lab.desc.fixture.catalog)
+        .arg("--strict-mirrors")
+        .arg("--cache-dir")
+        .arg(cache)
+        .arg("--bundle")
+        .arg(bundle);
+    c
+}
+
 pub fn lab_bundle(lab: &Lab) -> LabBundle {
     LAB_BUNDLE
         .get_or_init(|| {
@@ -271,17 +287,7 @@ pub fn lab_bundle(lab: &Lab) -> LabBundle {
                 .unwrap();
             assert!(kg.status.success(), "keygen: {}", String::from_utf8_lossy(&kg.stderr));
             let bundle = dir.join("lab.tar.zst");
-            let out = Command::new(bin("kubexm-bundle"))
-                .arg("build")
-                .arg("-f")
-                .arg(&lab.desc.cluster)
-                .arg("--catalog")
-                .arg(&lab.desc.fixture.catalog)
-                .arg("--strict-mirrors")
-                .arg("--cache-dir")
-                .arg(dir.join("cache"))
-                .arg("--bundle")
-                .arg(&bundle)
+            let out = build_command(lab, &lab.desc.cluster, &dir.join("cache"), &bundle)
                 .arg("--key")
                 .arg(&key)
                 .output()

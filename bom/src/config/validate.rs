@@ -574,6 +574,9 @@ impl Rules<'_> {
                 self.arch(&format!("{p}.arch"), a);
             }
         }
+        if let Some(os) = &b.os_packages {
+            self.os_packages(os);
+        }
         for (from, to) in &b.mirrors {
             let p = format!("spec.bundle.mirrors.{from}");
             if from.contains("://") || from.is_empty() {
@@ -586,6 +589,53 @@ impl Rules<'_> {
                 self.err(p, format!("mirror `{to}` must be an http:// or https:// base URL"));
             }
         }
+    }
+}
+
+impl Rules<'_> {
+    fn os_packages(&mut self, os: &OsPackages) {
+        let p = "spec.bundle.osPackages";
+        if os.releases.is_empty() {
+            self.hinted(
+                format!("{p}.releases"),
+                "osPackages needs at least one release",
+                format!("known releases: {}", self.os_release_names()),
+            );
+        }
+        for (i, r) in os.releases.iter().enumerate() {
+            if !self.catalog.os.releases.contains_key(r) {
+                self.hinted(
+                    format!("{p}.releases[{i}]"),
+                    format!("unknown OS release `{r}`"),
+                    format!("known releases: {}", self.os_release_names()),
+                );
+            }
+        }
+        for (i, a) in os.arches.iter().enumerate() {
+            self.arch(&format!("{p}.arches[{i}]"), a);
+        }
+        for (i, n) in os.extra.iter().enumerate() {
+            let ok = n.len() >= 2
+                && n.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
+            if !ok {
+                self.err(
+                    format!("{p}.extra[{i}]"),
+                    format!("`{n}` is not a Debian package name (lower case letters, digits, + - .)"),
+                );
+            }
+        }
+        if !(os.mirror.starts_with("http://") || os.mirror.starts_with("https://")) {
+            self.hinted(
+                format!("{p}.mirror"),
+                "osPackages needs the http:// or https:// URL of a Debian mirror",
+                "the URL whose dists/<codename>/InRelease the builder reads, e.g. your site's Debian mirror",
+            );
+        }
+    }
+
+    fn os_release_names(&self) -> String {
+        self.catalog.os.releases.keys().cloned().collect::<Vec<_>>().join(", ")
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod charts;
 pub mod checksum;
+pub mod debian;
 pub mod http;
 pub mod images;
 pub mod scan;

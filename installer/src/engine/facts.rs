@@ -12,7 +12,7 @@ use super::transport::{Transport, TransportError};
 
 const SCRIPT: &str = r#"
 . /etc/os-release 2>/dev/null
-echo "os_id=${ID:-unknown}"; echo "os_version=${VERSION_ID:-unknown}"
+echo "os_id=${ID:-unknown}"; echo "os_version=${VERSION_ID:-unknown}"; echo "os_codename=${VERSION_CODENAME:-unknown}"
 echo "kernel=$(uname -r)"; echo "machine=$(uname -m)"; echo "hostname=$(hostname)"
 echo "cpus=$(nproc 2>/dev/null || echo 0)"; echo "mem_kb=$(awk '/^MemTotal:/{print $2}' /proc/meminfo)"
 echo "ports=$( (ss -Hltn 2>/dev/null || netstat -ltn 2>/dev/null | tail -n +3) | awk '{print $4}' | sed 's/.*://' | sort -un | tr '\n' ' ')"
@@ -31,6 +31,8 @@ pub struct HostFacts {
     pub host: String,
     pub os_id: String,
     pub os_version: String,
+    /// `VERSION_CODENAME` of /etc/os-release (`bookworm`).
+    pub os_codename: String,
     pub kernel: String,
     /// `amd64` or `arm64` (from `uname -m`; other machines are kept as reported).
     pub arch: String,
@@ -87,6 +89,7 @@ pub fn parse(host: &str, text: &str, local_midpoint_ms: i64) -> HostFacts {
         host: host.into(),
         os_id: get("os_id"),
         os_version: get("os_version"),
+        os_codename: get("os_codename"),
         kernel: get("kernel"),
         arch: match get("machine").as_str() {
             "x86_64" => "amd64".into(),

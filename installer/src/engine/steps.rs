@@ -27,6 +27,15 @@ impl Shell {
     }
 }
 
+/// Runs a check command: [`Check::Holds`] when it exits 0, else [`Check::Missing`].
+pub async fn check_by(t: &dyn Transport, cmd: &str, timeout: Duration) -> Result<Check, StepError> {
+    Ok(if t.run(cmd, timeout).await?.success() {
+        Check::Holds
+    } else {
+        Check::Missing
+    })
+}
+
 impl Step for Shell {
     fn name(&self) -> &str {
         &self.name
@@ -36,11 +45,7 @@ impl Step for Shell {
         Box::pin(async move {
             match &self.check {
                 None => Ok(Check::Unknown),
-                Some(c) => Ok(if t.run(c, self.timeout).await?.success() {
-                    Check::Holds
-                } else {
-                    Check::Missing
-                }),
+                Some(c) => check_by(t, c, self.timeout).await,
             }
         })
     }
@@ -153,11 +158,7 @@ impl Step for Distribute {
                     c.sha256
                 ));
             }
-            Ok(if t.run(&cmd, Duration::from_secs(300)).await?.success() {
-                Check::Holds
-            } else {
-                Check::Missing
-            })
+            check_by(t, &cmd, Duration::from_secs(300)).await
         })
     }
 

@@ -24,17 +24,7 @@ impl Build {
 
     /// `kubexm-bundle build` of `config` into `bundle` with the lab catalog and any extra args.
     fn run(&self, lab: &Lab, config: &Path, bundle: &str, extra: &[&str]) -> Output {
-        Command::new(bin("kubexm-bundle"))
-            .arg("build")
-            .arg("-f")
-            .arg(config)
-            .arg("--catalog")
-            .arg(&lab.desc.fixture.catalog)
-            .arg("--strict-mirrors")
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .arg("--bundle")
-            .arg(self.path(bundle))
+        kubexm_e2e::build_command(lab, config, &self.cache, &self.path(bundle))
             .args(extra)
             .output()
             .unwrap()

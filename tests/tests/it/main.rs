@@ -3,4 +3,5 @@
 mod build;
 mod engine;
 mod lab;
+mod os;
 mod serve;
