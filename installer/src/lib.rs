@@ -8,6 +8,7 @@
 //! phases; until then `kubexm-install -f cluster.yaml` refuses with
 //! "not supported yet".
 
+pub mod deploy;
 pub mod engine;
 pub mod hosts;
 pub mod mirror;

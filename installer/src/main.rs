@@ -42,6 +42,30 @@ struct InstallArgs {
     /// Extend or override the built-in catalog with this file. Repeatable.
     #[arg(long = "catalog", value_name = "FILE")]
     catalog: Vec<PathBuf>,
+    /// The bundle's minisign public key.
+    #[arg(long, value_name = "FILE")]
+    pubkey: Option<PathBuf>,
+    /// Accept a bundle without checking a signature (warns loudly).
+    #[arg(long)]
+    allow_unsigned: bool,
+    /// The installer's state root (unpacked bundles, PKI).
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    root: PathBuf,
+    /// Phases to run, comma-separated, in order: preflight, os-packages, etcd, loadbalancer,
+    /// containerd, control-plane, workers, cni, addons, kubeconfig. Default: all.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    phases: Vec<String>,
+    /// The address hosts reach this machine at; the file server listens there (port --serve-port).
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<std::net::IpAddr>,
+    /// Port of the file server the installer runs during the install.
+    #[arg(long, default_value_t = 5443)]
+    serve_port: u16,
+    /// Print the plan and touch no host.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
 }
 
 #[derive(Args, Clone)]
@@ -612,7 +636,9 @@ fn engine_context(
 }
 
 fn install(args: InstallArgs) -> anyhow::Result<()> {
-    let Some(file) = args.file else {
+    use kubexm_installer::deploy;
+    use kubexm_installer::engine::{jobs, progress::ProgressMode, run};
+    let Some(file) = args.file.clone() else {
         return Err(classified(
             Class::Usage,
             anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
@@ -621,13 +647,156 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
     let files: Vec<&std::path::Path> = args.catalog.iter().map(PathBuf::as_path).collect();
     let catalog = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
     let cluster = kubexm_bom::config::load_file(&file, &catalog)?;
-    let bundle = args.bundle.map(|b| format!(" from {}", b.display())).unwrap_or_default();
-    Err(classified(
-        Class::Unsupported,
-        anyhow::anyhow!(
-            "{}: config valid (cluster {}); deploying{bundle} is not supported yet: the SSH engine and the deployment phases are still being built. `unpack`, `serve`, `mirror` and `hosts-toml` work",
-            file.display(),
-            cluster.metadata.name
-        ),
-    ))
+    let asked: Vec<String> = if args.phases.is_empty() {
+        deploy::PHASES.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.phases.clone()
+    };
+    let (phases, missing) = deploy::select(&asked).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
+    if !missing.is_empty() {
+        return Err(classified(
+            Class::Unsupported,
+            anyhow::anyhow!(
+                "{}: config valid (cluster {}); phase(s) {} are not supported yet, and nothing was touched. \
+                 This release deploys --phases {}",
+                file.display(),
+                cluster.metadata.name,
+                missing.join(", "),
+                deploy::IMPLEMENTED.join(",")
+            ),
+        ));
+    }
+    let Some(bundle) = &args.bundle else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
+        ));
+    };
+    if args.pubkey.is_none() && !args.allow_unsigned {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
+        ));
+    }
+    let t = trust(&TrustArgs {
+        pubkey: args.pubkey.clone(),
+        allow_unsigned: args.allow_unsigned,
+        root: args.root.clone(),
+    });
+    let u = unpack::unpack(bundle, &t, &args.root).map_err(unpack_err)?;
+    let bom = u.manifest.lock.clone();
+    let pki_dir = args.root.join("pki");
+    let Some(advertise) = args.advertise else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --advertise ADDR: the address the hosts reach this machine at, for the file server"),
+        ));
+    };
+    let file_server = format!("https://{}", std::net::SocketAddr::new(advertise, args.serve_port));
+    let ca = kubexm_installer::pki::ensure_ca(&pki_dir.join("registry"), "kubexm registry CA")?;
+    let ca_pem = fs_err::read(&ca.cert)?;
+    let plan_for = |arches: &BTreeMap<String, String>| {
+        deploy::pipeline(&deploy::Inputs {
+            cluster: &cluster,
+            bom: &bom,
+            bundle_dir: &u.dir,
+            file_server: &file_server,
+            ca_pem: &ca_pem,
+            pki_dir: &pki_dir,
+            arches,
+            phases: &phases,
+        })
+    };
+    if args.dry_run {
+        let arches = cluster
+            .spec
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), h.arch.clone().unwrap_or_else(|| "amd64".into())))
+            .collect();
+        print!("{}", plan_for(&arches)?.plan()?.describe());
+        return Ok(());
+    }
+    let (state, stop, rt) = engine_context(&cluster, &args.engine)?;
+    // The file server runs for the install's duration.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let opts = serve::ServeOptions {
+        bundle_dir: u.dir.clone(),
+        listen: std::net::SocketAddr::new(advertise, args.serve_port),
+        tls: serve::Tls::Issued {
+            pki_dir: pki_dir.join("registry"),
+            names: vec![advertise.to_string()],
+        },
+        parts: serve::Parts {
+            registry: true,
+            files: true,
+        },
+    };
+    let server = rt.spawn(serve::run(opts, move |_, _| {
+        let _ = ready_tx.send(());
+    }));
+    if ready_rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+        server.abort();
+        return Err(classified(
+            Class::Io,
+            anyhow::anyhow!("the file server did not start on {file_server}; is the port free and the address this machine's?"),
+        ));
+    }
+    let connect = jobs::ConnectOptions {
+        accept_new_host_key: args.engine.accept_new_host_key,
+        concurrency: args.engine.concurrency,
+    };
+    let facts = rt.block_on(jobs::facts(&cluster, state.clone(), &connect, stop.clone()))?;
+    if !facts.errors.is_empty() {
+        server.abort();
+        return Err(classified(
+            Class::Host,
+            anyhow::anyhow!(
+                "cannot gather facts from {} host(s):\n  {}",
+                facts.errors.len(),
+                facts.errors.join("\n  ")
+            ),
+        ));
+    }
+    if phases.iter().any(|p| p == "preflight") {
+        let refused = deploy::preflight(&cluster, &bom, &facts.facts, &phases);
+        if !refused.is_empty() {
+            server.abort();
+            return Err(classified(
+                Class::Host,
+                anyhow::anyhow!("preflight refused the install:\n  {}", refused.join("\n  ")),
+            ));
+        }
+    }
+    let arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
+    let pipeline = plan_for(&arches)?;
+    let eo = run::EngineOptions {
+        concurrency: args.engine.concurrency,
+        policy: run::Policy::FailFast,
+        progress: ProgressMode::for_stderr(),
+        ..Default::default()
+    };
+    let ex = rt.block_on(jobs::execute(&cluster, state, "install", &connect, &eo, stop, |_| Ok(pipeline)));
+    server.abort();
+    let ex = ex?;
+    let skipped = ex.report.count(kubexm_installer::engine::state::Outcome::Skipped);
+    let applied = ex.report.count(kubexm_installer::engine::state::Outcome::Applied);
+    if !ex.ok() {
+        let errors = ex.errors();
+        return Err(classified(
+            Class::Host,
+            anyhow::anyhow!(
+                "install failed (job {}; {applied} steps applied, {skipped} skipped); fix and run again, done steps are skipped:\n  {}",
+                ex.job,
+                errors.join("\n  ")
+            ),
+        ));
+    }
+    println!(
+        "installed phases {} on {} hosts (job {}): {applied} steps applied, {skipped} already in place",
+        phases.join(", "),
+        cluster.spec.hosts.len(),
+        ex.job
+    );
+    Ok(())
 }

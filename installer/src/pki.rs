@@ -101,20 +101,59 @@ pub fn ensure_ca(dir: &Path, name: &str) -> Result<Ca, PkiError> {
     Ok(ca)
 }
 
+/// What a certificate is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    Server,
+    Client,
+    /// Both: etcd members, which serve and also dial their peers.
+    ServerAndClient,
+}
+
+/// A certificate kept in `dir` as `<stem>.crt` and `<stem>.key`, issued by
+/// `ca` on first use and reused after, so a re-run changes nothing on hosts.
+/// It is issued again when the names it must cover changed.
+pub fn ensure_cert(ca: &Ca, dir: &Path, stem: &str, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert, PkiError> {
+    let (crt, key, want) = (
+        dir.join(format!("{stem}.crt")),
+        dir.join(format!("{stem}.key")),
+        dir.join(format!("{stem}.names")),
+    );
+    let names_line = names.join(",");
+    if crt.exists() && key.exists() && fs_err::read_to_string(&want).ok().as_deref() == Some(names_line.as_str()) {
+        return Ok(ServerCert {
+            cert_pem: fs_err::read_to_string(&crt).map_err(io(&crt))?,
+            key_pem: fs_err::read_to_string(&key).map_err(io(&key))?,
+        });
+    }
+    let c = issue(ca, cn, names, usage)?;
+    write_private(&key, c.key_pem.as_bytes())?;
+    fs_err::write(&crt, &c.cert_pem).map_err(io(&crt))?;
+    fs_err::write(&want, &names_line).map_err(io(&want))?;
+    Ok(c)
+}
+
 /// A server certificate signed by `ca` for `names` (DNS names or IP addresses).
 pub fn server_cert(ca: &Ca, names: &[String]) -> Result<ServerCert, PkiError> {
+    let cn = names.first().cloned().unwrap_or_else(|| "kubexm-registry".into());
+    issue(ca, &cn, names, Usage::Server)
+}
+
+fn issue(ca: &Ca, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert, PkiError> {
     let ca_key = KeyPair::from_pem(&fs_err::read_to_string(&ca.key).map_err(io(&ca.key))?).map_err(cert_err("reading the CA key"))?;
     let issuer = Issuer::from_ca_cert_pem(&fs_err::read_to_string(&ca.cert).map_err(io(&ca.cert))?, ca_key)
         .map_err(cert_err("reading the CA certificate"))?;
     let key = KeyPair::generate().map_err(cert_err("generating the server key"))?;
     let mut params = CertificateParams::new(names.to_vec()).map_err(cert_err("server certificate names"))?;
     let mut dn = DistinguishedName::new();
-    dn.push(
-        DnType::CommonName,
-        names.first().cloned().unwrap_or_else(|| "kubexm-registry".into()),
-    );
+    dn.push(DnType::CommonName, cn);
     params.distinguished_name = dn;
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+    params.extended_key_usages = match usage {
+        Usage::Server => vec![ServerAuth],
+        Usage::Client => vec![ClientAuth],
+        Usage::ServerAndClient => vec![ServerAuth, ClientAuth],
+    };
     params.not_after = rcgen::date_time_ymd(2035, 1, 1);
     let cert = params
         .signed_by(&key, &issuer)

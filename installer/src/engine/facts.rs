@@ -20,6 +20,7 @@ echo "selinux=$(getenforce 2>/dev/null || echo absent)"
 echo "firewall=$(for u in firewalld ufw nftables; do systemctl is-active -q $u 2>/dev/null && printf '%s ' $u; done)"
 echo "curl=$(command -v curl)"; echo "wget=$(command -v wget)"
 echo "leftovers=$(for p in /etc/kubernetes/manifests /etc/kubernetes/admin.conf /var/lib/etcd/member /var/lib/kubelet/config.yaml /etc/containerd/config.toml /var/lib/docker /usr/bin/dockerd /usr/local/bin/kubelet /usr/bin/kubelet; do [ -e $p ] && printf '%s ' $p; done)"
+echo "managed=$(ls /var/lib/kubexm/installed 2>/dev/null | tr '\n' ' ')"
 echo "uid=$(id -u)"
 echo "time_ms=$(date +%s%3N)"
 "#;
@@ -47,6 +48,8 @@ pub struct HostFacts {
     pub has_curl: bool,
     pub has_wget: bool,
     pub leftovers: Vec<String>,
+    /// Components kubexm installed on the host earlier (`/var/lib/kubexm/installed/`).
+    pub managed: Vec<String>,
     /// The uid commands run as (0: root, directly or through sudo).
     pub uid: u32,
 }
@@ -109,6 +112,7 @@ pub fn parse(host: &str, text: &str, local_midpoint_ms: i64) -> HostFacts {
         has_curl: !get("curl").is_empty(),
         has_wget: !get("wget").is_empty(),
         leftovers: list("leftovers"),
+        managed: list("managed"),
         uid: get("uid").parse().unwrap_or(u32::MAX),
     }
 }

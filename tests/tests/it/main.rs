@@ -1,6 +1,7 @@
 //! End-to-end tests, in one binary. Lab tests need root; see kubexm_e2e.
 
 mod build;
+mod deploy;
 mod engine;
 mod lab;
 mod os;

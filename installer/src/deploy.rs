@@ -1,0 +1,434 @@
+//! Deployment phases: each a module of idempotent steps the engine runs.
+//!
+//! This release implements `preflight` (facts-based refusals and the registry
+//! CA on every host), `os-packages` and `etcd` (binary mode: our PKI, systemd
+//! units, a healthy cluster). The other phases are refused up front with "not
+//! supported yet", so nothing is half-deployed by a phase that does not exist.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use kubexm_bom::config::Cluster;
+use kubexm_bom::{Bom, FileItem};
+
+use crate::engine::facts::HostFacts;
+use crate::engine::plan::{Check, Module, Pipeline, Scope, Step, StepError, Task};
+use crate::engine::steps::{Distribute, FileCopy, Shell, check_by};
+use crate::engine::transport::{Transport, shell_quote as q};
+use crate::os_packages::{HostPackages, repo_for, roles_of};
+use crate::pki;
+
+/// The phases, in order.
+pub const PHASES: &[&str] = &[
+    "preflight",
+    "os-packages",
+    "etcd",
+    "loadbalancer",
+    "containerd",
+    "control-plane",
+    "workers",
+    "cni",
+    "addons",
+    "kubeconfig",
+];
+/// The phases this release implements.
+pub const IMPLEMENTED: &[&str] = &["preflight", "os-packages", "etcd"];
+
+/// Where the registry CA goes on every host.
+pub const HOST_CA: &str = "/etc/kubexm/pki/registry-ca.crt";
+const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
+const ETCD_UNIT: &str = include_str!("../../manifests/templates/kubexm-etcd.service");
+
+/// The phases asked for, checked: unknown names are a usage error, known but
+/// unimplemented ones are returned as the second list.
+pub fn select(phases: &[String]) -> Result<(Vec<String>, Vec<String>), String> {
+    let mut chosen = Vec::new();
+    let mut missing = Vec::new();
+    for p in phases {
+        if !PHASES.contains(&p.as_str()) {
+            return Err(format!("unknown phase `{p}`; phases are: {}", PHASES.join(", ")));
+        }
+        if IMPLEMENTED.contains(&p.as_str()) {
+            chosen.push(p.clone());
+        } else {
+            missing.push(p.clone());
+        }
+    }
+    Ok((chosen, missing))
+}
+
+/// What preflight refuses, one line per host and reason.
+pub fn preflight(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut names: HashMap<&str, Vec<&str>> = HashMap::new();
+    for f in facts {
+        names.entry(f.hostname.as_str()).or_default().push(f.host.as_str());
+    }
+    for (hostname, hosts) in names.iter().filter(|(_, h)| h.len() > 1) {
+        out.push(format!(
+            "hosts {} share the hostname {hostname}; every node needs its own",
+            hosts.join(", ")
+        ));
+    }
+    let max_skew = i64::from(cluster.spec.preflight.max_clock_skew_seconds) * 1000;
+    for f in facts {
+        if f.os_id != "debian" && f.os_id != "ubuntu" {
+            out.push(format!(
+                "{}: OS {} {} is not supported (Debian-family hosts only)",
+                f.host, f.os_id, f.os_version
+            ));
+        }
+        if !bom.arches.contains(&f.arch) {
+            out.push(format!(
+                "{}: arch {} has no binaries in the bundle (it has {}); add it to bundle.arches and rebuild",
+                f.host,
+                f.arch,
+                bom.arches.join(", ")
+            ));
+        }
+        if f.clock_offset_ms.abs() > max_skew {
+            out.push(format!(
+                "{}: clock is {} ms off the installer's (limit {} s); fix NTP on the host",
+                f.host,
+                f.clock_offset_ms,
+                max_skew / 1000
+            ));
+        }
+        if phases.iter().any(|p| p == "os-packages")
+            && !bom.os_repos.is_empty()
+            && let Err(e) = repo_for(f, &bom.os_repos)
+        {
+            out.push(e);
+        }
+        let roles = roles_of(cluster, &f.host);
+        if phases.iter().any(|p| p == "etcd") && roles.iter().any(|r| r == "etcd") && !f.managed.iter().any(|l| l == "etcd") {
+            for port in [2379u16, 2380] {
+                if f.ports.contains(&port) {
+                    out.push(format!(
+                        "{}: port {port} (etcd) is already in use by something kubexm did not install",
+                        f.host
+                    ));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Files put on a host over SFTP, each checked by sha256 first.
+pub struct PutFiles {
+    pub name: String,
+    /// (path on the host, content, mode)
+    pub files: Vec<(String, Vec<u8>, u32)>,
+    /// Run after any file changed (e.g. `systemctl daemon-reload`).
+    pub then: Option<String>,
+}
+
+impl Step for PutFiles {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn check<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>> {
+        Box::pin(async move {
+            let mut cmd = String::new();
+            for (path, data, _) in &self.files {
+                cmd.push_str(&format!(
+                    "[ \"$(sha256sum {} 2>/dev/null | cut -d' ' -f1)\" = {} ] || exit 1\n",
+                    q(path),
+                    kubexm_bundle::digest::sha256_hex(data)
+                ));
+            }
+            check_by(t, &cmd, Duration::from_secs(60)).await
+        })
+    }
+
+    fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
+        Box::pin(async move {
+            for (path, data, mode) in &self.files {
+                t.run(&format!("mkdir -p \"$(dirname {})\"", q(path)), Duration::from_secs(30))
+                    .await?;
+                t.put(data, path, *mode).await?;
+            }
+            if let Some(cmd) = &self.then {
+                let out = t.run(cmd, Duration::from_secs(120)).await?;
+                if !out.success() {
+                    return Err(StepError::Failed(format!("`{cmd}` failed: {}", out.stderr.trim())));
+                }
+            }
+            Ok(format!(
+                "wrote {}",
+                self.files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+        })
+    }
+}
+
+/// A component from the bundle on a host: its archive fetched from the file
+/// server (sha256 checked), then each `install` entry extracted into place.
+pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) -> Vec<Arc<dyn Step>> {
+    let stash = format!("/var/lib/kubexm/files/{}", file.path.trim_start_matches("files/"));
+    let fetch = Distribute {
+        name: format!("{}-fetch", file.component),
+        files: vec![FileCopy {
+            url: format!("{}/{}", file_server.trim_end_matches('/'), file.path),
+            local: bundle_dir.join(&file.path),
+            sha256: match &file.checksum {
+                kubexm_bom::Checksum::Sha256(s) => s.clone(),
+                _ => String::new(),
+            },
+            dest: stash.clone(),
+            mode: 0o644,
+        }],
+        ca: Some(HOST_CA.into()),
+    };
+    let stamp = format!("/var/lib/kubexm/installed/{}", file.component);
+    let mut apply = String::from("set -e\n");
+    for e in &file.install {
+        let extract = match file.archive {
+            kubexm_bom::catalog::ArchiveKind::TarGz => format!("tar -xzOf {} {} > {}.tmp", q(&stash), q(&e.from), q(&e.to)),
+            kubexm_bom::catalog::ArchiveKind::None => format!("cp {} {}.tmp", q(&stash), q(&e.to)),
+        };
+        apply.push_str(&format!(
+            "mkdir -p \"$(dirname {to})\"\n{extract}\nchmod 0755 {to}.tmp\nmv -f {to}.tmp {to}\n",
+            to = q(&e.to)
+        ));
+    }
+    let id = format!("{} {} {}", file.version, file.arch, fetch.files[0].sha256);
+    apply.push_str(&format!("mkdir -p /var/lib/kubexm/installed\necho {} > {}\n", q(&id), q(&stamp)));
+    let targets: Vec<String> = file.install.iter().map(|e| format!("test -x {}", q(&e.to))).collect();
+    let check = format!("[ \"$(cat {} 2>/dev/null)\" = {} ] && {}", q(&stamp), q(&id), targets.join(" && "));
+    let mut install = Shell::new(&format!("{}-install", file.component), Some(&check), &apply);
+    install.timeout = Duration::from_secs(300);
+    vec![Arc::new(fetch), Arc::new(install)]
+}
+
+/// Everything a deployment plan needs besides the config.
+pub struct Inputs<'a> {
+    pub cluster: &'a Cluster,
+    pub bom: &'a Bom,
+    pub bundle_dir: &'a Path,
+    /// The file server as hosts reach it.
+    pub file_server: &'a str,
+    /// The registry CA certificate (PEM) hosts trust.
+    pub ca_pem: &'a [u8],
+    /// The installer's PKI root (`<root>/pki`).
+    pub pki_dir: &'a Path,
+    /// Host name → arch (from facts).
+    pub arches: &'a BTreeMap<String, String>,
+    pub phases: &'a [String],
+}
+
+/// The deployment pipeline for the chosen phases.
+pub fn pipeline(i: &Inputs) -> anyhow::Result<Pipeline> {
+    let hosts: Vec<String> = i.cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
+    let mut modules = Vec::new();
+    let has = |p: &str| i.phases.iter().any(|x| x == p);
+    if has("preflight") {
+        modules.push(Module {
+            name: "preflight".into(),
+            tasks: vec![Task {
+                name: "trust-ca".into(),
+                hosts: hosts.clone(),
+                steps: vec![Arc::new(PutFiles {
+                    name: "registry-ca".into(),
+                    files: vec![(HOST_CA.into(), i.ca_pem.to_vec(), 0o644)],
+                    then: None,
+                })],
+                after: vec![],
+            }],
+        });
+    }
+    if has("os-packages") && !i.bom.os_repos.is_empty() {
+        let mut by_roles: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
+        for h in &hosts {
+            by_roles.entry(roles_of(i.cluster, h)).or_default().push(h.clone());
+        }
+        let tasks = by_roles
+            .into_iter()
+            .map(|(roles, hosts)| Task {
+                name: format!("packages-{}", if roles.is_empty() { "other".into() } else { roles.join("+") }),
+                hosts,
+                steps: vec![Arc::new(HostPackages {
+                    repos: i.bom.os_repos.clone(),
+                    file_server: i.file_server.to_string(),
+                    roles,
+                    ca: Some(HOST_CA.into()),
+                }) as Arc<dyn Step>],
+                after: if has("preflight") {
+                    vec![("trust-ca".into(), Scope::SameHost)]
+                } else {
+                    vec![]
+                },
+            })
+            .collect();
+        modules.push(Module {
+            name: "os-packages".into(),
+            tasks,
+        });
+    }
+    if has("etcd") {
+        modules.push(etcd_module(i)?);
+    }
+    Ok(Pipeline {
+        name: "install".into(),
+        modules,
+    })
+}
+
+fn address_of(cluster: &Cluster, host: &str) -> String {
+    cluster
+        .spec
+        .hosts
+        .iter()
+        .find(|h| h.name == host)
+        .map(|h| h.internal_address.clone().unwrap_or_else(|| h.address.clone()))
+        .unwrap_or_default()
+}
+
+/// etcd in binary mode: per member our certificates, the binaries for its
+/// arch, a systemd unit; then the whole cluster healthy over TLS.
+fn etcd_module(i: &Inputs) -> anyhow::Result<Module> {
+    let members = i.cluster.spec.role_groups.etcd.clone();
+    let dir = i.pki_dir.join("etcd");
+    let ca = pki::ensure_ca(&dir, "kubexm etcd CA")?;
+    let ca_pem = fs_err::read(&ca.cert)?;
+    let initial: Vec<String> = members
+        .iter()
+        .map(|m| format!("{m}=https://{}:2380", address_of(i.cluster, m)))
+        .collect();
+    let client = pki::ensure_cert(&ca, &dir, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
+    let mut tasks = Vec::new();
+    for m in &members {
+        let addr = address_of(i.cluster, m);
+        let names = vec![m.clone(), addr.clone(), "127.0.0.1".into(), "localhost".into()];
+        let server = pki::ensure_cert(&ca, &dir, &format!("{m}-server"), m, &names, pki::Usage::ServerAndClient)?;
+        let peer = pki::ensure_cert(&ca, &dir, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
+        let arch = i.arches.get(m).cloned().unwrap_or_else(|| "amd64".into());
+        let file = i
+            .bom
+            .files
+            .iter()
+            .find(|f| f.component == "etcd" && f.arch == arch)
+            .ok_or_else(|| anyhow::anyhow!("{m}: the bundle has no etcd for {arch}"))?;
+        let unit = ETCD_UNIT
+            .replace("{{NAME}}", m)
+            .replace("{{ADDRESS}}", &addr)
+            .replace("{{INITIAL_CLUSTER}}", &initial.join(","))
+            .replace("{{DATA_DIR}}", &i.cluster.spec.etcd.data_dir.display().to_string())
+            .replace("{{PKI}}", ETCD_PKI)
+            .replace("{{UNSUPPORTED_ARCH}}", if arch == "amd64" { "" } else { &arch });
+        let mut steps = install_component(file, i.bundle_dir, i.file_server);
+        steps.push(Arc::new(PutFiles {
+            name: "etcd-pki".into(),
+            files: vec![
+                (format!("{ETCD_PKI}/ca.crt"), ca_pem.clone(), 0o644),
+                (format!("{ETCD_PKI}/server.crt"), server.cert_pem.clone().into_bytes(), 0o644),
+                (format!("{ETCD_PKI}/server.key"), server.key_pem.clone().into_bytes(), 0o600),
+                (format!("{ETCD_PKI}/peer.crt"), peer.cert_pem.clone().into_bytes(), 0o644),
+                (format!("{ETCD_PKI}/peer.key"), peer.key_pem.clone().into_bytes(), 0o600),
+                (format!("{ETCD_PKI}/client.crt"), client.cert_pem.clone().into_bytes(), 0o644),
+                (format!("{ETCD_PKI}/client.key"), client.key_pem.clone().into_bytes(), 0o600),
+            ],
+            then: None,
+        }));
+        steps.push(Arc::new(PutFiles {
+            name: "etcd-unit".into(),
+            files: vec![("/etc/systemd/system/kubexm-etcd.service".into(), unit.into_bytes(), 0o644)],
+            then: Some("systemctl daemon-reload && systemctl enable -q kubexm-etcd && systemctl restart --no-block kubexm-etcd".into()),
+        }));
+        // Started without waiting: a member is ready only once a quorum runs.
+        steps.push(Arc::new(Shell::new(
+            "etcd-start",
+            Some(
+                "systemctl is-enabled -q kubexm-etcd && systemctl show -p ActiveState --value kubexm-etcd | grep -Eqx 'active|activating'",
+            ),
+            "systemctl start --no-block kubexm-etcd",
+        )));
+        tasks.push(Task {
+            name: format!("etcd-{m}"),
+            hosts: vec![m.clone()],
+            steps,
+            after: vec![],
+        });
+    }
+    let endpoints: Vec<String> = members
+        .iter()
+        .map(|m| format!("https://{}:2379", address_of(i.cluster, m)))
+        .collect();
+    let ctl = format!(
+        "ETCDCTL_API=3 etcdctl --endpoints={} --cacert={ETCD_PKI}/ca.crt --cert={ETCD_PKI}/client.crt --key={ETCD_PKI}/client.key",
+        endpoints.join(",")
+    );
+    let health = Shell {
+        name: "etcd-healthy".into(),
+        check: Some(format!("{ctl} endpoint health >/dev/null 2>&1")),
+        apply: format!(
+            "for i in $(seq 60); do {ctl} endpoint health 2>&1 && exit 0; sleep 2; done; {ctl} endpoint health; systemctl status kubexm-etcd --no-pager | tail -5; exit 1"
+        ),
+        timeout: Duration::from_secs(180),
+    };
+    let after: Vec<(String, Scope)> = members.iter().map(|m| (format!("etcd-{m}"), Scope::AllHosts)).collect();
+    if let Some(first) = members.first() {
+        tasks.push(Task {
+            name: "etcd-health".into(),
+            hosts: vec![first.clone()],
+            steps: vec![Arc::new(health)],
+            after,
+        });
+    }
+    Ok(Module {
+        name: "etcd".into(),
+        tasks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_not_built_yet_are_set_apart_and_unknown_ones_refused() {
+        let (ok, missing) = select(&["preflight".into(), "etcd".into(), "cni".into()]).unwrap();
+        assert_eq!(ok, ["preflight", "etcd"]);
+        assert_eq!(missing, ["cni"]);
+        assert!(select(&["etdc".into()]).unwrap_err().contains("unknown phase `etdc`"));
+    }
+
+    #[test]
+    fn preflight_names_each_host_and_reason() {
+        let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", std::env::var("CARGO_MANIFEST_DIR").unwrap())).unwrap();
+        let catalog = kubexm_bom::catalog::Catalog::builtin().unwrap();
+        let cluster = kubexm_bom::config::load_str(&text, "ha.yaml", &catalog).unwrap();
+        let bom = Bom {
+            arches: vec!["amd64".into()],
+            ..Default::default()
+        };
+        let host = |name: &str, hostname: &str, arch: &str, skew: i64, ports: Vec<u16>| HostFacts {
+            host: name.into(),
+            hostname: hostname.into(),
+            os_id: "debian".into(),
+            arch: arch.into(),
+            clock_offset_ms: skew,
+            ports,
+            ..Default::default()
+        };
+        let etcd = cluster.spec.role_groups.etcd[0].clone();
+        let facts = [
+            host("a", "same", "amd64", 0, vec![]),
+            host("b", "same", "arm64", 0, vec![]),
+            host("c", "c", "amd64", 600_000, vec![]),
+            host(&etcd, &etcd, "amd64", 0, vec![2379]),
+        ];
+        let r = preflight(&cluster, &bom, &facts, &["preflight".into(), "etcd".into()]);
+        let all = r.join("\n");
+        assert!(all.contains("hosts a, b share the hostname same"), "{all}");
+        assert!(all.contains("b: arch arm64 has no binaries in the bundle"), "{all}");
+        assert!(all.contains("c: clock is 600000 ms off"), "{all}");
+        assert!(all.contains(&format!("{etcd}: port 2379 (etcd) is already in use")), "{all}");
+    }
+}
