@@ -25,6 +25,7 @@ use crate::pki;
 pub const PHASES: &[&str] = &[
     "preflight",
     "os-packages",
+    "registry",
     "etcd",
     "loadbalancer",
     "containerd",
@@ -35,12 +36,16 @@ pub const PHASES: &[&str] = &[
     "kubeconfig",
 ];
 /// The phases this release implements.
-pub const IMPLEMENTED: &[&str] = &["preflight", "os-packages", "etcd"];
+pub const IMPLEMENTED: &[&str] = &["preflight", "os-packages", "registry", "etcd", "containerd"];
 
 /// Where the registry CA goes on every host.
 pub const HOST_CA: &str = "/etc/kubexm/pki/registry-ca.crt";
 const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
 const ETCD_UNIT: &str = include_str!("../../manifests/templates/kubexm-etcd.service");
+const CONTAINERD_CONFIG: &str = include_str!("../../manifests/templates/containerd-config.toml");
+const CONTAINERD_UNIT: &str = include_str!("../../manifests/templates/containerd.service");
+/// Where the registry host keeps the installer and the bundle.
+const REMOTE_BUNDLE: &str = "/var/lib/kubexm/upload";
 
 /// The phases asked for, checked: unknown names are a usage error, known but
 /// unimplemented ones are returned as the second list.
@@ -189,6 +194,18 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
     let stamp = format!("/var/lib/kubexm/installed/{}", file.component);
     let mut apply = String::from("set -e\n");
     for e in &file.install {
+        if e.from.ends_with('/') {
+            // A directory: its contents go into `to`.
+            let from = e.from.trim_start_matches("./");
+            let strip = from.matches('/').count();
+            let member = if from.is_empty() { String::new() } else { format!(" {}", q(from)) };
+            apply.push_str(&format!(
+                "mkdir -p {to}\ntar -xzf {} -C {to} --no-same-owner --strip-components={strip}{member}\n",
+                q(&stash),
+                to = q(&e.to)
+            ));
+            continue;
+        }
         let extract = match file.archive {
             kubexm_bom::catalog::ArchiveKind::TarGz => format!("tar -xzOf {} {} > {}.tmp", q(&stash), q(&e.from), q(&e.to)),
             kubexm_bom::catalog::ArchiveKind::None => format!("cp {} {}.tmp", q(&stash), q(&e.to)),
@@ -200,7 +217,17 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
     }
     let id = format!("{} {} {}", file.version, file.arch, fetch.files[0].sha256);
     apply.push_str(&format!("mkdir -p /var/lib/kubexm/installed\necho {} > {}\n", q(&id), q(&stamp)));
-    let targets: Vec<String> = file.install.iter().map(|e| format!("test -x {}", q(&e.to))).collect();
+    let targets: Vec<String> = file
+        .install
+        .iter()
+        .map(|e| {
+            if e.to.ends_with('/') {
+                format!("test -d {}", q(&e.to))
+            } else {
+                format!("test -x {}", q(&e.to))
+            }
+        })
+        .collect();
     let check = format!("[ \"$(cat {} 2>/dev/null)\" = {} ] && {}", q(&stamp), q(&id), targets.join(" && "));
     let mut install = Shell::new(&format!("{}-install", file.component), Some(&check), &apply);
     install.timeout = Duration::from_secs(300);
@@ -221,6 +248,22 @@ pub struct Inputs<'a> {
     /// Host name → arch (from facts).
     pub arches: &'a BTreeMap<String, String>,
     pub phases: &'a [String],
+    /// The bundle file, its signature and public key (none if unsigned), for the registry host.
+    pub bundle: &'a Path,
+    pub pubkey: Option<&'a Path>,
+    /// The installer binary, which the registry host runs as its registry service.
+    pub installer: &'a Path,
+}
+
+/// The registry host: `roleGroups.registry`, else the first control-plane node.
+pub fn registry_host(cluster: &Cluster) -> Option<String> {
+    let g = &cluster.spec.role_groups;
+    g.registry.first().or_else(|| g.control_plane.first()).cloned()
+}
+
+/// `address:port` of the registry service nodes pull from.
+pub fn registry_address(cluster: &Cluster) -> Option<String> {
+    registry_host(cluster).map(|h| format!("{}:{}", address_of(cluster, &h), cluster.spec.registry.port))
 }
 
 /// The deployment pipeline for the chosen phases.
@@ -271,8 +314,14 @@ pub fn pipeline(i: &Inputs) -> anyhow::Result<Pipeline> {
             tasks,
         });
     }
+    if has("registry") {
+        modules.push(registry_module(i)?);
+    }
     if has("etcd") {
         modules.push(etcd_module(i)?);
+    }
+    if has("containerd") {
+        modules.push(containerd_module(i, &hosts, has("registry"))?);
     }
     Ok(Pipeline {
         name: "install".into(),
@@ -383,6 +432,262 @@ fn etcd_module(i: &Inputs) -> anyhow::Result<Module> {
     }
     Ok(Module {
         name: "etcd".into(),
+        tasks,
+    })
+}
+
+/// A local file put on a host over SFTP (the installer binary, the bundle),
+/// checked by sha256 first.
+pub struct Upload {
+    pub name: String,
+    pub local: std::path::PathBuf,
+    pub sha256: String,
+    pub dest: String,
+    pub mode: u32,
+}
+
+impl Upload {
+    pub fn new(name: &str, local: &Path, dest: &str, mode: u32) -> anyhow::Result<Upload> {
+        let mut f = fs_err::File::open(local)?;
+        let mut h = kubexm_bundle::digest::Hashing::new(std::io::sink());
+        std::io::copy(&mut f, &mut h)?;
+        Ok(Upload {
+            name: name.into(),
+            local: local.to_path_buf(),
+            sha256: h.finish().0,
+            dest: dest.into(),
+            mode,
+        })
+    }
+}
+
+impl Step for Upload {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn check<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>> {
+        Box::pin(async move {
+            let cmd = format!(
+                "[ \"$(sha256sum {} 2>/dev/null | cut -d' ' -f1)\" = {} ]",
+                q(&self.dest),
+                self.sha256
+            );
+            check_by(t, &cmd, Duration::from_secs(120)).await
+        })
+    }
+
+    fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
+        Box::pin(async move {
+            let data = fs_err::read(&self.local).map_err(|e| StepError::Failed(e.to_string()))?;
+            t.run(&format!("mkdir -p \"$(dirname {})\"", q(&self.dest)), Duration::from_secs(30))
+                .await?;
+            t.put(&data, &self.dest, self.mode).await?;
+            Ok(format!("uploaded {} ({} bytes)", self.dest, data.len()))
+        })
+    }
+}
+
+/// The bundle's registry as a systemd service on the registry host: the
+/// installer binary and the bundle (verified and unpacked there), TLS from
+/// the installer's registry CA.
+fn registry_module(i: &Inputs) -> anyhow::Result<Module> {
+    let host = registry_host(i.cluster).ok_or_else(|| anyhow::anyhow!("no registry host: set roleGroups.registry or control-plane"))?;
+    let arch = i.arches.get(&host).cloned().unwrap_or_default();
+    let mine = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    if arch != mine {
+        anyhow::bail!(
+            "registry host {host} is {arch}, but this installer is {mine}: it runs the registry there; \
+             set roleGroups.registry to a {mine} host"
+        );
+    }
+    let addr = address_of(i.cluster, &host);
+    let port = i.cluster.spec.registry.port;
+    let dir = i.pki_dir.join("registry");
+    let ca = pki::ensure_ca(&dir, "kubexm registry CA")?;
+    let cert = pki::ensure_cert(
+        &ca,
+        &dir,
+        &format!("{host}-registry"),
+        &host,
+        &[addr.clone(), host.clone()],
+        pki::Usage::Server,
+    )?;
+    let bundle_name = i
+        .bundle
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "bundle.tar.zst".into());
+    let remote = format!("{REMOTE_BUNDLE}/{bundle_name}");
+    let mut steps: Vec<Arc<dyn Step>> = vec![
+        Arc::new(Upload::new(
+            "installer-binary",
+            i.installer,
+            "/usr/local/bin/kubexm-install",
+            0o755,
+        )?),
+        Arc::new(Upload::new("bundle", i.bundle, &remote, 0o644)?),
+    ];
+    let trust = match i.pubkey {
+        Some(k) => {
+            let sig = std::path::PathBuf::from(format!("{}.minisig", i.bundle.display()));
+            steps.push(Arc::new(Upload::new(
+                "bundle-signature",
+                &sig,
+                &format!("{remote}.minisig"),
+                0o644,
+            )?));
+            steps.push(Arc::new(Upload::new(
+                "bundle-pubkey",
+                k,
+                &format!("{REMOTE_BUNDLE}/bundle.pub"),
+                0o644,
+            )?));
+            format!("--pubkey {REMOTE_BUNDLE}/bundle.pub")
+        }
+        None => "--allow-unsigned".into(),
+    };
+    let id = i
+        .bundle_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let remote_dir = format!("/var/lib/kubexm/bundles/{id}");
+    steps.push(Arc::new(Shell::new(
+        "bundle-unpack",
+        Some(&format!("test -f {remote_dir}/bundle.yaml")),
+        &format!(
+            "/usr/local/bin/kubexm-install unpack --bundle {} {trust} --root /var/lib/kubexm 2>&1",
+            q(&remote)
+        ),
+    )));
+    let unit = crate::registry_unit(
+        "/usr/local/bin/kubexm-install",
+        &remote_dir,
+        &format!("0.0.0.0:{port}"),
+        "/etc/kubexm/pki/registry.crt",
+        "/etc/kubexm/pki/registry.key",
+    );
+    steps.push(Arc::new(PutFiles {
+        name: "registry-service".into(),
+        files: vec![
+            ("/etc/kubexm/pki/registry.crt".into(), cert.cert_pem.into_bytes(), 0o644),
+            ("/etc/kubexm/pki/registry.key".into(), cert.key_pem.into_bytes(), 0o600),
+            ("/etc/systemd/system/kubexm-registry.service".into(), unit.into_bytes(), 0o644),
+        ],
+        then: Some("systemctl daemon-reload && systemctl enable -q kubexm-registry && systemctl restart kubexm-registry".into()),
+    }));
+    let probe = format!("curl -sf --cacert {HOST_CA} https://{addr}:{port}/v2/ >/dev/null");
+    steps.push(Arc::new(Shell::new(
+        "registry-ready",
+        Some(&probe),
+        &format!("systemctl start kubexm-registry; for i in $(seq 30); do {probe} && exit 0; sleep 1; done; systemctl status kubexm-registry --no-pager | tail -5; exit 1"),
+    )));
+    Ok(Module {
+        name: "registry".into(),
+        tasks: vec![Task {
+            name: "registry".into(),
+            hosts: vec![host],
+            steps,
+            after: vec![],
+        }],
+    })
+}
+
+/// containerd on every node from the bundle's binaries for its arch, with
+/// runc, crictl and the CNI plugins; `config.toml` with `config_path`, a
+/// `hosts.toml` per upstream registry pointing at the bundle's registry, the
+/// sandbox image from the bundle, and a systemd unit.
+fn containerd_module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyhow::Result<Module> {
+    if i.cluster.spec.registry.mode != kubexm_bom::config::model::RegistryMode::Local {
+        anyhow::bail!("registry.mode external: the containerd phase does not support an external registry yet (not supported yet)");
+    }
+    let registry = registry_address(i.cluster).ok_or_else(|| anyhow::anyhow!("no registry host"))?;
+    let target = crate::hosts::Target {
+        registry: registry.clone(),
+        prefix: None,
+        flatten: false,
+        ca: Some(HOST_CA.into()),
+        plain_http: false,
+    };
+    let upstreams: std::collections::BTreeSet<String> = i.bom.images.iter().map(|im| im.reference.registry.clone()).collect();
+    let mut files: Vec<(String, Vec<u8>, u32)> = upstreams
+        .iter()
+        .map(|u| {
+            (
+                format!("/etc/containerd/certs.d/{u}/hosts.toml"),
+                crate::hosts::render(u, &target).into_bytes(),
+                0o644,
+            )
+        })
+        .collect();
+    let sandbox = i
+        .bom
+        .images
+        .iter()
+        .find(|im| im.reference.repository.ends_with("/pause") || im.reference.repository == "pause")
+        .map(|im| im.reference.to_string())
+        .ok_or_else(|| anyhow::anyhow!("the bundle has no pause image for the sandbox"))?;
+    let version = i
+        .bom
+        .files
+        .iter()
+        .find(|f| f.component == "containerd")
+        .map(|f| f.version.clone())
+        .unwrap_or_default();
+    files.push((
+        "/etc/containerd/config.toml".into(),
+        CONTAINERD_CONFIG
+            .replace("{{SANDBOX_IMAGE}}", &sandbox)
+            .replace("{{VERSION}}", &version)
+            .into_bytes(),
+        0o644,
+    ));
+    files.push((
+        "/etc/systemd/system/containerd.service".into(),
+        CONTAINERD_UNIT.as_bytes().to_vec(),
+        0o644,
+    ));
+    let mut tasks = Vec::new();
+    for h in hosts {
+        let arch = i.arches.get(h).cloned().unwrap_or_else(|| "amd64".into());
+        let mut steps: Vec<Arc<dyn Step>> = Vec::new();
+        for component in ["runc", "cni-plugins", "crictl", "containerd"] {
+            let file = i
+                .bom
+                .files
+                .iter()
+                .find(|f| f.component == component && f.arch == arch)
+                .ok_or_else(|| anyhow::anyhow!("{h}: the bundle has no {component} for {arch}"))?;
+            steps.extend(install_component(file, i.bundle_dir, i.file_server));
+        }
+        steps.push(Arc::new(PutFiles {
+            name: "containerd-config".into(),
+            files: files.clone(),
+            then: Some("systemctl daemon-reload && systemctl enable -q containerd && systemctl restart containerd".into()),
+        }));
+        steps.push(Arc::new(Shell::new(
+            "containerd-running",
+            Some("systemctl is-active -q containerd"),
+            "systemctl start containerd",
+        )));
+        tasks.push(Task {
+            name: format!("containerd-{h}"),
+            hosts: vec![h.clone()],
+            steps,
+            after: if after_registry {
+                vec![("registry".into(), Scope::AllHosts)]
+            } else {
+                vec![]
+            },
+        });
+    }
+    Ok(Module {
+        name: "containerd".into(),
         tasks,
     })
 }

@@ -695,8 +695,12 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
     let file_server = format!("https://{}", std::net::SocketAddr::new(advertise, args.serve_port));
     let ca = kubexm_installer::pki::ensure_ca(&pki_dir.join("registry"), "kubexm registry CA")?;
     let ca_pem = fs_err::read(&ca.cert)?;
+    let installer = anyhow::Context::context(std::env::current_exe(), "finding the installer binary")?;
     let plan_for = |arches: &BTreeMap<String, String>| {
         deploy::pipeline(&deploy::Inputs {
+            bundle,
+            pubkey: args.pubkey.as_deref(),
+            installer: &installer,
             cluster: &cluster,
             bom: &bom,
             bundle_dir: &u.dir,

@@ -1,5 +1,6 @@
 //! `kubexm-install --bundle -f cluster.yaml`: the phases this release
-//! implements (preflight, os-packages, etcd in binary mode) on three lab
+//! implements (preflight, os-packages, registry, etcd in binary mode,
+//! containerd) on three lab
 //! hosts, one of them arm64, from the signed lab bundle.
 
 use std::path::Path;
@@ -34,7 +35,7 @@ const CTL: &str = "ETCDCTL_API=3 etcdctl --cacert=/etc/kubexm/etcd/pki/ca.crt \
     --cert=/etc/kubexm/etcd/pki/client.crt --key=/etc/kubexm/etcd/pki/client.key";
 
 #[test]
-fn etcd_over_tls_on_three_hosts_one_arm64_and_a_rerun_changes_nothing() {
+fn registry_etcd_and_containerd_on_three_hosts_one_arm64_and_a_rerun_changes_nothing() {
     let Some(lab) = Lab::up(3, 1) else { return };
     let dir = tempfile::tempdir().unwrap();
 
@@ -44,10 +45,10 @@ fn etcd_over_tls_on_three_hosts_one_arm64_and_a_rerun_changes_nothing() {
     assert!(text(&all.stderr).contains("not supported yet"), "{}", text(&all.stderr));
     lab.ssh_ok("lab1", "test ! -e /etc/kubexm");
 
-    let phases = Some("preflight,os-packages,etcd");
-    let first = ok(install(&lab, dir.path(), phases), "install preflight,os-packages,etcd");
+    let phases = Some("preflight,os-packages,registry,etcd,containerd");
+    let first = ok(install(&lab, dir.path(), phases), "install preflight..containerd");
     assert!(
-        first.contains("installed phases preflight, os-packages, etcd on 3 hosts"),
+        first.contains("installed phases preflight, os-packages, registry, etcd, containerd on 3 hosts"),
         "{first}"
     );
 
@@ -89,6 +90,50 @@ fn etcd_over_tls_on_three_hosts_one_arm64_and_a_rerun_changes_nothing() {
     };
     assert_eq!(machine("lab3").trim(), "183 183");
     assert_eq!(machine("lab1").trim(), "62 62");
+
+    // The registry runs as a service on the first control-plane node, and
+    // containerd on every node pulls through hosts.toml from it, TLS checked
+    // against our CA.
+    let reg = lab.ssh(
+        "lab1",
+        "systemctl is-active kubexm-registry; journalctl -u kubexm-registry --no-pager | tail -20",
+    );
+    assert!(text(&reg.stdout).starts_with("active"), "{}", text(&reg.stdout));
+    let pull = "ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d";
+    for h in &lab.desc.hosts {
+        assert_eq!(lab.ssh_ok(&h.name, "systemctl is-active containerd").trim(), "active", "{}", h.name);
+        for image in ["registry.k8s.io/pause:3.10", "registry.k8s.io/coredns/coredns:v1.12.0"] {
+            lab.ssh_ok(&h.name, &format!("{pull} {image}"));
+        }
+        assert!(
+            lab.ssh_ok(&h.name, "cat /etc/containerd/config.toml")
+                .contains("config_path = \"/etc/containerd/certs.d\"")
+        );
+        if h.arch == "amd64" {
+            let out = lab.ssh_ok(
+                &h.name,
+                "ctr -n k8s.io run --rm registry.k8s.io/coredns/coredns:v1.12.0 kx-run /bin/busybox echo ran-in-a-container",
+            );
+            assert!(out.contains("ran-in-a-container"), "{}: {out}", h.name);
+        }
+    }
+    // Without the CA the registry's certificate is refused.
+    let untrusted = lab.ssh(
+        "lab2",
+        "mkdir -p /tmp/noca/registry.k8s.io && grep -v '^  ca = ' /etc/containerd/certs.d/registry.k8s.io/hosts.toml > /tmp/noca/registry.k8s.io/hosts.toml \
+         && ctr -n kx-noca images pull --hosts-dir /tmp/noca registry.k8s.io/pause:3.10",
+    );
+    assert!(!untrusted.status.success(), "pulled without trusting our CA");
+    // The arm64 host pulled the arm64 variant, and runs arm64 containerd and runc.
+    let arm = |f: &str| lab.ssh_ok("lab3", &format!("od -An -tu2 -j18 -N2 {f}")).trim().to_string();
+    assert_eq!(arm("/usr/local/bin/containerd"), "183");
+    assert_eq!(arm("/usr/local/sbin/runc"), "183");
+    let arch = lab.ssh_ok(
+        "lab3",
+        "ctr -n k8s.io run --rm --platform linux/arm64 registry.k8s.io/pause:3.10 x true >/dev/null 2>&1; \
+         ctr -n k8s.io images export --platform linux/arm64 /tmp/p.tar registry.k8s.io/pause:3.10 && echo exported-arm64",
+    );
+    assert!(arch.contains("exported-arm64"), "{arch}");
 
     // A re-run changes nothing.
     let again = ok(install(&lab, dir.path(), phases), "install again");
