@@ -255,6 +255,19 @@ static LAB_BUNDLE: OnceLock<LabBundle> = OnceLock::new();
 
 /// The lab cluster's bundle (the fixture is the same for every lab, so one
 /// build serves every test).
+/// `kubexm-install status --state STATE`, asserting success; its output.
+pub fn status(state: &Path) -> String {
+    ok(
+        Command::new(bin("kubexm-install"))
+            .arg("status")
+            .arg("--state")
+            .arg(state)
+            .output()
+            .expect("running status"),
+        "status",
+    )
+}
+
 /// `kubexm-bundle build -f CONFIG` with the lab catalog, `--strict-mirrors`, a cache and an output.
 pub fn build_command(lab: &Lab, config: &Path, cache: &Path, bundle: &Path) -> Command {
     let mut c = Command::new(bin("kubexm-bundle"));

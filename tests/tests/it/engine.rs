@@ -23,9 +23,10 @@ fn config(lab: &Lab, dir: &Path, auth: impl Fn(usize) -> (String, String)) -> st
     p
 }
 
-fn facts(lab: &Lab, config: &Path, state: &Path, extra: &[&str]) -> std::process::Output {
-    Command::new(bin("kubexm-install"))
-        .arg("facts")
+/// `kubexm-install facts -o json` for `config`, with the lab password in the environment.
+fn facts_command(lab: &Lab, config: &Path, state: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(bin("kubexm-install"));
+    c.arg("facts")
         .arg("-f")
         .arg(config)
         .arg("--catalog")
@@ -34,9 +35,12 @@ fn facts(lab: &Lab, config: &Path, state: &Path, extra: &[&str]) -> std::process
         .arg(state)
         .args(["-o", "json"])
         .args(extra)
-        .env("KUBEXM_LAB_PASSWORD", &lab.desc.ssh.password)
-        .output()
-        .unwrap()
+        .env("KUBEXM_LAB_PASSWORD", &lab.desc.ssh.password);
+    c
+}
+
+fn facts(lab: &Lab, config: &Path, state: &Path, extra: &[&str]) -> std::process::Output {
+    facts_command(lab, config, state, extra).output().unwrap()
 }
 
 #[test]
@@ -63,15 +67,7 @@ fn facts_from_five_hosts_by_key_password_and_sudo() {
         assert!(f["clockOffsetMs"].as_i64().unwrap().abs() < 2000, "{f}");
         assert_eq!(f["hasCurl"], true);
     }
-    let status = ok(
-        Command::new(bin("kubexm-install"))
-            .arg("status")
-            .arg("--state")
-            .arg(&state)
-            .output()
-            .unwrap(),
-        "status",
-    );
+    let status = kubexm_e2e::status(&state);
     assert!(
         status.contains("(facts of cluster lab): succeeded") && status.contains("lab5"),
         "{status}"
@@ -148,15 +144,7 @@ fn fan_out_resume_after_sigkill_and_a_host_stopped_mid_run() {
         "the re-run redid work finished before the kill: {r}"
     );
     assert!(r["applied"].as_u64().unwrap() >= 1, "the kill came after everything was done: {r}");
-    let status = ok(
-        Command::new(bin("kubexm-install"))
-            .arg("status")
-            .arg("--state")
-            .arg(&state)
-            .output()
-            .unwrap(),
-        "status",
-    );
+    let status = kubexm_e2e::status(&state);
     assert!(status.contains("succeeded") && status.contains("skipped"), "{status}");
 
     // 2. Every check now holds: nothing is applied.
@@ -241,21 +229,8 @@ fn facts_by_agent_and_through_a_bastion() {
         ),
     });
     let state = dir.path().join("state.db");
-    let run = |extra: &[&str]| {
-        let mut c = Command::new(bin("kubexm-install"));
-        c.arg("facts")
-            .arg("-f")
-            .arg(&cfg)
-            .arg("--catalog")
-            .arg(&lab.desc.fixture.catalog)
-            .arg("--state")
-            .arg(&state)
-            .args(["-o", "json"])
-            .args(extra)
-            .env("SSH_AUTH_SOCK", &sock);
-        c.output().unwrap()
-    };
-    let v: serde_json::Value = serde_json::from_str(&ok(run(&[]), "facts by agent and bastion")).unwrap();
+    let by_agent = facts_command(&lab, &cfg, &state, &[]).env("SSH_AUTH_SOCK", &sock).output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(by_agent, "facts by agent and bastion")).unwrap();
     let got: Vec<&str> = v["facts"]
         .as_array()
         .unwrap()

@@ -128,14 +128,7 @@ fn repositories_are_built_served_and_installed_on_amd64_and_arm64() {
         );
     }
     // The installed versions are in the state.
-    let status = ok(
-        Command::new(bin("kubexm-install"))
-            .args(["status", "--state"])
-            .arg(&state)
-            .output()
-            .unwrap(),
-        "status",
-    );
+    let status = kubexm_e2e::status(&state);
     assert!(status.contains("os-packages") && status.contains("applied"), "{status}");
     let raw = String::from_utf8_lossy(&std::fs::read(&state).unwrap()).into_owned();
     assert!(raw.contains("keepalived 1:2.2"), "versions not recorded in the state");
