@@ -283,6 +283,7 @@ fn os_repos(cluster: &Cluster, catalog: &Catalog, bundle_arches: &[String]) -> V
         ("control-plane", !g.control_plane.is_empty()),
         ("worker", !g.worker.is_empty()),
         ("loadbalancer", !g.loadbalancer.is_empty()),
+        ("local-proxy", !cluster.local_proxy_hosts().is_empty()),
         ("all", true),
     ];
     let mut roles: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -36,7 +36,7 @@ pub const PHASES: &[&str] = &[
     "kubeconfig",
 ];
 /// The phases this release implements.
-pub const IMPLEMENTED: &[&str] = &["preflight", "os-packages", "registry", "etcd", "containerd"];
+pub const IMPLEMENTED: &[&str] = PHASES;
 
 /// Where the registry CA goes on every host.
 pub const HOST_CA: &str = "/etc/kubexm/pki/registry-ca.crt";
@@ -124,6 +124,27 @@ pub fn preflight(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[St
     out
 }
 
+/// Puts each file on the host, its directory made first.
+async fn put_all(t: &dyn Transport, files: &[(String, Vec<u8>, u32)]) -> Result<(), StepError> {
+    for (path, data, mode) in files {
+        t.run(&format!("mkdir -p \"$(dirname {})\"", q(path)), Duration::from_secs(30))
+            .await?;
+        t.put(data, path, *mode).await?;
+    }
+    Ok(())
+}
+
+/// The first control-plane node: where kubeadm inits and addons are applied.
+pub fn first_control_plane(cluster: &Cluster) -> anyhow::Result<String> {
+    cluster
+        .spec
+        .role_groups
+        .control_plane
+        .first()
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("roleGroups.control-plane is empty"))
+}
+
 /// Files put on a host over SFTP, each checked by sha256 first.
 pub struct PutFiles {
     pub name: String,
@@ -154,11 +175,7 @@ impl Step for PutFiles {
 
     fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
         Box::pin(async move {
-            for (path, data, mode) in &self.files {
-                t.run(&format!("mkdir -p \"$(dirname {})\"", q(path)), Duration::from_secs(30))
-                    .await?;
-                t.put(data, path, *mode).await?;
-            }
+            put_all(t, &self.files).await?;
             if let Some(cmd) = &self.then {
                 let out = t.run(cmd, Duration::from_secs(120)).await?;
                 if !out.success() {
@@ -170,6 +187,70 @@ impl Step for PutFiles {
                 self.files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(", ")
             ))
         })
+    }
+}
+
+/// Files put on a host, then a command, both only when `check` fails: for
+/// commands whose inputs may be gone once done (kubeadm configs, applied
+/// manifests) so the check is about the result, not the files.
+pub struct RunWith {
+    pub name: String,
+    pub check: String,
+    /// (path on the host, content, mode)
+    pub files: Vec<(String, Vec<u8>, u32)>,
+    pub command: String,
+    pub timeout: Duration,
+}
+
+impl Step for RunWith {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn check<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>> {
+        Box::pin(async move { check_by(t, &self.check, Duration::from_secs(60)).await })
+    }
+
+    fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
+        Box::pin(async move {
+            put_all(t, &self.files).await?;
+            let out = t.run(&self.command, self.timeout).await?;
+            if !out.success() {
+                return Err(StepError::Failed(format!(
+                    "{}{}",
+                    out.stderr.trim(),
+                    if out.stderr.trim().is_empty() { out.stdout.trim() } else { "" }
+                )));
+            }
+            Ok(out.stdout.trim().to_string())
+        })
+    }
+}
+
+/// A step that is done when `check` passes on the host, else whatever the
+/// inner step says: a download whose file was consumed and removed once the
+/// thing it carried is installed.
+pub struct Unless {
+    pub check: String,
+    pub inner: Arc<dyn Step>,
+}
+
+impl Step for Unless {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn check<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>> {
+        Box::pin(async move {
+            match check_by(t, &self.check, Duration::from_secs(60)).await? {
+                Check::Holds => Ok(Check::Holds),
+                _ => self.inner.check(t).await,
+            }
+        })
+    }
+
+    fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
+        self.inner.apply(t)
     }
 }
 
@@ -216,7 +297,13 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
         ));
     }
     let id = format!("{} {} {}", file.version, file.arch, fetch.files[0].sha256);
-    apply.push_str(&format!("mkdir -p /var/lib/kubexm/installed\necho {} > {}\n", q(&id), q(&stamp)));
+    // The downloaded archive is a temporary file: gone once installed.
+    apply.push_str(&format!(
+        "mkdir -p /var/lib/kubexm/installed\necho {} > {}\nrm -f {}\n",
+        q(&id),
+        q(&stamp),
+        q(&stash)
+    ));
     let targets: Vec<String> = file
         .install
         .iter()
@@ -231,7 +318,13 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
     let check = format!("[ \"$(cat {} 2>/dev/null)\" = {} ] && {}", q(&stamp), q(&id), targets.join(" && "));
     let mut install = Shell::new(&format!("{}-install", file.component), Some(&check), &apply);
     install.timeout = Duration::from_secs(300);
-    vec![Arc::new(fetch), Arc::new(install)]
+    vec![
+        Arc::new(Unless {
+            check,
+            inner: Arc::new(fetch),
+        }),
+        Arc::new(install),
+    ]
 }
 
 /// Everything a deployment plan needs besides the config.
@@ -253,6 +346,10 @@ pub struct Inputs<'a> {
     pub pubkey: Option<&'a Path>,
     /// The installer binary, which the registry host runs as its registry service.
     pub installer: &'a Path,
+    /// The kubeadm config API of the Kubernetes version (from the catalog).
+    pub kubeadm_api: &'a str,
+    /// Where the admin kubeconfig is written for the user.
+    pub kubeconfig: &'a Path,
 }
 
 /// The registry host: `roleGroups.registry`, else the first control-plane node.
@@ -320,16 +417,86 @@ pub fn pipeline(i: &Inputs) -> anyhow::Result<Pipeline> {
     if has("etcd") {
         modules.push(etcd_module(i)?);
     }
+    if has("loadbalancer") {
+        modules.push(crate::endpoint::module(i.cluster)?);
+    }
     if has("containerd") {
         modules.push(containerd_module(i, &hosts, has("registry"))?);
     }
+    let kdir = i.pki_dir.join("kubernetes");
+    let need_k8s = ["control-plane", "workers"].iter().any(|p| has(p));
+    let (creds, ca_hash) = if need_k8s {
+        let ca = pki::ensure_ca(&kdir, "kubernetes")?;
+        (Some(crate::kubeadm::ensure_credentials(&kdir)?), pki::spki_sha256(&ca)?)
+    } else {
+        (None, String::new())
+    };
+    if let Some(creds) = &creds {
+        if has("control-plane") {
+            modules.push(crate::kubeadm::control_plane_module(i, creds, &ca_hash)?);
+        }
+        if has("workers") {
+            modules.push(crate::kubeadm::workers_module(i, creds, &ca_hash)?);
+        }
+    }
+    let registry = registry_address(i.cluster).unwrap_or_default();
+    for phase in ["cni", "addons"] {
+        if has(phase) {
+            modules.push(crate::addons::module(i, phase, &registry)?);
+        }
+    }
+    if has("kubeconfig") {
+        modules.push(crate::kubeadm::handover_module(i)?);
+    }
+    link(&mut modules);
     Ok(Pipeline {
         name: "install".into(),
         modules,
     })
 }
 
-fn address_of(cluster: &Cluster, host: &str) -> String {
+/// Orders the phases: on each host a task waits for the earlier phases'
+/// tasks on that host, and the cross-host gates hold (the control plane after
+/// etcd's health and the loadbalancers, joins after init, the CNI and addons
+/// after the control plane and workers).
+fn link(modules: &mut [Module]) {
+    // (module, task, hosts) of every task, in phase order.
+    let all: Vec<(String, String, Vec<String>)> = modules
+        .iter()
+        .flat_map(|m| m.tasks.iter().map(|t| (m.name.clone(), t.name.clone(), t.hosts.clone())))
+        .collect();
+    let gates: &[(&str, &[&str])] = &[
+        ("control-plane", &["etcd", "loadbalancer", "registry"]),
+        ("workers", &["control-plane", "registry"]),
+        ("cni", &["control-plane", "workers"]),
+        ("addons", &["control-plane", "workers", "cni"]),
+        ("kubeconfig", &["control-plane", "workers", "cni", "addons"]),
+    ];
+    let mut earlier: Vec<&str> = Vec::new();
+    for m in modules.iter_mut() {
+        let cross: &[&str] = gates.iter().find(|(p, _)| *p == m.name).map(|(_, g)| *g).unwrap_or(&[]);
+        for t in &mut m.tasks {
+            for (module, task, hosts) in all.iter().filter(|(module, _, _)| earlier.contains(&module.as_str())) {
+                if t.after.iter().any(|(a, _)| a == task) {
+                    continue;
+                }
+                if cross.contains(&module.as_str()) {
+                    t.after.push((task.clone(), Scope::AllHosts));
+                } else if hosts.iter().any(|h| t.hosts.contains(h)) {
+                    t.after.push((task.clone(), Scope::SameHost));
+                }
+            }
+        }
+        earlier.push(
+            all.iter()
+                .find(|(module, _, _)| *module == m.name)
+                .map(|(m, _, _)| m.as_str())
+                .unwrap_or(""),
+        );
+    }
+}
+
+pub fn address_of(cluster: &Cluster, host: &str) -> String {
     cluster
         .spec
         .hosts
@@ -523,6 +690,20 @@ fn registry_module(i: &Inputs) -> anyhow::Result<Module> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "bundle.tar.zst".into());
     let remote = format!("{REMOTE_BUNDLE}/{bundle_name}");
+    let id = i
+        .bundle_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let remote_dir = format!("/var/lib/kubexm/bundles/{id}");
+    let unpacked = format!("test -f {remote_dir}/bundle.yaml");
+    // The uploaded bundle is a temporary file: removed once unpacked.
+    let upload = |name: &str, local: &Path, dest: &str| -> anyhow::Result<Arc<dyn Step>> {
+        Ok(Arc::new(Unless {
+            check: unpacked.clone(),
+            inner: Arc::new(Upload::new(name, local, dest, 0o644)?),
+        }))
+    };
     let mut steps: Vec<Arc<dyn Step>> = vec![
         Arc::new(Upload::new(
             "installer-binary",
@@ -530,39 +711,23 @@ fn registry_module(i: &Inputs) -> anyhow::Result<Module> {
             "/usr/local/bin/kubexm-install",
             0o755,
         )?),
-        Arc::new(Upload::new("bundle", i.bundle, &remote, 0o644)?),
+        upload("bundle", i.bundle, &remote)?,
     ];
     let trust = match i.pubkey {
         Some(k) => {
             let sig = std::path::PathBuf::from(format!("{}.minisig", i.bundle.display()));
-            steps.push(Arc::new(Upload::new(
-                "bundle-signature",
-                &sig,
-                &format!("{remote}.minisig"),
-                0o644,
-            )?));
-            steps.push(Arc::new(Upload::new(
-                "bundle-pubkey",
-                k,
-                &format!("{REMOTE_BUNDLE}/bundle.pub"),
-                0o644,
-            )?));
+            steps.push(upload("bundle-signature", &sig, &format!("{remote}.minisig"))?);
+            steps.push(upload("bundle-pubkey", k, &format!("{REMOTE_BUNDLE}/bundle.pub"))?);
             format!("--pubkey {REMOTE_BUNDLE}/bundle.pub")
         }
         None => "--allow-unsigned".into(),
     };
-    let id = i
-        .bundle_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let remote_dir = format!("/var/lib/kubexm/bundles/{id}");
     steps.push(Arc::new(Shell::new(
         "bundle-unpack",
-        Some(&format!("test -f {remote_dir}/bundle.yaml")),
+        Some(&unpacked),
         &format!(
-            "/usr/local/bin/kubexm-install unpack --bundle {} {trust} --root /var/lib/kubexm 2>&1",
-            q(&remote)
+            "/usr/local/bin/kubexm-install unpack --bundle {r} {trust} --root /var/lib/kubexm 2>&1 && rm -f {r} {r}.minisig",
+            r = q(&remote)
         ),
     )));
     let unit = crate::registry_unit(
@@ -625,6 +790,15 @@ fn containerd_module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyh
             )
         })
         .collect();
+    // The registry itself, for manifests whose images were rewritten to it.
+    files.push((
+        format!("/etc/containerd/certs.d/{registry}/hosts.toml"),
+        format!(
+            "# Written by kubexm: the kubexm registry, trusted by its CA.\nserver = \"https://{registry}\"\n\n[host.\"https://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{HOST_CA}\"\n"
+        )
+        .into_bytes(),
+        0o644,
+    ));
     let sandbox = i
         .bom
         .images
@@ -692,15 +866,42 @@ fn containerd_module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyh
     })
 }
 
+const RESET: &str = include_str!("../../manifests/templates/reset.sh");
+
+/// `reset`: every host back to before kubexm (packages stay).
+pub fn reset_pipeline(cluster: &Cluster) -> Pipeline {
+    let data = q(&cluster.spec.etcd.data_dir.display().to_string());
+    let leftovers = format!(
+        "for p in /etc/kubexm /var/lib/kubexm /etc/kubernetes /etc/containerd /usr/local/bin/kubelet /usr/local/bin/etcd \
+         /etc/systemd/system/kubexm-etcd.service /etc/systemd/system/kubelet.service {data}; do [ -e \"$p\" ] && exit 1; done; \
+         ! grep -q '# kubexm control-plane endpoint' /etc/hosts"
+    );
+    let mut step = Shell::new("reset", Some(&leftovers), &RESET.replace("{{ETCD_DATA}}", &data));
+    step.timeout = Duration::from_secs(300);
+    let step: Arc<dyn Step> = Arc::new(step);
+    Pipeline {
+        name: "reset".into(),
+        modules: vec![Module {
+            name: "reset".into(),
+            tasks: vec![Task {
+                name: "reset".into(),
+                hosts: cluster.spec.hosts.iter().map(|h| h.name.clone()).collect(),
+                steps: vec![step],
+                after: vec![],
+            }],
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn phases_not_built_yet_are_set_apart_and_unknown_ones_refused() {
+    fn phases_are_selected_and_unknown_ones_refused() {
         let (ok, missing) = select(&["preflight".into(), "etcd".into(), "cni".into()]).unwrap();
-        assert_eq!(ok, ["preflight", "etcd"]);
-        assert_eq!(missing, ["cni"]);
+        assert_eq!(ok, ["preflight", "etcd", "cni"]);
+        assert!(missing.is_empty());
         assert!(select(&["etdc".into()]).unwrap_err().contains("unknown phase `etdc`"));
     }
 

@@ -8,9 +8,12 @@
 //! phases; until then `kubexm-install -f cluster.yaml` refuses with
 //! "not supported yet".
 
+pub mod addons;
 pub mod deploy;
+pub mod endpoint;
 pub mod engine;
 pub mod hosts;
+pub mod kubeadm;
 pub mod mirror;
 pub mod os_packages;
 pub mod pki;

@@ -51,8 +51,8 @@ struct InstallArgs {
     /// The installer's state root (unpacked bundles, PKI).
     #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
     root: PathBuf,
-    /// Phases to run, comma-separated, in order: preflight, os-packages, etcd, loadbalancer,
-    /// containerd, control-plane, workers, cni, addons, kubeconfig. Default: all.
+    /// Phases to run, comma-separated, in order: preflight, os-packages, registry, etcd,
+    /// loadbalancer, containerd, control-plane, workers, cni, addons, kubeconfig. Default: all.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     phases: Vec<String>,
     /// The address hosts reach this machine at; the file server listens there (port --serve-port).
@@ -61,6 +61,9 @@ struct InstallArgs {
     /// Port of the file server the installer runs during the install.
     #[arg(long, default_value_t = 5443)]
     serve_port: u16,
+    /// Where to write the admin kubeconfig (mode 0600). Default: <root>/<cluster>.kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
     /// Print the plan and touch no host.
     #[arg(long)]
     dry_run: bool,
@@ -202,6 +205,23 @@ enum Command {
         /// Print the plan and touch no host.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Undo an install on every host of the config: services, files, binaries, the
+    /// etcd data (packages stay). Without --yes it only says what it would do.
+    Reset {
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        /// Extend or override the built-in catalog with this file. Repeatable.
+        #[arg(long = "catalog", value_name = "FILE")]
+        catalog: Vec<PathBuf>,
+        /// Really reset: this deletes the cluster, including its etcd data.
+        #[arg(long)]
+        yes: bool,
+        /// The installer's state root (the admin kubeconfig written there is removed).
+        #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+        root: PathBuf,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -467,6 +487,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             dry_run,
             engine,
         } => packages(&file, &catalog, &bundle_dir, &file_server, host_ca, dry_run, &engine),
+        Command::Reset {
+            file,
+            catalog,
+            yes,
+            root,
+            engine,
+        } => reset(&file, &catalog, yes, &root, &engine),
         Command::Status { job, state } => {
             if !state.exists() {
                 return Err(classified(
@@ -613,6 +640,60 @@ fn packages(
     Ok(())
 }
 
+fn reset(file: &std::path::Path, catalog: &[PathBuf], yes: bool, root: &std::path::Path, engine: &EngineArgs) -> anyhow::Result<()> {
+    use kubexm_installer::engine::{jobs, progress::ProgressMode, run};
+    let files: Vec<&std::path::Path> = catalog.iter().map(PathBuf::as_path).collect();
+    let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
+    let cluster = kubexm_bom::config::load_file(file, &cat)?;
+    let pipeline = kubexm_installer::deploy::reset_pipeline(&cluster);
+    if !yes {
+        print!("{}", pipeline.plan()?.describe());
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!(
+                "reset deletes cluster {} on {} host(s), etcd data included; nothing was touched. Pass --yes to do it",
+                cluster.metadata.name,
+                cluster.spec.hosts.len()
+            ),
+        ));
+    }
+    let (state, stop, rt) = engine_context(&cluster, engine)?;
+    let connect = jobs::ConnectOptions {
+        accept_new_host_key: engine.accept_new_host_key,
+        concurrency: engine.concurrency,
+    };
+    let eo = run::EngineOptions {
+        concurrency: engine.concurrency,
+        policy: run::Policy::ContinueOtherHosts,
+        progress: ProgressMode::for_stderr(),
+        ..Default::default()
+    };
+    let ex = rt.block_on(jobs::execute(&cluster, state, "reset", &connect, &eo, stop, |_| Ok(pipeline)))?;
+    if !ex.ok() {
+        let errors = ex.errors();
+        return Err(classified(
+            Class::Host,
+            anyhow::anyhow!(
+                "reset failed on {} host(s) (job {}); run it again:\n  {}",
+                errors.len(),
+                ex.job,
+                errors.join("\n  ")
+            ),
+        ));
+    }
+    let kubeconfig = root.join(format!("{}.kubeconfig", cluster.metadata.name));
+    if kubeconfig.exists() {
+        fs_err::remove_file(&kubeconfig)?;
+    }
+    println!(
+        "reset cluster {} on {} hosts (job {})",
+        cluster.metadata.name,
+        cluster.spec.hosts.len(),
+        ex.job
+    );
+    Ok(())
+}
+
 /// The state database, a Ctrl-C flag and a runtime for an engine job.
 fn engine_context(
     cluster: &kubexm_bom::config::Cluster,
@@ -696,6 +777,14 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
     let ca = kubexm_installer::pki::ensure_ca(&pki_dir.join("registry"), "kubexm registry CA")?;
     let ca_pem = fs_err::read(&ca.cert)?;
     let installer = anyhow::Context::context(std::env::current_exe(), "finding the installer binary")?;
+    let kubeadm_api = catalog
+        .minor(&cluster.spec.kubernetes.version)
+        .map(|m| m.kubeadm_api_version.clone())
+        .ok_or_else(|| anyhow::anyhow!("the catalog has no kubeadm API for Kubernetes {}", cluster.spec.kubernetes.version))?;
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| args.root.join(format!("{}.kubeconfig", cluster.metadata.name)));
     let plan_for = |arches: &BTreeMap<String, String>| {
         deploy::pipeline(&deploy::Inputs {
             bundle,
@@ -709,6 +798,8 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
             pki_dir: &pki_dir,
             arches,
             phases: &phases,
+            kubeadm_api: &kubeadm_api,
+            kubeconfig: &kubeconfig,
         })
     };
     if args.dry_run {
@@ -763,7 +854,8 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         ));
     }
     if phases.iter().any(|p| p == "preflight") {
-        let refused = deploy::preflight(&cluster, &bom, &facts.facts, &phases);
+        let mut refused = deploy::preflight(&cluster, &bom, &facts.facts, &phases);
+        refused.extend(kubexm_installer::endpoint::preflight(&cluster));
         if !refused.is_empty() {
             server.abort();
             return Err(classified(
@@ -802,5 +894,71 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         cluster.spec.hosts.len(),
         ex.job
     );
+    print!("{}", summary(&cluster, &phases, &kubeconfig));
     Ok(())
+}
+
+/// What the user has now, after a successful install.
+fn summary(cluster: &kubexm_bom::config::Cluster, phases: &[String], kubeconfig: &std::path::Path) -> String {
+    use kubexm_installer::{addons, endpoint};
+    let g = &cluster.spec.role_groups;
+    let has = |p: &str| phases.iter().any(|x| x == p);
+    let mut s = String::new();
+    s.push_str(&format!(
+        "cluster {}:
+",
+        cluster.metadata.name
+    ));
+    if has("control-plane") {
+        s.push_str(&format!(
+            "  control plane: {} (endpoint {}, mode {})
+",
+            g.control_plane.join(", "),
+            endpoint::endpoint(cluster),
+            serde_json::to_value(cluster.spec.control_plane_endpoint.mode)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        ));
+        s.push_str(&format!(
+            "  etcd: {} (binary, TLS)
+",
+            g.etcd.join(", ")
+        ));
+    }
+    if has("workers") {
+        s.push_str(&format!(
+            "  nodes: {}
+",
+            g.worker.join(", ")
+        ));
+    }
+    for phase in ["cni", "addons"] {
+        if has(phase)
+            && let Ok(list) = addons::enabled(cluster, phase)
+            && !list.is_empty()
+        {
+            s.push_str(&format!(
+                "  {phase}: {}
+",
+                list.join(", ")
+            ));
+        }
+    }
+    if let Some(r) = kubexm_installer::deploy::registry_address(cluster).filter(|_| has("registry")) {
+        s.push_str(&format!(
+            "  registry: https://{r} (CA /etc/kubexm/pki/registry-ca.crt on every host)
+"
+        ));
+    }
+    if has("kubeconfig") {
+        s.push_str(&format!(
+            "  kubeconfig: {} (server {}); try: kubectl --kubeconfig {} get nodes
+",
+            kubeconfig.display(),
+            endpoint::external_server(cluster),
+            kubeconfig.display()
+        ));
+    }
+    s
 }

@@ -186,17 +186,7 @@ impl Step for HostPackages {
 
 /// The role groups a host belongs to.
 pub fn roles_of(cluster: &kubexm_bom::config::Cluster, host: &str) -> Vec<String> {
-    let g = &cluster.spec.role_groups;
-    [
-        ("etcd", &g.etcd),
-        ("control-plane", &g.control_plane),
-        ("worker", &g.worker),
-        ("loadbalancer", &g.loadbalancer),
-    ]
-    .into_iter()
-    .filter(|(_, hosts)| hosts.iter().any(|h| h == host))
-    .map(|(r, _)| r.to_string())
-    .collect()
+    cluster.roles_of(host)
 }
 
 #[cfg(test)]

@@ -101,6 +101,15 @@ pub fn ensure_ca(dir: &Path, name: &str) -> Result<Ca, PkiError> {
     Ok(ca)
 }
 
+/// The kubeadm discovery pin of a CA: the hex sha256 of its public key's
+/// SubjectPublicKeyInfo (DER).
+pub fn spki_sha256(ca: &Ca) -> Result<String, PkiError> {
+    let key = KeyPair::from_pem(&fs_err::read_to_string(&ca.key).map_err(io(&ca.key))?).map_err(cert_err("reading the CA key"))?;
+    Ok(kubexm_bundle::digest::sha256_hex(&rcgen::PublicKeyData::subject_public_key_info(
+        &key,
+    )))
+}
+
 /// What a certificate is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Usage {

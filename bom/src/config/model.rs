@@ -23,6 +23,37 @@ pub struct Cluster {
     pub spec: Spec,
 }
 
+impl Cluster {
+    /// Hosts that run a local API proxy (mode D): workers that are not
+    /// control-plane nodes, which reach the API servers through 127.0.0.1.
+    pub fn local_proxy_hosts(&self) -> Vec<String> {
+        let g = &self.spec.role_groups;
+        if self.spec.control_plane_endpoint.mode != EndpointMode::LocalProxy {
+            return Vec::new();
+        }
+        g.worker.iter().filter(|w| !g.control_plane.contains(w)).cloned().collect()
+    }
+
+    /// The roles a host has, by role group, plus `local-proxy` (mode D).
+    pub fn roles_of(&self, host: &str) -> Vec<String> {
+        let g = &self.spec.role_groups;
+        let mut roles: Vec<String> = [
+            ("etcd", &g.etcd),
+            ("control-plane", &g.control_plane),
+            ("worker", &g.worker),
+            ("loadbalancer", &g.loadbalancer),
+        ]
+        .into_iter()
+        .filter(|(_, hosts)| hosts.iter().any(|h| h == host))
+        .map(|(r, _)| r.to_string())
+        .collect();
+        if self.local_proxy_hosts().iter().any(|h| h == host) {
+            roles.push("local-proxy".into());
+        }
+        roles
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Metadata {

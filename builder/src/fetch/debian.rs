@@ -548,7 +548,9 @@ pub async fn build_repo(
         String::from_utf8_lossy(&raw).into_owned()
     };
     let index = Index::parse(&text, base_priorities);
-    let requested: Vec<String> = item.packages_for(&["etcd", "control-plane", "worker", "loadbalancer"]);
+    // Every role the BOM lists for this repository.
+    let roles: Vec<&str> = item.roles.keys().map(String::as_str).collect();
+    let requested: Vec<String> = item.packages_for(&roles);
     let resolution = resolve(&index, &requested).map_err(|p| DebianError::Unresolvable(p, item.release.clone(), item.arch.clone()))?;
     // Fetch every chosen .deb against the index's SHA256.
     let mut wanted = Vec::new();

@@ -1,0 +1,262 @@
+//! The control-plane endpoint: how every node reaches the API servers.
+//!
+//! Mode A (`haproxy-keepalived`): haproxy on the loadbalancer hosts forwards
+//! the endpoint port to every control-plane node, and keepalived holds the VIP
+//! with unicast VRRP peers (no multicast needed on the network). Mode D
+//! (`local-proxy`): every worker that is not a control-plane node runs haproxy
+//! on 127.0.0.1 towards all API servers, started before it joins. In both the
+//! endpoint's name (`controlPlaneEndpoint.domain`) resolves through
+//! `/etc/hosts` on every node: to the VIP (A), or to 127.0.0.1 on proxied
+//! workers and the node's own address on control-plane nodes (D).
+
+use std::sync::Arc;
+
+use kubexm_bom::config::Cluster;
+use kubexm_bom::config::model::EndpointMode;
+
+use crate::deploy::{PutFiles, address_of};
+use crate::engine::plan::{Module, Step, Task};
+use crate::engine::steps::Shell;
+use crate::engine::transport::shell_quote as q;
+
+const HAPROXY: &str = include_str!("../../manifests/templates/haproxy.cfg");
+const KEEPALIVED: &str = include_str!("../../manifests/templates/keepalived.conf");
+/// The marker on the `/etc/hosts` line kubexm owns.
+pub const HOSTS_MARK: &str = "# kubexm control-plane endpoint";
+
+/// `domain:port`, what kubeadm and kubeconfigs use.
+pub fn endpoint(cluster: &Cluster) -> String {
+    let e = &cluster.spec.control_plane_endpoint;
+    format!("{}:{}", e.domain, e.port)
+}
+
+/// The address `domain` resolves to on `host`.
+pub fn resolves_to(cluster: &Cluster, host: &str) -> String {
+    let e = &cluster.spec.control_plane_endpoint;
+    match e.mode {
+        EndpointMode::LocalProxy => {
+            if cluster.spec.role_groups.control_plane.iter().any(|c| c == host) {
+                address_of(cluster, host)
+            } else {
+                "127.0.0.1".into()
+            }
+        }
+        _ => e.address.clone().unwrap_or_else(|| {
+            cluster
+                .spec
+                .role_groups
+                .control_plane
+                .first()
+                .map(|c| address_of(cluster, c))
+                .unwrap_or_default()
+        }),
+    }
+}
+
+/// An address other machines (the user's) reach the API servers at.
+pub fn external_server(cluster: &Cluster) -> String {
+    let e = &cluster.spec.control_plane_endpoint;
+    let host = match (e.mode, &e.address) {
+        (EndpointMode::LocalProxy, _) | (_, None) => cluster
+            .spec
+            .role_groups
+            .control_plane
+            .first()
+            .map(|c| address_of(cluster, c))
+            .unwrap_or_default(),
+        (_, Some(a)) => a.clone(),
+    };
+    let port = if e.mode == EndpointMode::LocalProxy { 6443 } else { e.port };
+    format!("https://{host}:{port}")
+}
+
+/// What preflight refuses about the endpoint.
+pub fn preflight(cluster: &Cluster) -> Vec<String> {
+    let e = &cluster.spec.control_plane_endpoint;
+    let g = &cluster.spec.role_groups;
+    let mut out = Vec::new();
+    if e.mode == EndpointMode::HaproxyKeepalived && e.port == 6443 {
+        for lb in g.loadbalancer.iter().filter(|l| g.control_plane.contains(l)) {
+            out.push(format!(
+                "{lb}: is a loadbalancer and a control-plane node, so haproxy and the API server would both bind port 6443; \
+                 set controlPlaneEndpoint.port to another port or use separate loadbalancer hosts"
+            ));
+        }
+    }
+    if e.mode == EndpointMode::LocalProxy && e.port != 6443 {
+        out.push(format!(
+            "controlPlaneEndpoint.port is {} but mode local-proxy serves 127.0.0.1:6443 on workers and the API servers' own port on control-plane nodes; leave the port at 6443",
+            e.port
+        ));
+    }
+    out
+}
+
+fn haproxy_cfg(cluster: &Cluster, purpose: &str, bind: &str) -> String {
+    let servers: Vec<String> = cluster
+        .spec
+        .role_groups
+        .control_plane
+        .iter()
+        .map(|c| format!("    server {c} {}:6443", address_of(cluster, c)))
+        .collect();
+    HAPROXY
+        .replace("{{PURPOSE}}", purpose)
+        .replace("{{BIND}}", bind)
+        .replace("{{SERVERS}}", &servers.join("\n"))
+}
+
+fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
+    vec![
+        Arc::new(PutFiles {
+            name: "haproxy-config".into(),
+            files: vec![("/etc/haproxy/haproxy.cfg".into(), cfg.into_bytes(), 0o644)],
+            then: Some("haproxy -c -q -f /etc/haproxy/haproxy.cfg && systemctl enable -q haproxy && systemctl restart haproxy".into()),
+        }),
+        Arc::new(Shell::new(
+            "haproxy-running",
+            Some("systemctl is-active -q haproxy"),
+            "systemctl restart haproxy && systemctl is-active -q haproxy",
+        )),
+    ]
+}
+
+/// The loadbalancer phase for the configured mode (A or D).
+pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
+    let e = &cluster.spec.control_plane_endpoint;
+    let g = &cluster.spec.role_groups;
+    let mut tasks = Vec::new();
+    // The endpoint's name on every host.
+    for h in &cluster.spec.hosts {
+        let line = format!("{} {} {HOSTS_MARK}", resolves_to(cluster, &h.name), e.domain);
+        tasks.push(Task {
+            name: format!("endpoint-name-{}", h.name),
+            hosts: vec![h.name.clone()],
+            steps: vec![Arc::new(Shell::new(
+                "endpoint-name",
+                Some(&format!("grep -qxF {} /etc/hosts", q(&line))),
+                &format!(
+                    "grep -vF {mark} /etc/hosts > /etc/hosts.kubexm.tmp; echo {line} >> /etc/hosts.kubexm.tmp; cat /etc/hosts.kubexm.tmp > /etc/hosts; rm -f /etc/hosts.kubexm.tmp",
+                    mark = q(HOSTS_MARK),
+                    line = q(&line)
+                ),
+            ))],
+            after: vec![],
+        });
+    }
+    match e.mode {
+        EndpointMode::HaproxyKeepalived => {
+            let vip = e
+                .address
+                .clone()
+                .ok_or_else(|| anyhow::anyhow!("controlPlaneEndpoint.address (the VIP) is required in mode haproxy-keepalived"))?;
+            let cfg = haproxy_cfg(
+                cluster,
+                &format!("the control-plane endpoint {vip}:{}", e.port),
+                &format!("*:{}", e.port),
+            );
+            for (n, lb) in g.loadbalancer.iter().enumerate() {
+                let addr = address_of(cluster, lb);
+                let peers: Vec<String> = g
+                    .loadbalancer
+                    .iter()
+                    .filter(|p| *p != lb)
+                    .map(|p| format!("        {}", address_of(cluster, p)))
+                    .collect();
+                let conf = KEEPALIVED
+                    .replace("{{NAME}}", lb)
+                    .replace("{{VIP}}", &vip)
+                    .replace("{{ROUTER_ID}}", &e.virtual_router_id.to_string())
+                    .replace("{{PRIORITY}}", &(150u32.saturating_sub(10 * n as u32).max(60)).to_string())
+                    .replace("{{ADDRESS}}", &addr)
+                    .replace("{{PEERS}}", &peers.join("\n"));
+                let iface = match &e.interface {
+                    Some(i) => q(i),
+                    None => format!("\"$(ip -o -4 route get {vip} | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')\""),
+                };
+                let render = format!(
+                    "iface={iface}; [ -n \"$iface\" ] || {{ echo 'no interface routes to the VIP {vip}; set controlPlaneEndpoint.interface' >&2; exit 1; }}; \
+                     sed \"s/{{{{INTERFACE}}}}/$iface/g\" /etc/kubexm/keepalived.conf.in"
+                );
+                let mut steps = haproxy_steps(cfg.clone());
+                steps.push(Arc::new(PutFiles {
+                    name: "keepalived-template".into(),
+                    files: vec![("/etc/kubexm/keepalived.conf.in".into(), conf.into_bytes(), 0o644)],
+                    then: None,
+                }));
+                steps.push(Arc::new(Shell::new(
+                    "keepalived",
+                    Some(&format!(
+                        "{render} | cmp -s - /etc/keepalived/keepalived.conf && systemctl is-active -q keepalived"
+                    )),
+                    &format!(
+                        "set -e; mkdir -p /etc/keepalived; {render} > /etc/keepalived/keepalived.conf.tmp; \
+                         mv -f /etc/keepalived/keepalived.conf.tmp /etc/keepalived/keepalived.conf; \
+                         systemctl enable -q keepalived; systemctl restart keepalived; sleep 1; systemctl is-active -q keepalived"
+                    ),
+                )));
+                tasks.push(Task {
+                    name: format!("loadbalancer-{lb}"),
+                    hosts: vec![lb.clone()],
+                    steps,
+                    after: vec![],
+                });
+            }
+        }
+        EndpointMode::LocalProxy => {
+            let cfg = haproxy_cfg(cluster, "the local API proxy (endpoint mode D)", "127.0.0.1:6443");
+            for w in cluster.local_proxy_hosts() {
+                tasks.push(Task {
+                    name: format!("local-proxy-{w}"),
+                    hosts: vec![w.clone()],
+                    steps: haproxy_steps(cfg.clone()),
+                    after: vec![],
+                });
+            }
+        }
+        other => anyhow::bail!("control-plane endpoint mode {other:?} is not supported yet"),
+    }
+    Ok(Module {
+        name: "loadbalancer".into(),
+        tasks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(mode: &str) -> Cluster {
+        let vip = if mode == "local-proxy" { "" } else { ", address: 10.0.0.100" };
+        let text = format!(
+            "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata: {{name: t}}\nspec:\n  hostDefaults: {{auth: {{agent: true}}}}\n  hosts:\n    - {{name: a, address: 10.0.0.1}}\n    - {{name: b, address: 10.0.0.2}}\n    - {{name: c, address: 10.0.0.3}}\n    - {{name: d, address: 10.0.0.4}}\n  roleGroups: {{etcd: [a], control-plane: [a, b], worker: [a, b, c, d], loadbalancer: [c, d]}}\n  controlPlaneEndpoint: {{mode: {mode}{vip}}}\n  kubernetes: {{version: v1.33.4}}\n"
+        );
+        let catalog = kubexm_bom::catalog::Catalog::builtin().unwrap();
+        kubexm_bom::config::load_str(&text, "t.yaml", &catalog).unwrap()
+    }
+
+    #[test]
+    fn local_proxy_resolves_to_loopback_on_workers_and_self_on_control_plane() {
+        let c = cluster("local-proxy");
+        assert_eq!(c.local_proxy_hosts(), ["c", "d"]);
+        assert_eq!(resolves_to(&c, "c"), "127.0.0.1");
+        assert_eq!(resolves_to(&c, "b"), "10.0.0.2");
+        let cfg = haproxy_cfg(&c, "x", "127.0.0.1:6443");
+        assert!(
+            cfg.contains("server a 10.0.0.1:6443") && cfg.contains("server b 10.0.0.2:6443"),
+            "{cfg}"
+        );
+        let m = module(&c).unwrap();
+        assert_eq!(m.tasks.iter().filter(|t| t.name.starts_with("local-proxy-")).count(), 2);
+    }
+
+    #[test]
+    fn mode_a_uses_the_vip_and_unicast_peers() {
+        let c = cluster("haproxy-keepalived");
+        assert_eq!(resolves_to(&c, "a"), "10.0.0.100");
+        assert_eq!(external_server(&c), "https://10.0.0.100:6443");
+        let m = module(&c).unwrap();
+        assert_eq!(m.tasks.iter().filter(|t| t.name.starts_with("loadbalancer-")).count(), 2);
+        assert!(preflight(&c).is_empty());
+    }
+}

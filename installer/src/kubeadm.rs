@@ -1,0 +1,526 @@
+//! Kubernetes by kubeadm (deployMode `kubeadm`): the binaries and kubelet on
+//! every node, our Kubernetes CA on the first control-plane node, `kubeadm
+//! init` there with a config rendered for the version's kubeadm API (external
+//! etcd from the etcd phase, the control-plane endpoint), then joins: the other
+//! control-plane nodes one at a time with the certificate key, the workers in
+//! parallel, each with the bootstrap token and the CA's public-key pin.
+//!
+//! The token and certificate key are secrets: they live in the installer's
+//! PKI directory (mode 0600) and in config files on the hosts (0600, removed at
+//! hand-over), never on a command line that is logged or in a step's log.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubexm_bom::config::Cluster;
+use serde::{Deserialize, Serialize};
+
+use crate::deploy::{Inputs, PutFiles, RunWith, address_of, install_component};
+use crate::endpoint;
+use crate::engine::plan::{Check, Module, Scope, Step, StepError, Task};
+use crate::engine::steps::Shell;
+use crate::engine::transport::Transport;
+use crate::pki;
+use futures_util::future::BoxFuture;
+
+const KUBELET_UNIT: &str = include_str!("../../manifests/templates/kubelet.service");
+const KUBELET_DROPIN: &str = include_str!("../../manifests/templates/kubelet-kubeadm.conf");
+const SYSCTL: &str = include_str!("../../manifests/templates/kubernetes-node.conf");
+const INIT_V1BETA4: &str = include_str!("../../manifests/templates/kubeadm/init-v1beta4.yaml");
+const JOIN_V1BETA4: &str = include_str!("../../manifests/templates/kubeadm/join-v1beta4.yaml");
+const INIT_V1BETA3: &str = include_str!("../../manifests/templates/kubeadm/init-v1beta3.yaml");
+const JOIN_V1BETA3: &str = include_str!("../../manifests/templates/kubeadm/join-v1beta3.yaml");
+/// Where kubexm keeps kubeadm configs on hosts (they hold the token: 0600, removed at hand-over).
+pub const CONFIG_DIR: &str = "/etc/kubexm/kubeadm";
+const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
+/// The bootstrap token and certificate key are reused this long, then renewed
+/// (kubeadm deletes uploaded certificates after two hours).
+const CREDENTIALS_FOR_SECS: u64 = 100 * 60;
+
+/// The join credentials, kept in `<root>/pki/kubernetes/join.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JoinCredentials {
+    pub token: String,
+    pub certificate_key: String,
+    pub created: u64,
+}
+
+impl JoinCredentials {
+    pub fn token_id(&self) -> &str {
+        self.token.split('.').next().unwrap_or_default()
+    }
+}
+
+fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = vec![0u8; n];
+    fs_err::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
+}
+
+/// `len` characters of `[a-z0-9]`, unbiased (rejection sampling).
+fn token_part(len: usize) -> std::io::Result<String> {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut out = String::new();
+    while out.len() < len {
+        for b in random_bytes(64)? {
+            if b < 252 && out.len() < len {
+                out.push(ALPHABET[(b % 36) as usize] as char);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The credentials in `dir`, made or renewed when missing or older than the
+/// certificate key's life.
+pub fn ensure_credentials(dir: &Path) -> anyhow::Result<JoinCredentials> {
+    let path = dir.join("join.json");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    if let Ok(text) = fs_err::read_to_string(&path)
+        && let Ok(c) = serde_json::from_str::<JoinCredentials>(&text)
+        && now.saturating_sub(c.created) < CREDENTIALS_FOR_SECS
+    {
+        return Ok(c);
+    }
+    let c = JoinCredentials {
+        token: format!("{}.{}", token_part(6)?, token_part(16)?),
+        certificate_key: hex::encode(random_bytes(32)?),
+        created: now,
+    };
+    fs_err::create_dir_all(dir)?;
+    pki::write_private(&path, serde_json::to_string(&c)?.as_bytes())?;
+    Ok(c)
+}
+
+/// What a node's kubeadm config is filled with.
+struct Render<'a> {
+    cluster: &'a Cluster,
+    api: &'a str,
+    creds: &'a JoinCredentials,
+    ca_hash: &'a str,
+}
+
+impl Render<'_> {
+    fn common(&self, template: &str, node: &str) -> String {
+        let c = self.cluster;
+        let g = &c.spec.role_groups;
+        let taints = if g.control_plane.iter().any(|h| h == node) && g.worker.iter().any(|h| h == node) {
+            // A control-plane node that is also a worker takes workloads.
+            "  taints: []"
+        } else {
+            ""
+        };
+        let etcd: Vec<String> = g
+            .etcd
+            .iter()
+            .map(|m| format!("      - https://{}:2379", address_of(c, m)))
+            .collect();
+        let mut sans: Vec<String> = vec![c.spec.control_plane_endpoint.domain.clone()];
+        if let Some(vip) = &c.spec.control_plane_endpoint.address {
+            sans.push(vip.clone());
+        }
+        for h in &g.control_plane {
+            sans.push(h.clone());
+            sans.push(address_of(c, h));
+        }
+        sans.push("127.0.0.1".into());
+        let dns = if c.spec.dns.nodelocaldns.enabled {
+            c.spec.dns.nodelocaldns.ip.clone()
+        } else {
+            crate::addons::cluster_dns_ip(&c.spec.kubernetes.service_cidr)
+        };
+        template
+            .replace("{{NODE}}", node)
+            .replace("{{ADDRESS}}", &address_of(c, node))
+            .replace("{{TOKEN}}", &self.creds.token)
+            .replace("{{CERT_KEY}}", &self.creds.certificate_key)
+            .replace("{{CA_HASH}}", self.ca_hash)
+            .replace("{{ENDPOINT}}", &endpoint::endpoint(c))
+            .replace("{{CLUSTER}}", &c.metadata.name)
+            .replace("{{VERSION}}", &c.spec.kubernetes.version)
+            .replace("{{POD_CIDR}}", &c.spec.kubernetes.pod_cidr)
+            .replace("{{SERVICE_CIDR}}", &c.spec.kubernetes.service_cidr)
+            .replace("{{DNS_DOMAIN}}", &c.spec.kubernetes.dns_domain)
+            .replace("{{ETCD_ENDPOINTS}}", &etcd.join("\n"))
+            .replace(
+                "{{SANS}}",
+                &sans.iter().map(|s| format!("    - \"{s}\"")).collect::<Vec<_>>().join("\n"),
+            )
+            .replace("{{CLUSTER_DNS}}", &dns)
+            .replace(
+                "{{PROXY_MODE}}",
+                match c.spec.kubernetes.proxy_mode {
+                    kubexm_bom::config::model::ProxyMode::Ipvs => "ipvs",
+                    _ => "iptables",
+                },
+            )
+            .replace("{{TAINTS}}\n", if taints.is_empty() { "" } else { "  taints: []\n" })
+    }
+
+    fn templates(&self) -> anyhow::Result<(&'static str, &'static str)> {
+        match self.api {
+            "kubeadm.k8s.io/v1beta4" => Ok((INIT_V1BETA4, JOIN_V1BETA4)),
+            "kubeadm.k8s.io/v1beta3" => Ok((INIT_V1BETA3, JOIN_V1BETA3)),
+            other => anyhow::bail!("kubeadm API {other} is not supported yet (v1beta3 and v1beta4 are)"),
+        }
+    }
+
+    /// The `kubeadm init` config for the first control-plane node.
+    pub fn init(&self, node: &str) -> anyhow::Result<String> {
+        Ok(self.common(self.templates()?.0, node))
+    }
+
+    /// The `kubeadm join` config; control-plane joins carry the certificate key.
+    pub fn join(&self, node: &str, control_plane: bool) -> anyhow::Result<String> {
+        let cp = if control_plane {
+            format!(
+                "controlPlane:\n  localAPIEndpoint:\n    advertiseAddress: {}\n    bindPort: 6443\n  certificateKey: \"{}\"\n",
+                address_of(self.cluster, node),
+                self.creds.certificate_key
+            )
+        } else {
+            String::new()
+        };
+        Ok(self.common(self.templates()?.1, node).replace("{{CONTROL_PLANE}}\n", &cp))
+    }
+}
+
+/// The binaries, kernel settings and kubelet unit a node needs before kubeadm.
+fn node_prerequisites(i: &Inputs, host: &str, with_kubectl: bool) -> anyhow::Result<Vec<Arc<dyn Step>>> {
+    let arch = i.arches.get(host).cloned().unwrap_or_else(|| "amd64".into());
+    let mut steps = Vec::new();
+    let mut components = vec!["kubeadm", "kubelet"];
+    if with_kubectl {
+        components.push("kubectl");
+    }
+    for component in components {
+        let file = i
+            .bom
+            .files
+            .iter()
+            .find(|f| f.component == component && f.arch == arch)
+            .ok_or_else(|| anyhow::anyhow!("{host}: the bundle has no {component} for {arch}"))?;
+        steps.extend(install_component(file, i.bundle_dir, i.file_server));
+    }
+    steps.push(Arc::new(PutFiles {
+        name: "kernel-settings".into(),
+        files: vec![
+            ("/etc/sysctl.d/90-kubexm-kubernetes.conf".into(), SYSCTL.as_bytes().to_vec(), 0o644),
+            (
+                "/etc/modules-load.d/kubexm-kubernetes.conf".into(),
+                b"# kubexm: modules a Kubernetes node needs.\noverlay\nbr_netfilter\n".to_vec(),
+                0o644,
+            ),
+        ],
+        // Containers (like the lab's hosts) may not load modules or set every
+        // key; kubeadm's own preflight names what is really missing.
+        then: Some(
+            "modprobe overlay 2>/dev/null; modprobe br_netfilter 2>/dev/null; sysctl -q --system >/dev/null 2>&1; swapoff -a; true".into(),
+        ),
+    }));
+    steps.push(Arc::new(PutFiles {
+        name: "kubelet-unit".into(),
+        files: vec![
+            (
+                "/etc/systemd/system/kubelet.service".into(),
+                KUBELET_UNIT.as_bytes().to_vec(),
+                0o644,
+            ),
+            (
+                "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf".into(),
+                KUBELET_DROPIN.as_bytes().to_vec(),
+                0o644,
+            ),
+        ],
+        then: Some("systemctl daemon-reload && systemctl enable -q kubelet".into()),
+    }));
+    Ok(steps)
+}
+
+fn kubelet_running() -> Arc<dyn Step> {
+    Arc::new(Shell::new(
+        "kubelet-running",
+        Some("systemctl is-enabled -q kubelet && systemctl is-active -q kubelet"),
+        "systemctl enable -q kubelet && systemctl restart kubelet && sleep 1 && systemctl is-active -q kubelet",
+    ))
+}
+
+/// Runs kubeadm with a config file, its output kept in a root-only log on the
+/// host (it prints the token); on failure the tail is shown without secrets.
+fn kubeadm(name: &str, check: &str, config: String, file: &str, command: &str, creds: &JoinCredentials) -> Arc<dyn Step> {
+    let log = format!("/var/log/kubexm/{name}.log");
+    Arc::new(RunWith {
+        name: name.into(),
+        check: check.into(),
+        files: vec![(format!("{CONFIG_DIR}/{file}"), config.into_bytes(), 0o600)],
+        command: format!(
+            "mkdir -p /var/log/kubexm && chmod 700 /var/log/kubexm\n\
+             if {command} --config {CONFIG_DIR}/{file} > {log} 2>&1; then\n  echo {id} >> {CONFIG_DIR}/tokens; echo \"{name}: done (log {log})\"\n\
+             else\n  rc=$?; grep -v -e '--token' -e 'certificate-key' -e '{id}' {log} | tail -25 >&2; exit $rc\nfi",
+            id = creds.token_id()
+        ),
+        timeout: Duration::from_secs(600),
+    })
+}
+
+/// The control-plane phase: init on the first node, then the others join in turn.
+pub fn control_plane_module(i: &Inputs, creds: &JoinCredentials, ca_hash: &str) -> anyhow::Result<Module> {
+    let c = i.cluster;
+    let g = &c.spec.role_groups;
+    if g.control_plane.is_empty() {
+        anyhow::bail!("roleGroups.control-plane is empty");
+    }
+    let r = Render {
+        cluster: c,
+        api: i.kubeadm_api,
+        creds,
+        ca_hash,
+    };
+    let kdir = i.pki_dir.join("kubernetes");
+    let ca = pki::ensure_ca(&kdir, "kubernetes")?;
+    let etcd_dir = i.pki_dir.join("etcd");
+    let etcd_ca = pki::ensure_ca(&etcd_dir, "kubexm etcd CA")?;
+    let client = pki::ensure_cert(&etcd_ca, &etcd_dir, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
+    let etcd_files = vec![
+        (format!("{ETCD_PKI}/ca.crt"), fs_err::read(&etcd_ca.cert)?, 0o644),
+        (format!("{ETCD_PKI}/client.crt"), client.cert_pem.clone().into_bytes(), 0o644),
+        (format!("{ETCD_PKI}/client.key"), client.key_pem.clone().into_bytes(), 0o600),
+    ];
+    let mut tasks = Vec::new();
+    // Every etcd member answers before the control plane starts: a stopped
+    // member fails here, on its own host, not inside kubeadm.
+    let mut gates = Vec::new();
+    for m in &g.etcd {
+        let ep = format!("https://{}:2379/health", address_of(c, m));
+        let probe = format!(
+            "curl -sf --max-time 3 --cacert {ETCD_PKI}/ca.crt --cert {ETCD_PKI}/client.crt --key {ETCD_PKI}/client.key {ep} | grep -q '\"health\":\"true\"'"
+        );
+        tasks.push(Task {
+            name: format!("etcd-ready-{m}"),
+            hosts: vec![m.clone()],
+            steps: vec![Arc::new(Shell {
+                name: "etcd-ready".into(),
+                check: Some(probe.clone()),
+                apply: format!(
+                    "for i in $(seq 10); do {probe} && exit 0; sleep 1; done; \
+                     echo \"etcd member {m} does not answer at {ep} ($(systemctl is-active kubexm-etcd)); start it (systemctl start kubexm-etcd) or re-run the etcd phase\" >&2; exit 1"
+                ),
+                timeout: Duration::from_secs(60),
+            })],
+            after: vec![],
+        });
+        gates.push((format!("etcd-ready-{m}"), Scope::AllHosts));
+    }
+    let mut previous: Option<String> = None;
+    for (n, h) in g.control_plane.iter().enumerate() {
+        let mut steps = node_prerequisites(i, h, true)?;
+        steps.push(Arc::new(PutFiles {
+            name: "etcd-client-certs".into(),
+            files: etcd_files.clone(),
+            then: None,
+        }));
+        let task = if n == 0 {
+            steps.push(Arc::new(PutFiles {
+                name: "kubernetes-ca".into(),
+                files: vec![
+                    ("/etc/kubernetes/pki/ca.crt".into(), fs_err::read(&ca.cert)?, 0o644),
+                    ("/etc/kubernetes/pki/ca.key".into(), fs_err::read(&ca.key)?, 0o600),
+                ],
+                then: None,
+            }));
+            steps.push(kubeadm(
+                "kubeadm-init",
+                "test -s /etc/kubernetes/admin.conf",
+                r.init(h)?,
+                "init.yaml",
+                "kubeadm init --upload-certs",
+                creds,
+            ));
+            steps.push(kubelet_running());
+            // Credentials renewed on a later run (the token lives 24 h, uploaded certificates 2 h).
+            steps.push(Arc::new(RunWith {
+                name: "join-credentials".into(),
+                check: format!("grep -qx {} {CONFIG_DIR}/tokens 2>/dev/null", creds.token_id()),
+                files: vec![(format!("{CONFIG_DIR}/init.yaml"), r.init(h)?.into_bytes(), 0o600)],
+                command: format!(
+                    "set -e; kubeadm token create --config {CONFIG_DIR}/init.yaml --ttl 24h0m0s >/dev/null; \
+                     kubeadm init phase upload-certs --upload-certs --config {CONFIG_DIR}/init.yaml >/dev/null; echo {} >> {CONFIG_DIR}/tokens",
+                    creds.token_id()
+                ),
+                timeout: Duration::from_secs(120),
+            }));
+            format!("kubeadm-init-{h}")
+        } else {
+            steps.push(kubeadm(
+                "kubeadm-join",
+                "test -s /etc/kubernetes/kubelet.conf && test -s /etc/kubernetes/admin.conf",
+                r.join(h, true)?,
+                "join.yaml",
+                "kubeadm join",
+                creds,
+            ));
+            steps.push(kubelet_running());
+            format!("kubeadm-join-{h}")
+        };
+        let mut after = gates.clone();
+        if let Some(p) = &previous {
+            after.push((p.clone(), Scope::AllHosts));
+        }
+        tasks.push(Task {
+            name: task.clone(),
+            hosts: vec![h.clone()],
+            steps,
+            after,
+        });
+        previous = Some(task);
+    }
+    Ok(Module {
+        name: "control-plane".into(),
+        tasks,
+    })
+}
+
+/// The workers phase: every worker that is not a control-plane node joins,
+/// after its local proxy (mode D) is up.
+pub fn workers_module(i: &Inputs, creds: &JoinCredentials, ca_hash: &str) -> anyhow::Result<Module> {
+    let c = i.cluster;
+    let g = &c.spec.role_groups;
+    let r = Render {
+        cluster: c,
+        api: i.kubeadm_api,
+        creds,
+        ca_hash,
+    };
+    let mut tasks = Vec::new();
+    for w in g.worker.iter().filter(|w| !g.control_plane.contains(w)) {
+        let mut steps = node_prerequisites(i, w, false)?;
+        steps.push(kubeadm(
+            "kubeadm-join",
+            "test -s /etc/kubernetes/kubelet.conf",
+            r.join(w, false)?,
+            "join.yaml",
+            "kubeadm join",
+            creds,
+        ));
+        steps.push(kubelet_running());
+        tasks.push(Task {
+            name: format!("kubeadm-join-{w}"),
+            hosts: vec![w.clone()],
+            steps,
+            after: vec![],
+        });
+    }
+    Ok(Module {
+        name: "workers".into(),
+        tasks,
+    })
+}
+
+/// The configs a cluster's nodes get, by host (for `--dry-run` and tests).
+pub fn rendered(cluster: &Cluster, api: &str, creds: &JoinCredentials, ca_hash: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let r = Render {
+        cluster,
+        api,
+        creds,
+        ca_hash,
+    };
+    let g = &cluster.spec.role_groups;
+    let mut out = BTreeMap::new();
+    for (n, h) in g.control_plane.iter().enumerate() {
+        out.insert(h.clone(), if n == 0 { r.init(h)? } else { r.join(h, true)? });
+    }
+    for w in g.worker.iter().filter(|w| !g.control_plane.contains(w)) {
+        out.insert(w.clone(), r.join(w, false)?);
+    }
+    Ok(out)
+}
+
+/// The admin kubeconfig from the first control-plane node, its server set to
+/// an address the user's machine reaches, written locally (0600) whole or
+/// not at all. Its content never enters a log.
+pub struct FetchKubeconfig {
+    pub local: std::path::PathBuf,
+    pub server: String,
+}
+
+impl FetchKubeconfig {
+    async fn wanted(&self, t: &dyn Transport) -> Result<Vec<u8>, StepError> {
+        let out = t.run("cat /etc/kubernetes/admin.conf", Duration::from_secs(30)).await?;
+        if !out.success() {
+            return Err(StepError::Failed(
+                "/etc/kubernetes/admin.conf is missing: run the control-plane phase first".into(),
+            ));
+        }
+        let mut text = String::new();
+        for line in out.stdout.split_inclusive('\n') {
+            let body = line.trim_start();
+            if body.starts_with("server: ") {
+                let indent = &line[..line.len() - body.len()];
+                text.push_str(&format!("{indent}server: {}\n", self.server));
+            } else {
+                text.push_str(line);
+            }
+        }
+        Ok(text.into_bytes())
+    }
+}
+
+impl Step for FetchKubeconfig {
+    fn name(&self) -> &str {
+        "admin-kubeconfig"
+    }
+
+    fn check<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>> {
+        Box::pin(async move {
+            let want = self.wanted(t).await?;
+            Ok(match fs_err::read(&self.local) {
+                Ok(have) if have == want => Check::Holds,
+                _ => Check::Missing,
+            })
+        })
+    }
+
+    fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
+        Box::pin(async move {
+            let want = self.wanted(t).await?;
+            if let Some(dir) = self.local.parent() {
+                fs_err::create_dir_all(dir).map_err(|e| StepError::Failed(e.to_string()))?;
+            }
+            pki::write_private(&self.local, &want).map_err(|e| StepError::Failed(e.to_string()))?;
+            Ok(format!("wrote {} (server {})", self.local.display(), self.server))
+        })
+    }
+}
+
+/// Hand-over: the admin kubeconfig for the user, and the temporary files
+/// (kubeadm configs holding the token) removed from every host.
+pub fn handover_module(i: &Inputs) -> anyhow::Result<Module> {
+    let first = crate::deploy::first_control_plane(i.cluster)?;
+    let mut tasks = vec![Task {
+        name: "admin-kubeconfig".into(),
+        hosts: vec![first],
+        steps: vec![Arc::new(FetchKubeconfig {
+            local: i.kubeconfig.to_path_buf(),
+            server: endpoint::external_server(i.cluster),
+        })],
+        after: vec![],
+    }];
+    let temp = format!("{CONFIG_DIR}/*.yaml /var/lib/kubexm/files");
+    tasks.push(Task {
+        name: "remove-temporary-files".into(),
+        hosts: i.cluster.spec.hosts.iter().map(|h| h.name.clone()).collect(),
+        steps: vec![Arc::new(Shell::new(
+            "remove-temporary-files",
+            Some(&format!("! ls -d {temp} >/dev/null 2>&1")),
+            &format!("rm -rf {temp}"),
+        ))],
+        after: vec![("admin-kubeconfig".into(), Scope::AllHosts)],
+    });
+    Ok(Module {
+        name: "kubeconfig".into(),
+        tasks,
+    })
+}

@@ -1,0 +1,31 @@
+# kubexm reset: undo what kubexm-install put on this host. Packages installed
+# from the bundle's repositories stay (other software may use them); their
+# kubexm configs go.
+systemctl stop kubelet 2>/dev/null
+if [ -x /usr/local/bin/kubeadm ]; then /usr/local/bin/kubeadm reset -f >/dev/null 2>&1; fi
+for u in kubelet kubexm-etcd kubexm-registry containerd; do
+  systemctl disable -q --now "$u" 2>/dev/null
+done
+for u in haproxy keepalived; do
+  for f in /etc/haproxy/haproxy.cfg /etc/keepalived/keepalived.conf; do
+    if grep -qs 'Written by kubexm' "$f" && [ "$(basename "$(dirname "$f")")" = "$u" ]; then
+      systemctl disable -q --now "$u" 2>/dev/null; rm -f "$f"
+    fi
+  done
+done
+pkill -f containerd-shim 2>/dev/null
+grep -o ' /run/containerd[^ ]*\| /var/lib/containerd[^ ]*\| /var/lib/kubelet[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+rm -rf /etc/kubernetes /var/lib/kubelet /etc/kubexm /var/lib/kubexm {{ETCD_DATA}} /etc/containerd /var/lib/containerd /run/containerd \
+  /opt/cni /etc/cni/net.d /var/log/kubexm \
+  /etc/systemd/system/kubelet.service /etc/systemd/system/kubelet.service.d /etc/systemd/system/kubexm-etcd.service \
+  /etc/systemd/system/kubexm-registry.service /etc/systemd/system/containerd.service \
+  /etc/sysctl.d/90-kubexm-kubernetes.conf /etc/modules-load.d/kubexm-kubernetes.conf
+for b in kubeadm kubelet kubectl etcd etcdctl crictl containerd containerd-shim containerd-shim-runc-v1 containerd-shim-runc-v2 containerd-stress ctr kubexm-install; do
+  rm -f "/usr/local/bin/$b"
+done
+rm -f /usr/local/sbin/runc
+if grep -q '# kubexm control-plane endpoint' /etc/hosts; then
+  grep -v '# kubexm control-plane endpoint' /etc/hosts > /etc/hosts.kubexm.tmp; cat /etc/hosts.kubexm.tmp > /etc/hosts; rm -f /etc/hosts.kubexm.tmp
+fi
+systemctl daemon-reload
+echo "reset: kubexm's services, files and binaries removed"
