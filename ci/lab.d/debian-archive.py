@@ -22,6 +22,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import time
 import sys
 
 PACKAGES = ["haproxy", "keepalived", "conntrack", "socat", "ebtables", "ethtool", "iptables", "ipset"]
@@ -140,11 +141,33 @@ with open(os.path.join(dist, "Release"), "w") as f:
 
 # The lab archive key, made once per fixture build.
 gnupg = os.path.join(work, "gnupg")
+
+
+def stop_agent():
+    # gpg starts an agent per home directory; one left by an earlier build
+    # (its home since deleted) makes the next key generation fail.
+    if os.path.isdir(gnupg):
+        subprocess.run(["gpgconf", "--homedir", gnupg, "--kill", "gpg-agent"], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+stop_agent()
 shutil.rmtree(gnupg, ignore_errors=True)
 os.makedirs(gnupg, mode=0o700)
 g = ["gpg", "--batch", "--quiet", "--homedir", gnupg, "--pinentry-mode", "loopback", "--passphrase", ""]
-run(*g, "--quick-gen-key", "kubexm lab archive signing key <lab@kubexm.invalid>", "rsa4096", "sign", "never")
-run(*g, "--yes", "--clearsign", "--digest-algo", "SHA256", "-o", os.path.join(dist, "InRelease"), os.path.join(dist, "Release"))
-with open(key_out, "w") as f:
-    f.write(run(*g, "--armor", "--export"))
+try:
+    for attempt in range(3):
+        try:
+            run(*g, "--quick-gen-key", "kubexm lab archive signing key <lab@kubexm.invalid>", "rsa4096", "sign", "never")
+            break
+        except subprocess.CalledProcessError:
+            if attempt == 2:
+                raise
+            stop_agent()
+            time.sleep(1)
+    run(*g, "--yes", "--clearsign", "--digest-algo", "SHA256", "-o", os.path.join(dist, "InRelease"), os.path.join(dist, "Release"))
+    with open(key_out, "w") as f:
+        f.write(run(*g, "--armor", "--export"))
+finally:
+    stop_agent()
 print(f"debian-archive: {len(index)} packages for {', '.join(ARCHES)} in {out}")

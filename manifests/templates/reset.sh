@@ -13,7 +13,8 @@ for u in haproxy keepalived; do
     fi
   done
 done
-pkill -f containerd-shim 2>/dev/null
+# Shims outlive containerd; -x matches the process name (comm), never this script.
+pkill -x containerd-shim 2>/dev/null
 grep -o ' /run/containerd[^ ]*\| /var/lib/containerd[^ ]*\| /var/lib/kubelet[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
 rm -rf /etc/kubernetes /var/lib/kubelet /etc/kubexm /var/lib/kubexm {{ETCD_DATA}} /etc/containerd /var/lib/containerd /run/containerd \
   /opt/cni /etc/cni/net.d /var/log/kubexm \

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 use serde::Deserialize;
 
@@ -251,10 +251,6 @@ pub struct LabBundle {
     pub public_key: PathBuf,
 }
 
-static LAB_BUNDLE: OnceLock<LabBundle> = OnceLock::new();
-
-/// The lab cluster's bundle (the fixture is the same for every lab, so one
-/// build serves every test).
 /// `kubexm-install status --state STATE`, asserting success; its output.
 pub fn status(state: &Path) -> String {
     ok(
@@ -284,38 +280,52 @@ pub fn build_command(lab: &Lab, config: &Path, cache: &Path, bundle: &Path) -> C
     c
 }
 
+/// Signed bundles built in this process, by the text of their config.
+static BUNDLES: Mutex<Vec<(String, LabBundle)>> = Mutex::new(Vec::new());
+
+/// The lab cluster's bundle, built once per test process and lab shape (the
+/// fixture is the same for every lab; the roles, hence the OS packages, are not).
 pub fn lab_bundle(lab: &Lab) -> LabBundle {
-    LAB_BUNDLE
-        .get_or_init(|| {
-            let dir = std::env::temp_dir().join(format!("kubexm-e2e-bundle-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("creating the bundle directory");
-            let (key, public) = (dir.join("k.key"), dir.join("k.pub"));
-            let kg = Command::new(bin("kubexm-bundle"))
-                .args(["keygen", "--no-password", "--secret-key"])
-                .arg(&key)
-                .arg("--public-key")
-                .arg(&public)
-                .output()
-                .unwrap();
-            assert!(kg.status.success(), "keygen: {}", String::from_utf8_lossy(&kg.stderr));
-            let bundle = dir.join("lab.tar.zst");
-            let out = build_command(lab, &lab.desc.cluster, &dir.join("cache"), &bundle)
-                .arg("--key")
-                .arg(&key)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "building the lab bundle: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            LabBundle {
-                bundle,
-                public_key: public,
-            }
-        })
-        .clone()
+    signed_bundle(lab, &lab.desc.cluster)
+}
+
+/// A signed bundle built from `config` with the lab catalog, reused while the config's text is the same.
+pub fn signed_bundle(lab: &Lab, config: &Path) -> LabBundle {
+    let text = std::fs::read_to_string(config).expect("reading the cluster config");
+    let mut built = BUNDLES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, b)) = built.iter().find(|(t, _)| *t == text) {
+        return b.clone();
+    }
+    let dir = std::env::temp_dir().join(format!("kubexm-e2e-bundle-{}-{}", std::process::id(), built.len()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating the bundle directory");
+    let (key, public) = (dir.join("k.key"), dir.join("k.pub"));
+    let kg = Command::new(bin("kubexm-bundle"))
+        .args(["keygen", "--no-password", "--secret-key"])
+        .arg(&key)
+        .arg("--public-key")
+        .arg(&public)
+        .output()
+        .expect("running kubexm-bundle keygen");
+    assert!(kg.status.success(), "keygen: {}", String::from_utf8_lossy(&kg.stderr));
+    let bundle = dir.join("lab.tar.zst");
+    let out = build_command(lab, config, &std::env::temp_dir().join("kubexm-e2e-bundle-cache"), &bundle)
+        .arg("--key")
+        .arg(&key)
+        .output()
+        .expect("running kubexm-bundle build");
+    assert!(
+        out.status.success(),
+        "building the bundle of {}: {}",
+        config.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = LabBundle {
+        bundle,
+        public_key: public,
+    };
+    built.push((text, b.clone()));
+    b
 }
 
 /// A free TCP port on `ip`.
