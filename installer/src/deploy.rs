@@ -108,6 +108,17 @@ pub fn preflight(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[St
         {
             out.push(e);
         }
+        // Leftovers of a Kubernetes install kubexm did not make (no kubexm stamps).
+        if f.managed.is_empty()
+            && !f.leftovers.is_empty()
+            && cluster.spec.preflight.leftovers == kubexm_bom::config::model::LeftoverPolicy::Fail
+        {
+            out.push(format!(
+                "{}: leftovers of an earlier install kubexm did not make: {}; remove them (kubeadm reset, or kubexm-install reset if it was kubexm), or set preflight.leftovers: warn",
+                f.host,
+                f.leftovers.join(" ")
+            ));
+        }
         let roles = roles_of(cluster, &f.host);
         if phases.iter().any(|p| p == "etcd") && roles.iter().any(|r| r == "etcd") && !f.managed.iter().any(|l| l == "etcd") {
             for port in [2379u16, 2380] {
@@ -382,6 +393,52 @@ pub fn pipeline(i: &Inputs) -> anyhow::Result<Pipeline> {
                 after: vec![],
             }],
         });
+    }
+    if has("preflight") {
+        let sys = &i.cluster.spec.system;
+        let mut steps: Vec<Arc<dyn Step>> = Vec::new();
+        if let Some(tz) = &sys.timezone {
+            let zone = format!("/usr/share/zoneinfo/{tz}");
+            steps.push(Arc::new(Shell::new(
+                "timezone",
+                Some(&format!(
+                    "[ \"$(readlink -f /etc/localtime)\" = \"$(readlink -f {z})\" ]",
+                    z = q(&zone)
+                )),
+                &format!(
+                    "test -f {z} || {{ echo 'timezone {tz} is unknown on this host (no {zone})' >&2; exit 1; }}; \
+                     ln -sf {z} /etc/localtime && echo {t} > /etc/timezone",
+                    z = q(&zone),
+                    t = q(tz)
+                ),
+            )));
+        }
+        if !sys.ntp_servers.is_empty() {
+            let conf = format!(
+                "# kubexm: time servers from cluster.yaml.\n[Time]\nNTP={}\n",
+                sys.ntp_servers.join(" ")
+            );
+            steps.push(Arc::new(RunWith {
+                name: "ntp".into(),
+                check: format!(
+                    "[ \"$(cat /etc/systemd/timesyncd.conf.d/kubexm.conf 2>/dev/null)\" = {} ]",
+                    q(conf.trim_end())
+                ),
+                files: vec![("/etc/systemd/timesyncd.conf.d/kubexm.conf".into(), conf.clone().into_bytes(), 0o644)],
+                command: "systemctl cat systemd-timesyncd >/dev/null 2>&1 || { echo 'no systemd-timesyncd to configure NTP with; add systemd-timesyncd to bundle.osPackages.extra' >&2; exit 1; }; \
+                          systemctl enable -q systemd-timesyncd 2>/dev/null; systemctl restart systemd-timesyncd"
+                    .into(),
+                timeout: Duration::from_secs(60),
+            }));
+        }
+        if !steps.is_empty() {
+            modules[0].tasks.push(Task {
+                name: "time".into(),
+                hosts: hosts.clone(),
+                steps,
+                after: vec![],
+            });
+        }
     }
     if has("os-packages") && !i.bom.os_repos.is_empty() {
         let mut by_roles: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
@@ -929,6 +986,10 @@ mod tests {
             host("b", "same", "arm64", 0, vec![]),
             host("c", "c", "amd64", 600_000, vec![]),
             host(&etcd, &etcd, "amd64", 0, vec![2379]),
+            HostFacts {
+                leftovers: vec!["/etc/kubernetes/manifests".into()],
+                ..host("d", "d", "amd64", 0, vec![])
+            },
         ];
         let r = preflight(&cluster, &bom, &facts, &["preflight".into(), "etcd".into()]);
         let all = r.join("\n");
@@ -936,5 +997,9 @@ mod tests {
         assert!(all.contains("b: arch arm64 has no binaries in the bundle"), "{all}");
         assert!(all.contains("c: clock is 600000 ms off"), "{all}");
         assert!(all.contains(&format!("{etcd}: port 2379 (etcd) is already in use")), "{all}");
+        assert!(
+            all.contains("d: leftovers of an earlier install kubexm did not make: /etc/kubernetes/manifests"),
+            "{all}"
+        );
     }
 }

@@ -856,6 +856,15 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
     if phases.iter().any(|p| p == "preflight") {
         let mut refused = deploy::preflight(&cluster, &bom, &facts.facts, &phases);
         refused.extend(kubexm_installer::endpoint::preflight(&cluster));
+        if cluster.spec.preflight.leftovers == kubexm_bom::config::model::LeftoverPolicy::Warn {
+            for f in facts.facts.iter().filter(|f| f.managed.is_empty() && !f.leftovers.is_empty()) {
+                eprintln!(
+                    "warning: {}: leftovers of an earlier install kubexm did not make: {} (preflight.leftovers: warn)",
+                    f.host,
+                    f.leftovers.join(" ")
+                );
+            }
+        }
         if !refused.is_empty() {
             server.abort();
             return Err(classified(

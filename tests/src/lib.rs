@@ -309,11 +309,16 @@ pub fn signed_bundle(lab: &Lab, config: &Path) -> LabBundle {
         .expect("running kubexm-bundle keygen");
     assert!(kg.status.success(), "keygen: {}", String::from_utf8_lossy(&kg.stderr));
     let bundle = dir.join("lab.tar.zst");
-    let out = build_command(lab, config, &std::env::temp_dir().join("kubexm-e2e-bundle-cache"), &bundle)
-        .arg("--key")
-        .arg(&key)
-        .output()
-        .expect("running kubexm-bundle build");
+    let out = build_command(
+        lab,
+        config,
+        &std::env::temp_dir().join(format!("kubexm-e2e-bundle-cache-{}", std::process::id())),
+        &bundle,
+    )
+    .arg("--key")
+    .arg(&key)
+    .output()
+    .expect("running kubexm-bundle build");
     assert!(
         out.status.success(),
         "building the bundle of {}: {}",

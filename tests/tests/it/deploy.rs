@@ -258,9 +258,11 @@ fn whole_install_on_four_hosts_one_arm64_a_failure_a_rerun_and_reset() {
             ),
         );
     }
+    // haproxy marks a backend up after two good checks, 3 s apart.
     let seen = lab.ssh_ok(
         "lab4",
-        "sleep 4; for i in $(seq 12); do timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/6443; head -1 <&3'; done | sort -u",
+        "for t in $(seq 10); do s=$(for i in $(seq 12); do timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/6443; head -1 <&3'; done | sort -u); \
+         [ $(echo \"$s\" | grep -c stand-in) = 3 ] && break; sleep 2; done; echo \"$s\"",
     );
     for cp in ["lab1", "lab2", "lab3"] {
         assert!(
@@ -465,7 +467,15 @@ fn mode_a_haproxy_and_keepalived_hold_a_vip_that_fails_over() {
     };
     let first = holder();
     assert!(lab.ssh_ok("lab1", "getent hosts lb.kubexm.local").starts_with(&vip));
-    let seen = ask("lab1");
+    // haproxy marks a backend up after two good checks, 3 s apart.
+    let mut seen = String::new();
+    for _ in 0..10 {
+        seen = ask("lab1");
+        if seen.contains("apiserver-stand-in-on-lab1") && seen.contains("apiserver-stand-in-on-lab2") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
     assert!(
         seen.contains("apiserver-stand-in-on-lab1") && seen.contains("apiserver-stand-in-on-lab2"),
         "the VIP did not forward to both control-plane nodes: {seen}"
