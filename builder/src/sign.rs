@@ -23,10 +23,15 @@ pub fn signature_path(bundle: &Path) -> PathBuf {
 pub fn keygen(secret: &Path, public: &Path, no_password: bool, force: bool) -> anyhow::Result<()> {
     for p in [secret, public] {
         if p.exists() && !force {
-            anyhow::bail!(
-                "{} already exists; pass --force to replace it (signatures made with the old key will no longer verify with the new public key)",
-                p.display()
-            );
+            // An I/O-class error (exit code for files), not an internal one.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} already exists; pass --force to replace it (signatures made with the old key will no longer verify with the new public key)",
+                    p.display()
+                ),
+            )
+            .into());
         }
     }
     let kp = if no_password {

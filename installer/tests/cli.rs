@@ -1,21 +1,36 @@
-//! kubexm-install refuses what is not built yet, after validating the config.
+//! kubexm-install refuses what is not built yet, after validating the config,
+//! and what it cannot do safely, before touching a host.
 
 use assert_cmd::Command;
 
 #[test]
-fn install_is_refused_as_not_supported_yet() {
+fn an_option_not_built_yet_is_refused_as_not_supported_yet() {
+    let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", manifest_dir())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("clean.yaml");
+    std::fs::write(&cfg, text.replace("    leftovers: fail", "    leftovers: clean")).unwrap();
+    let out = Command::cargo_bin("kubexm-install")
+        .unwrap()
+        .args(["--bundle", "k.tar.zst", "--allow-unsigned", "-f"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(8));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("preflight.leftovers") && err.contains("not supported yet"), "{err}");
+}
+
+#[test]
+fn install_without_a_trust_decision_is_refused() {
     let ha = format!("{}/../examples/ha.yaml", manifest_dir());
     let out = Command::cargo_bin("kubexm-install")
         .unwrap()
         .args(["-f", &ha, "--bundle", "k.tar.zst"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(8));
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("config valid (cluster prod)") && err.contains("not supported yet"),
-        "{err}"
-    );
+    assert!(err.contains("--pubkey"), "{err}");
 }
 
 #[test]
