@@ -140,7 +140,14 @@ pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(St
     for (n, m) in items.iter().enumerate() {
         let path = i.bundle_dir.join(&m.path);
         let text = fs_err::read_to_string(&path)?;
-        let (text, _) = rewrite_images(&settings(addon, &text, i.cluster), &bundle, registry);
+        let (text, foreign) = rewrite_images(&settings(addon, &text, i.cluster), &bundle, registry);
+        for image in foreign {
+            // Not in the bundle, so not pullable inside the air gap.
+            tracing::warn!(
+                "{addon}: {} names {image}, which the bundle does not carry; add it to bundle.extraImages",
+                m.path
+            );
+        }
         let base = m.path.rsplit('/').next().unwrap_or("manifest.yaml");
         out.push((format!("{n:02}-{base}"), text));
     }

@@ -338,6 +338,25 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
     ]
 }
 
+impl Inputs<'_> {
+    /// The arch of `host` (from facts; amd64 when unknown, as in a dry run).
+    pub fn arch_of(&self, host: &str) -> String {
+        self.arches.get(host).cloned().unwrap_or_else(|| "amd64".into())
+    }
+
+    /// The bundle's `component` for `host`'s arch, or what to do when it is missing.
+    pub fn bundle_file(&self, host: &str, component: &str) -> anyhow::Result<&FileItem> {
+        let arch = self.arch_of(host);
+        self.bom
+            .files
+            .iter()
+            .find(|f| f.component == component && f.arch == arch)
+            .ok_or_else(|| {
+                anyhow::anyhow!("{host}: the bundle has no {component} for {arch}; add {arch} to bundle.arches and rebuild the bundle")
+            })
+    }
+}
+
 /// Everything a deployment plan needs besides the config.
 pub struct Inputs<'a> {
     pub cluster: &'a Cluster,
@@ -480,20 +499,13 @@ pub fn pipeline(i: &Inputs) -> anyhow::Result<Pipeline> {
     if has("containerd") {
         modules.push(containerd_module(i, &hosts, has("registry"))?);
     }
-    let kdir = i.pki_dir.join("kubernetes");
-    let need_k8s = ["control-plane", "workers"].iter().any(|p| has(p));
-    let (creds, ca_hash) = if need_k8s {
-        let ca = pki::ensure_ca(&kdir, "kubernetes")?;
-        (Some(crate::kubeadm::ensure_credentials(&kdir)?), pki::spki_sha256(&ca)?)
-    } else {
-        (None, String::new())
-    };
-    if let Some(creds) = &creds {
+    if has("control-plane") || has("workers") {
+        let k = crate::kubeadm::KubePki::ensure(i.pki_dir)?;
         if has("control-plane") {
-            modules.push(crate::kubeadm::control_plane_module(i, creds, &ca_hash)?);
+            modules.push(crate::kubeadm::control_plane_module(i, &k)?);
         }
         if has("workers") {
-            modules.push(crate::kubeadm::workers_module(i, creds, &ca_hash)?);
+            modules.push(crate::kubeadm::workers_module(i, &k)?);
         }
     }
     let registry = registry_address(i.cluster).unwrap_or_default();
@@ -517,11 +529,13 @@ pub fn pipeline(i: &Inputs) -> anyhow::Result<Pipeline> {
 /// etcd's health and the loadbalancers, joins after init, the CNI and addons
 /// after the control plane and workers).
 fn link(modules: &mut [Module]) {
-    // (module, task, hosts) of every task, in phase order.
-    let all: Vec<(String, String, Vec<String>)> = modules
+    // (module index, task, hosts) of every task, in phase order.
+    let all: Vec<(usize, String, Vec<String>)> = modules
         .iter()
-        .flat_map(|m| m.tasks.iter().map(|t| (m.name.clone(), t.name.clone(), t.hosts.clone())))
+        .enumerate()
+        .flat_map(|(k, m)| m.tasks.iter().map(move |t| (k, t.name.clone(), t.hosts.clone())))
         .collect();
+    let names: Vec<String> = modules.iter().map(|m| m.name.clone()).collect();
     let gates: &[(&str, &[&str])] = &[
         ("control-plane", &["etcd", "loadbalancer", "registry"]),
         ("workers", &["control-plane", "registry"]),
@@ -529,27 +543,20 @@ fn link(modules: &mut [Module]) {
         ("addons", &["control-plane", "workers", "cni"]),
         ("kubeconfig", &["control-plane", "workers", "cni", "addons"]),
     ];
-    let mut earlier: Vec<&str> = Vec::new();
-    for m in modules.iter_mut() {
+    for (k, m) in modules.iter_mut().enumerate() {
         let cross: &[&str] = gates.iter().find(|(p, _)| *p == m.name).map(|(_, g)| *g).unwrap_or(&[]);
         for t in &mut m.tasks {
-            for (module, task, hosts) in all.iter().filter(|(module, _, _)| earlier.contains(&module.as_str())) {
+            for (j, task, hosts) in all.iter().filter(|(j, _, _)| *j < k) {
                 if t.after.iter().any(|(a, _)| a == task) {
                     continue;
                 }
-                if cross.contains(&module.as_str()) {
+                if cross.contains(&names[*j].as_str()) {
                     t.after.push((task.clone(), Scope::AllHosts));
                 } else if hosts.iter().any(|h| t.hosts.contains(h)) {
                     t.after.push((task.clone(), Scope::SameHost));
                 }
             }
         }
-        earlier.push(
-            all.iter()
-                .find(|(module, _, _)| *module == m.name)
-                .map(|(m, _, _)| m.as_str())
-                .unwrap_or(""),
-        );
     }
 }
 
@@ -581,13 +588,8 @@ fn etcd_module(i: &Inputs) -> anyhow::Result<Module> {
         let names = vec![m.clone(), addr.clone(), "127.0.0.1".into(), "localhost".into()];
         let server = pki::ensure_cert(&ca, &dir, &format!("{m}-server"), m, &names, pki::Usage::ServerAndClient)?;
         let peer = pki::ensure_cert(&ca, &dir, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
-        let arch = i.arches.get(m).cloned().unwrap_or_else(|| "amd64".into());
-        let file = i
-            .bom
-            .files
-            .iter()
-            .find(|f| f.component == "etcd" && f.arch == arch)
-            .ok_or_else(|| anyhow::anyhow!("{m}: the bundle has no etcd for {arch}"))?;
+        let arch = i.arch_of(m);
+        let file = i.bundle_file(m, "etcd")?;
         let unit = ETCD_UNIT
             .replace("{{NAME}}", m)
             .replace("{{ADDRESS}}", &addr)
@@ -885,15 +887,9 @@ fn containerd_module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyh
     ));
     let mut tasks = Vec::new();
     for h in hosts {
-        let arch = i.arches.get(h).cloned().unwrap_or_else(|| "amd64".into());
         let mut steps: Vec<Arc<dyn Step>> = Vec::new();
         for component in ["runc", "cni-plugins", "crictl", "containerd"] {
-            let file = i
-                .bom
-                .files
-                .iter()
-                .find(|f| f.component == component && f.arch == arch)
-                .ok_or_else(|| anyhow::anyhow!("{h}: the bundle has no {component} for {arch}"))?;
+            let file = i.bundle_file(h, component)?;
             steps.extend(install_component(file, i.bundle_dir, i.file_server));
         }
         steps.push(Arc::new(PutFiles {
@@ -955,18 +951,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn phases_are_selected_and_unknown_ones_refused() {
-        let (ok, missing) = select(&["preflight".into(), "etcd".into(), "cni".into()]).unwrap();
+    fn phases_are_selected_and_unknown_ones_refused() -> Result<(), Box<dyn std::error::Error>> {
+        let (ok, missing) = select(&["preflight".into(), "etcd".into(), "cni".into()])?;
         assert_eq!(ok, ["preflight", "etcd", "cni"]);
         assert!(missing.is_empty());
         assert!(select(&["etdc".into()]).unwrap_err().contains("unknown phase `etdc`"));
+        Ok(())
     }
 
     #[test]
-    fn preflight_names_each_host_and_reason() {
-        let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", std::env::var("CARGO_MANIFEST_DIR").unwrap())).unwrap();
-        let catalog = kubexm_bom::catalog::Catalog::builtin().unwrap();
-        let cluster = kubexm_bom::config::load_str(&text, "ha.yaml", &catalog).unwrap();
+    fn preflight_names_each_host_and_reason() -> Result<(), Box<dyn std::error::Error>> {
+        let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", env!("CARGO_MANIFEST_DIR")))?;
+        let catalog = kubexm_bom::catalog::Catalog::builtin()?;
+        let cluster = kubexm_bom::config::load_str(&text, "ha.yaml", &catalog)?;
         let bom = Bom {
             arches: vec!["amd64".into()],
             ..Default::default()
@@ -1001,5 +998,6 @@ mod tests {
             all.contains("d: leftovers of an earlier install kubexm did not make: /etc/kubernetes/manifests"),
             "{all}"
         );
+        Ok(())
     }
 }

@@ -226,18 +226,18 @@ pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
 mod tests {
     use super::*;
 
-    fn cluster(mode: &str) -> Cluster {
+    fn cluster(mode: &str) -> Result<Cluster, Box<dyn std::error::Error>> {
         let vip = if mode == "local-proxy" { "" } else { ", address: 10.0.0.100" };
         let text = format!(
             "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata: {{name: t}}\nspec:\n  hostDefaults: {{auth: {{agent: true}}}}\n  hosts:\n    - {{name: a, address: 10.0.0.1}}\n    - {{name: b, address: 10.0.0.2}}\n    - {{name: c, address: 10.0.0.3}}\n    - {{name: d, address: 10.0.0.4}}\n  roleGroups: {{etcd: [a], control-plane: [a, b], worker: [a, b, c, d], loadbalancer: [c, d]}}\n  controlPlaneEndpoint: {{mode: {mode}{vip}}}\n  kubernetes: {{version: v1.33.4}}\n"
         );
-        let catalog = kubexm_bom::catalog::Catalog::builtin().unwrap();
-        kubexm_bom::config::load_str(&text, "t.yaml", &catalog).unwrap()
+        let catalog = kubexm_bom::catalog::Catalog::builtin()?;
+        Ok(kubexm_bom::config::load_str(&text, "t.yaml", &catalog)?)
     }
 
     #[test]
-    fn local_proxy_resolves_to_loopback_on_workers_and_self_on_control_plane() {
-        let c = cluster("local-proxy");
+    fn local_proxy_resolves_to_loopback_on_workers_and_self_on_control_plane() -> Result<(), Box<dyn std::error::Error>> {
+        let c = cluster("local-proxy")?;
         assert_eq!(c.local_proxy_hosts(), ["c", "d"]);
         assert_eq!(resolves_to(&c, "c"), "127.0.0.1");
         assert_eq!(resolves_to(&c, "b"), "10.0.0.2");
@@ -246,17 +246,19 @@ mod tests {
             cfg.contains("server a 10.0.0.1:6443") && cfg.contains("server b 10.0.0.2:6443"),
             "{cfg}"
         );
-        let m = module(&c).unwrap();
+        let m = module(&c)?;
         assert_eq!(m.tasks.iter().filter(|t| t.name.starts_with("local-proxy-")).count(), 2);
+        Ok(())
     }
 
     #[test]
-    fn mode_a_uses_the_vip_and_unicast_peers() {
-        let c = cluster("haproxy-keepalived");
+    fn mode_a_uses_the_vip_and_unicast_peers() -> Result<(), Box<dyn std::error::Error>> {
+        let c = cluster("haproxy-keepalived")?;
         assert_eq!(resolves_to(&c, "a"), "10.0.0.100");
         assert_eq!(external_server(&c), "https://10.0.0.100:6443");
-        let m = module(&c).unwrap();
+        let m = module(&c)?;
         assert_eq!(m.tasks.iter().filter(|t| t.name.starts_with("loadbalancer-")).count(), 2);
         assert!(preflight(&c).is_empty());
+        Ok(())
     }
 }

@@ -9,7 +9,6 @@
 //! PKI directory (mode 0600) and in config files on the hosts (0600, removed at
 //! hand-over), never on a command line that is logged or in a step's log.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,12 +94,44 @@ pub fn ensure_credentials(dir: &Path) -> anyhow::Result<JoinCredentials> {
     Ok(c)
 }
 
+/// The Kubernetes CA, its discovery pin and the join credentials, all kept
+/// in `<root>/pki/kubernetes`; made once per run and shared by the phases.
+pub struct KubePki {
+    pub ca: pki::Ca,
+    /// sha256 of the CA's SubjectPublicKeyInfo (kubeadm's `caCertHashes`).
+    pub ca_hash: String,
+    pub creds: JoinCredentials,
+}
+
+impl KubePki {
+    pub fn ensure(pki_dir: &Path) -> anyhow::Result<KubePki> {
+        let dir = pki_dir.join("kubernetes");
+        let ca = pki::ensure_ca(&dir, "kubernetes")?;
+        Ok(KubePki {
+            ca_hash: pki::spki_sha256(&ca)?,
+            creds: ensure_credentials(&dir)?,
+            ca,
+        })
+    }
+}
+
 /// What a node's kubeadm config is filled with.
 struct Render<'a> {
     cluster: &'a Cluster,
     api: &'a str,
     creds: &'a JoinCredentials,
     ca_hash: &'a str,
+}
+
+impl<'a> Render<'a> {
+    fn new(i: &'a Inputs, k: &'a KubePki) -> Render<'a> {
+        Render {
+            cluster: i.cluster,
+            api: i.kubeadm_api,
+            creds: &k.creds,
+            ca_hash: &k.ca_hash,
+        }
+    }
 }
 
 impl Render<'_> {
@@ -190,19 +221,13 @@ impl Render<'_> {
 
 /// The binaries, kernel settings and kubelet unit a node needs before kubeadm.
 fn node_prerequisites(i: &Inputs, host: &str, with_kubectl: bool) -> anyhow::Result<Vec<Arc<dyn Step>>> {
-    let arch = i.arches.get(host).cloned().unwrap_or_else(|| "amd64".into());
     let mut steps = Vec::new();
     let mut components = vec!["kubeadm", "kubelet"];
     if with_kubectl {
         components.push("kubectl");
     }
     for component in components {
-        let file = i
-            .bom
-            .files
-            .iter()
-            .find(|f| f.component == component && f.arch == arch)
-            .ok_or_else(|| anyhow::anyhow!("{host}: the bundle has no {component} for {arch}"))?;
+        let file = i.bundle_file(host, component)?;
         steps.extend(install_component(file, i.bundle_dir, i.file_server));
     }
     steps.push(Arc::new(PutFiles {
@@ -267,20 +292,14 @@ fn kubeadm(name: &str, check: &str, config: String, file: &str, command: &str, c
 }
 
 /// The control-plane phase: init on the first node, then the others join in turn.
-pub fn control_plane_module(i: &Inputs, creds: &JoinCredentials, ca_hash: &str) -> anyhow::Result<Module> {
+pub fn control_plane_module(i: &Inputs, k: &KubePki) -> anyhow::Result<Module> {
     let c = i.cluster;
     let g = &c.spec.role_groups;
     if g.control_plane.is_empty() {
         anyhow::bail!("roleGroups.control-plane is empty");
     }
-    let r = Render {
-        cluster: c,
-        api: i.kubeadm_api,
-        creds,
-        ca_hash,
-    };
-    let kdir = i.pki_dir.join("kubernetes");
-    let ca = pki::ensure_ca(&kdir, "kubernetes")?;
+    let r = Render::new(i, k);
+    let (ca, creds) = (&k.ca, &k.creds);
     let etcd_dir = i.pki_dir.join("etcd");
     let etcd_ca = pki::ensure_ca(&etcd_dir, "kubexm etcd CA")?;
     let client = pki::ensure_cert(&etcd_ca, &etcd_dir, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
@@ -331,10 +350,11 @@ pub fn control_plane_module(i: &Inputs, creds: &JoinCredentials, ca_hash: &str) 
                 ],
                 then: None,
             }));
+            let init = r.init(h)?;
             steps.push(kubeadm(
                 "kubeadm-init",
                 "test -s /etc/kubernetes/admin.conf",
-                r.init(h)?,
+                init.clone(),
                 "init.yaml",
                 "kubeadm init --upload-certs",
                 creds,
@@ -344,7 +364,7 @@ pub fn control_plane_module(i: &Inputs, creds: &JoinCredentials, ca_hash: &str) 
             steps.push(Arc::new(RunWith {
                 name: "join-credentials".into(),
                 check: format!("grep -qx {} {CONFIG_DIR}/tokens 2>/dev/null", creds.token_id()),
-                files: vec![(format!("{CONFIG_DIR}/init.yaml"), r.init(h)?.into_bytes(), 0o600)],
+                files: vec![(format!("{CONFIG_DIR}/init.yaml"), init.into_bytes(), 0o600)],
                 command: format!(
                     "set -e; kubeadm token create --config {CONFIG_DIR}/init.yaml --ttl 24h0m0s >/dev/null; \
                      kubeadm init phase upload-certs --upload-certs --config {CONFIG_DIR}/init.yaml >/dev/null; echo {} >> {CONFIG_DIR}/tokens",
@@ -385,15 +405,10 @@ pub fn control_plane_module(i: &Inputs, creds: &JoinCredentials, ca_hash: &str) 
 
 /// The workers phase: every worker that is not a control-plane node joins,
 /// after its local proxy (mode D) is up.
-pub fn workers_module(i: &Inputs, creds: &JoinCredentials, ca_hash: &str) -> anyhow::Result<Module> {
-    let c = i.cluster;
-    let g = &c.spec.role_groups;
-    let r = Render {
-        cluster: c,
-        api: i.kubeadm_api,
-        creds,
-        ca_hash,
-    };
+pub fn workers_module(i: &Inputs, k: &KubePki) -> anyhow::Result<Module> {
+    let g = &i.cluster.spec.role_groups;
+    let r = Render::new(i, k);
+    let creds = &k.creds;
     let mut tasks = Vec::new();
     for w in g.worker.iter().filter(|w| !g.control_plane.contains(w)) {
         let mut steps = node_prerequisites(i, w, false)?;
@@ -417,25 +432,6 @@ pub fn workers_module(i: &Inputs, creds: &JoinCredentials, ca_hash: &str) -> any
         name: "workers".into(),
         tasks,
     })
-}
-
-/// The configs a cluster's nodes get, by host (for `--dry-run` and tests).
-pub fn rendered(cluster: &Cluster, api: &str, creds: &JoinCredentials, ca_hash: &str) -> anyhow::Result<BTreeMap<String, String>> {
-    let r = Render {
-        cluster,
-        api,
-        creds,
-        ca_hash,
-    };
-    let g = &cluster.spec.role_groups;
-    let mut out = BTreeMap::new();
-    for (n, h) in g.control_plane.iter().enumerate() {
-        out.insert(h.clone(), if n == 0 { r.init(h)? } else { r.join(h, true)? });
-    }
-    for w in g.worker.iter().filter(|w| !g.control_plane.contains(w)) {
-        out.insert(w.clone(), r.join(w, false)?);
-    }
-    Ok(out)
 }
 
 /// The admin kubeconfig from the first control-plane node, its server set to

@@ -185,7 +185,7 @@ mod tests {
     use crate::engine::steps::Shell;
 
     #[test]
-    fn a_host_counts_once_its_last_step_of_a_phase_finished() {
+    fn a_host_counts_once_its_last_step_of_a_phase_finished() -> Result<(), Box<dyn std::error::Error>> {
         let hosts = vec!["a".to_string(), "b".to_string()];
         let steps = |n: &str| -> Vec<Arc<dyn crate::engine::plan::Step>> {
             vec![
@@ -206,16 +206,21 @@ mod tests {
             name: "p".into(),
             modules: vec![module("etcd"), module("containerd")],
         }
-        .plan()
-        .unwrap();
+        .plan()?;
         let p = Progress::new(&plan, ProgressMode::Lines);
-        let node = |id: &str| plan.graph.node_weights().find(|n| n.id == id).unwrap();
-        p.started(node("etcd/etcd/etcd1@a"));
-        p.finished(node("etcd/etcd/etcd1@a"), Outcome::Applied);
+        let node = |id: &str| {
+            plan.graph
+                .node_weights()
+                .find(|n| n.id == id)
+                .ok_or_else(|| format!("no node {id}"))
+        };
+        p.started(node("etcd/etcd/etcd1@a")?);
+        p.finished(node("etcd/etcd/etcd1@a")?, Outcome::Applied);
         assert_eq!(p.counts()[0], ("etcd".into(), 0, 2));
-        p.finished(node("etcd/etcd/etcd2@a"), Outcome::Skipped);
-        p.finished(node("etcd/etcd/etcd1@b"), Outcome::Failed);
-        p.finished(node("etcd/etcd/etcd2@b"), Outcome::NotRun);
+        p.finished(node("etcd/etcd/etcd2@a")?, Outcome::Skipped);
+        p.finished(node("etcd/etcd/etcd1@b")?, Outcome::Failed);
+        p.finished(node("etcd/etcd/etcd2@b")?, Outcome::NotRun);
         assert_eq!(p.counts(), vec![("etcd".into(), 1, 2), ("containerd".into(), 0, 2)]);
+        Ok(())
     }
 }

@@ -368,37 +368,31 @@ fn whole_install_on_four_hosts_one_arm64_a_failure_a_rerun_and_reset() {
     assert!(again.contains(": 0 steps applied"), "{again}");
 
     // reset undoes it on every host; a new install works.
-    let reset = Command::new(bin("kubexm-install"))
-        .arg("reset")
-        .arg("-f")
-        .arg(&lab.desc.cluster)
-        .arg("--catalog")
-        .arg(&lab.desc.fixture.catalog)
-        .arg("--root")
-        .arg(dir.path().join("root"))
-        .arg("--state")
-        .arg(dir.path().join("state.db"))
-        .output()
-        .unwrap();
+    let reset = |yes: bool| {
+        let mut c = Command::new(bin("kubexm-install"));
+        c.arg("reset")
+            .arg("-f")
+            .arg(&lab.desc.cluster)
+            .arg("--catalog")
+            .arg(&lab.desc.fixture.catalog)
+            .arg("--root")
+            .arg(dir.path().join("root"))
+            .arg("--state")
+            .arg(dir.path().join("state.db"));
+        if yes {
+            c.arg("--yes");
+        }
+        c.output().unwrap()
+    };
+    let refused = reset(false);
     assert_eq!(
-        reset.status.code(),
+        refused.status.code(),
         Some(2),
         "reset without --yes must refuse: {}",
-        text(&reset.stderr)
+        text(&refused.stderr)
     );
     lab.ssh_ok("lab1", "test -e /etc/kubexm");
-    let mut yes = Command::new(bin("kubexm-install"));
-    yes.arg("reset")
-        .arg("-f")
-        .arg(&lab.desc.cluster)
-        .arg("--catalog")
-        .arg(&lab.desc.fixture.catalog)
-        .arg("--root")
-        .arg(dir.path().join("root"))
-        .arg("--state")
-        .arg(dir.path().join("state.db"))
-        .arg("--yes");
-    ok(yes.output().unwrap(), "reset --yes");
+    ok(reset(true), "reset --yes");
     for h in &lab.desc.hosts {
         lab.ssh_ok(
             &h.name,
