@@ -70,7 +70,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(result?)
 }
 
-/// Checks a bundle's signature, then every member; returns the manifest and
+/// Checks a bundle's signature and every member in one pass; returns the manifest and
 /// the signature's trusted comment.
 pub fn verify(bundle: &Path, pubkey: &Path) -> anyhow::Result<(kubexm_bundle::manifest::BundleManifest, String)> {
     let sig = sign::signature_path(bundle);
@@ -81,9 +81,10 @@ pub fn verify(bundle: &Path, pubkey: &Path) -> anyhow::Result<(kubexm_bundle::ma
         ));
     }
     let verify_err = |e| kubexm_cli::classified(kubexm_cli::Class::Verify, e);
-    let comment = kubexm_bundle::verify::verify_signature(bundle, &sig, pubkey).map_err(verify_err)?;
-    let manifest = kubexm_bundle::verify::check_members(bundle, &mut kubexm_bundle::verify::Discard).map_err(verify_err)?;
-    Ok((manifest, comment))
+    let check = kubexm_bundle::verify::SignatureCheck::load(&sig, pubkey).map_err(verify_err)?;
+    // One open, one pass: the members checked are the bytes the signature covers.
+    let read = kubexm_bundle::verify::read_bundle(bundle, Some(&check), &mut kubexm_bundle::verify::Discard).map_err(verify_err)?;
+    Ok((read.manifest, read.comment.unwrap_or_default()))
 }
 
 /// Reads a bundle's manifest without unpacking anything.

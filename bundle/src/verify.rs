@@ -1,20 +1,31 @@
-//! Reading a bundle: signature first, then every member against `bundle.yaml`.
+//! Reading a bundle in one pass: signature, decompression, every member.
 //!
-//! The signature is checked over the compressed bytes before anything is
-//! decompressed. Then one streaming pass reads the tar: `bundle.yaml` must
-//! come first; every later member must be a regular file listed there, at a
-//! safe relative path, with the listed size and sha256. Anything else stops
-//! the read, naming the member, the expected and the actual digest.
+//! The bundle is opened once. One thread reads the compressed bytes, feeds
+//! them to the minisign verifier (the signature covers exactly these bytes)
+//! and decompresses them; the calling thread reads the tar: `bundle.yaml`
+//! must come first; every later member must be a regular file listed there,
+//! at a safe relative path, with the listed size and sha256. The signature is
+//! checked when the last byte of the file has been read, so a caller that
+//! writes members (unpack) keeps them aside until [`read_bundle`] returns Ok:
+//! what it keeps is provably the bytes whose signature was checked, even if
+//! the file at the bundle's path is replaced meanwhile. When the signature
+//! fails, that is the error reported, whatever else went wrong.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read};
 use std::path::{Component, Path};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use crate::digest::Hashing;
+use crate::digest::{Hashing, sha256_hex};
 use crate::manifest::{BundleManifest, MANIFEST_NAME};
 
 /// `bundle.yaml` may not be larger than this.
 const MAX_MANIFEST: u64 = 64 * 1024 * 1024;
+/// Decompressed bytes handed between the threads at a time, and how many
+/// such chunks may wait: the pass holds at most a few MB whatever the size.
+const CHUNK: usize = 1 << 20;
+const CHUNKS_IN_FLIGHT: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
@@ -28,6 +39,10 @@ pub enum VerifyError {
     BadPublicKey { path: String, why: String },
     #[error("{path} is not a minisign signature: {why}")]
     BadSignatureFile { path: String, why: String },
+    #[error(
+        "{path} is a legacy minisign signature (made with `minisign -S -l`), which kubexm does not accept; sign the bundle again with minisign 0.8 or later without -l, or with `kubexm-bundle build --key`"
+    )]
+    LegacySignature { path: String },
     #[error(
         "the signature {signature} does not verify {bundle} with key {pubkey}: {why}. The bundle was changed or signed with another key; do not use it"
     )]
@@ -48,47 +63,72 @@ pub enum VerifyError {
     },
 }
 
-/// Checks `bundle` against the minisign signature `sig` and public key `pubkey`
-/// without decompressing anything. Returns the trusted comment.
-pub fn verify_signature(bundle: &Path, sig: &Path, pubkey: &Path) -> Result<String, VerifyError> {
-    let io = |p: &Path| {
-        let path = p.display().to_string();
-        move |source| VerifyError::Io { path, source }
-    };
-    let pk_text = fs_err::read_to_string(pubkey).map_err(io(pubkey))?;
-    let pk = minisign_verify::PublicKey::decode(&pk_text)
-        .or_else(|_| minisign_verify::PublicKey::from_base64(pk_text.trim()))
-        .map_err(|e| VerifyError::BadPublicKey {
-            path: pubkey.display().to_string(),
+/// A public key and a signature, loaded (and the signature's kind checked)
+/// before the bundle is opened.
+pub struct SignatureCheck {
+    key: minisign_verify::PublicKey,
+    signature: minisign_verify::Signature,
+    signature_path: String,
+    pubkey_path: String,
+}
+
+impl SignatureCheck {
+    /// Reads the minisign public key `pubkey` and the signature `sig`.
+    pub fn load(sig: &Path, pubkey: &Path) -> Result<SignatureCheck, VerifyError> {
+        let io = |p: &Path| {
+            let path = p.display().to_string();
+            move |source| VerifyError::Io { path, source }
+        };
+        let pk_text = fs_err::read_to_string(pubkey).map_err(io(pubkey))?;
+        let key = minisign_verify::PublicKey::decode(&pk_text)
+            .or_else(|_| minisign_verify::PublicKey::from_base64(pk_text.trim()))
+            .map_err(|e| VerifyError::BadPublicKey {
+                path: pubkey.display().to_string(),
+                why: e.to_string(),
+            })?;
+        let sig_text = fs_err::read_to_string(sig).map_err(io(sig))?;
+        let signature = minisign_verify::Signature::decode(&sig_text).map_err(|e| VerifyError::BadSignatureFile {
+            path: sig.display().to_string(),
             why: e.to_string(),
         })?;
-    let sig_text = fs_err::read_to_string(sig).map_err(io(sig))?;
-    let signature = minisign_verify::Signature::decode(&sig_text).map_err(|e| VerifyError::BadSignatureFile {
-        path: sig.display().to_string(),
-        why: e.to_string(),
-    })?;
-    let bad = |why: String| VerifyError::BadSignature {
-        bundle: bundle.display().to_string(),
-        signature: sig.display().to_string(),
-        pubkey: pubkey.display().to_string(),
-        why,
-    };
-    let mut verifier = pk.verify_stream(&signature).map_err(|e| bad(e.to_string()))?;
-    let mut f = fs_err::File::open(bundle).map_err(io(bundle))?;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(io(bundle))?;
-        if n == 0 {
-            break;
-        }
-        verifier.update(&buf[..n]);
+        let check = SignatureCheck {
+            key,
+            signature,
+            signature_path: sig.display().to_string(),
+            pubkey_path: pubkey.display().to_string(),
+        };
+        // Refused now, with the reason, rather than as a bad signature later.
+        check.verifier("")?;
+        Ok(check)
     }
-    verifier.finalize().map_err(|e| bad(e.to_string()))?;
-    Ok(signature.trusted_comment().to_string())
+
+    fn verifier(&self, bundle: &str) -> Result<minisign_verify::StreamVerifier<'_>, VerifyError> {
+        self.key.verify_stream(&self.signature).map_err(|e| match e {
+            minisign_verify::Error::UnsupportedLegacyMode => VerifyError::LegacySignature {
+                path: self.signature_path.clone(),
+            },
+            e => self.bad(bundle, e.to_string()),
+        })
+    }
+
+    fn bad(&self, bundle: &str, why: String) -> VerifyError {
+        VerifyError::BadSignature {
+            bundle: bundle.to_string(),
+            signature: self.signature_path.clone(),
+            pubkey: self.pubkey_path.clone(),
+            why,
+        }
+    }
 }
 
 /// What to do with each verified member's bytes.
 pub trait Sink {
+    /// Called with `bundle.yaml`'s text before any other member. Returning
+    /// false skips the members: they are not decompressed, only covered by
+    /// the signature check.
+    fn start(&mut self, _manifest_text: &str) -> io::Result<bool> {
+        Ok(true)
+    }
     /// Receives one member; it must read `data` to the end.
     fn member(&mut self, path: &str, size: u64, data: &mut dyn Read) -> io::Result<()>;
 }
@@ -102,18 +142,205 @@ impl Sink for Discard {
     }
 }
 
-/// Streams the archive, checking every member; returns the manifest.
-pub fn check_members(bundle: &Path, sink: &mut dyn Sink) -> Result<BundleManifest, VerifyError> {
+/// What one pass over a bundle established.
+#[derive(Debug)]
+pub struct Verified {
+    pub manifest: BundleManifest,
+    /// `bundle.yaml` as stored; its sha256 identifies the bundle's content.
+    pub text: String,
+    /// The signature's trusted comment, when a signature was checked.
+    pub comment: Option<String>,
+    /// False when the sink skipped the members.
+    pub members_read: bool,
+}
+
+/// Opens `bundle` once and reads it in one pass (see the module header).
+pub fn read_bundle(bundle: &Path, signature: Option<&SignatureCheck>, sink: &mut dyn Sink) -> Result<Verified, VerifyError> {
     let name = bundle.display().to_string();
-    let fmt = |why: String| VerifyError::Format { bundle: name.clone(), why };
-    let io = |source| VerifyError::Io {
+    let file = fs_err::File::open(bundle).map_err(|source| VerifyError::Io {
         path: name.clone(),
         source,
+    })?;
+    read_stream(file, &name, signature, sink)
+}
+
+/// [`read_bundle`] over an opened source; `name` is for messages.
+pub fn read_stream(
+    source: impl Read + Send,
+    name: &str,
+    signature: Option<&SignatureCheck>,
+    sink: &mut dyn Sink,
+) -> Result<Verified, VerifyError> {
+    let skip = AtomicBool::new(false);
+    let (tx, rx) = sync_channel(CHUNKS_IN_FLIGHT);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| decompress(source, name, signature, tx, &skip));
+        let mut chunks = Chunks {
+            rx,
+            chunk: Vec::new(),
+            pos: 0,
+        };
+        let parsed = parse(&mut chunks, name, sink);
+        // Whatever happened, the rest of the file is only hashed, not
+        // decompressed, and the reader thread is let finish.
+        skip.store(true, Ordering::Relaxed);
+        while chunks.rx.recv().is_ok() {}
+        let signed = reader.join().unwrap_or_else(|_| {
+            Err(VerifyError::Format {
+                bundle: name.to_string(),
+                why: "the reading thread stopped unexpectedly".into(),
+            })
+        });
+        // A bad signature explains any other error: report it first.
+        let comment = signed?;
+        let (manifest, text, members_read) = parsed?;
+        if let (Some(c), Some(sig)) = (&comment, signature) {
+            check_comment(c, &text, name, sig)?;
+        }
+        Ok(Verified {
+            manifest,
+            text,
+            comment,
+            members_read,
+        })
+    })
+}
+
+/// The builder names `bundle.yaml`'s sha256 in the trusted comment; when it
+/// is there, it must be the one just read.
+fn check_comment(comment: &str, text: &str, name: &str, sig: &SignatureCheck) -> Result<(), VerifyError> {
+    let Some(named) = comment.split_whitespace().find_map(|w| w.strip_prefix("sha256:")) else {
+        return Ok(());
     };
-    let file = fs_err::File::open(bundle).map_err(io)?;
-    let dec =
-        zstd::stream::read::Decoder::new(BufReader::with_capacity(1 << 20, file)).map_err(|e| fmt(format!("not a zstd stream: {e}")))?;
-    let mut archive = tar::Archive::new(dec);
+    if !comment.contains(MANIFEST_NAME) || named == sha256_hex(text.as_bytes()) {
+        return Ok(());
+    }
+    Err(sig.bad(
+        name,
+        format!("its trusted comment names {MANIFEST_NAME} sha256:{named}, the bundle holds another"),
+    ))
+}
+
+/// Feeds the signature check with every byte of `source` in order.
+struct Tee<'a, R> {
+    inner: R,
+    verifier: Option<minisign_verify::StreamVerifier<'a>>,
+}
+
+impl<R: Read> Read for Tee<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(v) = &mut self.verifier {
+            v.update(&buf[..n]);
+        }
+        Ok(n)
+    }
+}
+
+/// The reading thread: hashes and decompresses `source` into chunks until
+/// the end or until `skip`, then hashes the rest. Returns the trusted
+/// comment once the signature checked out.
+fn decompress<R: Read>(
+    source: R,
+    name: &str,
+    signature: Option<&SignatureCheck>,
+    tx: SyncSender<io::Result<Vec<u8>>>,
+    skip: &AtomicBool,
+) -> Result<Option<String>, VerifyError> {
+    let io_err = |source| VerifyError::Io {
+        path: name.to_string(),
+        source,
+    };
+    let verifier = signature.map(|s| s.verifier(name)).transpose()?;
+    let tee = BufReader::with_capacity(CHUNK, Tee { inner: source, verifier });
+    let mut tee = match zstd::stream::read::Decoder::with_buffer(tee) {
+        Ok(mut dec) => {
+            while !skip.load(Ordering::Relaxed) {
+                let mut chunk = vec![0u8; CHUNK];
+                let n = match read_full(&mut dec, &mut chunk) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = tx.send(Err(io::Error::other(format!("not a zstd stream: {e}"))));
+                        break;
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                chunk.truncate(n);
+                if tx.send(Ok(chunk)).is_err() {
+                    break;
+                }
+            }
+            dec.finish()
+        }
+        Err(e) => {
+            let _ = tx.send(Err(io::Error::other(format!("not a zstd stream: {e}"))));
+            return Err(VerifyError::Format {
+                bundle: name.to_string(),
+                why: format!("not a zstd stream: {e}"),
+            });
+        }
+    };
+    drop(tx);
+    let (Some(sig), Some(_)) = (signature, &tee.get_ref().verifier) else {
+        return Ok(None);
+    };
+    io::copy(&mut tee, &mut io::sink()).map_err(io_err)?;
+    let Some(mut v) = tee.into_inner().verifier else {
+        return Ok(None);
+    };
+    v.finalize().map_err(|e| sig.bad(name, e.to_string()))?;
+    Ok(Some(sig.signature.trusted_comment().to_string()))
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Decompressed bytes from the reading thread, as a reader.
+struct Chunks {
+    rx: Receiver<io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.chunk.len() {
+            match self.rx.recv() {
+                Ok(Ok(c)) => {
+                    self.chunk = c;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Reads the tar, checking every member; returns the manifest, its text and
+/// whether the members were read.
+fn parse(data: &mut impl Read, name: &str, sink: &mut dyn Sink) -> Result<(BundleManifest, String, bool), VerifyError> {
+    let fmt = |why: String| VerifyError::Format {
+        bundle: name.to_string(),
+        why,
+    };
+    let mut archive = tar::Archive::new(data);
     let mut entries = archive.entries().map_err(|e| fmt(format!("not a tar archive: {e}")))?;
     let mut first = entries
         .next()
@@ -136,6 +363,9 @@ pub fn check_members(bundle: &Path, sink: &mut dyn Sink) -> Result<BundleManifes
         .map_err(|e| fmt(format!("{MANIFEST_NAME} is not UTF-8 text: {e}")))?;
     drop(first);
     let manifest = BundleManifest::from_yaml(&text).map_err(|e| fmt(format!("{MANIFEST_NAME}: {e}")))?;
+    if !sink.start(&text).map_err(|e| fmt(e.to_string()))? {
+        return Ok((manifest, text, false));
+    }
     let mut expected: HashMap<&str, (u64, &str)> = manifest
         .members
         .iter()
@@ -165,7 +395,7 @@ pub fn check_members(bundle: &Path, sink: &mut dyn Sink) -> Result<BundleManifes
         let (actual, _) = hashing.finish();
         if actual != sha {
             return Err(VerifyError::BadDigest {
-                bundle: name.clone(),
+                bundle: name.to_string(),
                 member: path,
                 expected: sha.to_string(),
                 actual,
@@ -178,45 +408,27 @@ pub fn check_members(bundle: &Path, sink: &mut dyn Sink) -> Result<BundleManifes
             expected.len()
         )));
     }
-    Ok(manifest)
+    Ok((manifest, text, true))
 }
 
-/// Reads only `bundle.yaml`, without unpacking anything to disk.
+/// Streams the archive without a signature check, checking every member;
+/// returns the manifest.
+pub fn check_members(bundle: &Path, sink: &mut dyn Sink) -> Result<BundleManifest, VerifyError> {
+    read_bundle(bundle, None, sink).map(|v| v.manifest)
+}
+
+/// Reads only `bundle.yaml` (no signature check, nothing decompressed past it).
 pub fn read_manifest(bundle: &Path) -> Result<BundleManifest, VerifyError> {
-    read_manifest_text(bundle).map(|(m, _)| m)
-}
-
-/// `bundle.yaml`, parsed and as text (its sha256 identifies the bundle's content).
-pub fn read_manifest_text(bundle: &Path) -> Result<(BundleManifest, String), VerifyError> {
-    let name = bundle.display().to_string();
-    let file = fs_err::File::open(bundle).map_err(|source| VerifyError::Io {
-        path: name.clone(),
-        source,
-    })?;
-    let dec = zstd::stream::read::Decoder::new(BufReader::new(file)).map_err(|e| VerifyError::Format {
-        bundle: name.clone(),
-        why: format!("not a zstd stream: {e}"),
-    })?;
-    let mut archive = tar::Archive::new(dec);
-    let mut entries = archive.entries().map_err(|e| VerifyError::Format {
-        bundle: name.clone(),
-        why: e.to_string(),
-    })?;
-    let fmt = |why: String| VerifyError::Format { bundle: name.clone(), why };
-    let mut first = entries
-        .next()
-        .ok_or_else(|| fmt("the archive is empty".into()))?
-        .map_err(|e| fmt(e.to_string()))?;
-    let path = entry_path(&first).map_err(&fmt)?;
-    if path != MANIFEST_NAME || first.size() > MAX_MANIFEST {
-        return Err(fmt(format!(
-            "the first member is {path}, not {MANIFEST_NAME}; this is not a kubexm bundle"
-        )));
+    struct ManifestOnly;
+    impl Sink for ManifestOnly {
+        fn start(&mut self, _: &str) -> io::Result<bool> {
+            Ok(false)
+        }
+        fn member(&mut self, _: &str, _: u64, _: &mut dyn Read) -> io::Result<()> {
+            Ok(())
+        }
     }
-    let mut text = String::new();
-    first.read_to_string(&mut text).map_err(|e| fmt(e.to_string()))?;
-    let m = BundleManifest::from_yaml(&text).map_err(|e| fmt(format!("{MANIFEST_NAME}: {e}")))?;
-    Ok((m, text))
+    read_bundle(bundle, None, &mut ManifestOnly).map(|v| v.manifest)
 }
 
 /// A member's path, refused unless it is relative and stays inside the bundle.

@@ -1,10 +1,11 @@
 //! Verify and unpack a bundle into `<root>/bundles/<id>/`.
 //!
-//! The signature is checked before anything is decompressed. Members are
-//! then checked while they stream (see `kubexm_bundle::verify`) and written
-//! into a temporary directory beside the target, which is renamed into place
-//! only when every member checked out. A failure removes the temporary
-//! directory; nothing is written outside it. The id is the sha256 of
+//! The bundle is opened once and read in one pass (`kubexm_bundle::verify`):
+//! the signature covers exactly the bytes that are decompressed, members
+//! are checked while they stream and written into a temporary directory
+//! beside the target, which is marked complete and renamed into place only
+//! after the signature over the whole file checked out. A failure removes
+//! the temporary directory; nothing is written outside it. The id is the sha256 of
 //! `bundle.yaml`, which pins every member, so unpacking the same bundle again
 //! finds the finished directory and does nothing.
 
@@ -58,78 +59,129 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> UnpackError + '_ {
     }
 }
 
-/// Verifies and unpacks `bundle` under `root/bundles`.
+/// Verifies and unpacks `bundle` under `root/bundles`, opening it once.
 pub fn unpack(bundle: &Path, trust: &Trust, root: &Path) -> Result<Unpacked, UnpackError> {
-    if let Trust::PublicKey(pk) = trust {
-        let mut sig = bundle.as_os_str().to_owned();
-        sig.push(".minisig");
-        let sig = PathBuf::from(sig);
-        if !sig.exists() {
-            return Err(UnpackError::NoSignature {
-                bundle: bundle.display().to_string(),
-                sig: sig.display().to_string(),
-            });
-        }
-        let comment = verify::verify_signature(bundle, &sig, pk)?;
-        tracing::info!("signature good: {comment}");
-    } else {
+    let check = signature_check(bundle, trust)?;
+    let file = fs_err::File::open(bundle).map_err(io_err(bundle))?;
+    unpack_opened(file, bundle, check.as_ref(), root)
+}
+
+/// Loads the public key and the signature beside `bundle` (before the bundle is opened).
+pub fn signature_check(bundle: &Path, trust: &Trust) -> Result<Option<verify::SignatureCheck>, UnpackError> {
+    let Trust::PublicKey(pk) = trust else {
         tracing::warn!("{}: NOT VERIFIED: no signature check was made (--allow-unsigned)", bundle.display());
-    }
-    let (_, text) = verify::read_manifest_text(bundle)?;
-    let id = sha256_hex(text.as_bytes());
-    let bundles = root.join("bundles");
-    let dir = bundles.join(&id);
-    if dir.join(COMPLETE).exists() {
-        let manifest = BundleManifest::from_yaml(&text).map_err(|why| verify::VerifyError::Format {
+        return Ok(None);
+    };
+    let mut sig = bundle.as_os_str().to_owned();
+    sig.push(".minisig");
+    let sig = PathBuf::from(sig);
+    if !sig.exists() {
+        return Err(UnpackError::NoSignature {
             bundle: bundle.display().to_string(),
-            why,
-        })?;
-        return Ok(Unpacked {
-            dir,
-            manifest,
-            fresh: false,
+            sig: sig.display().to_string(),
         });
     }
-    fs_err::create_dir_all(&bundles).map_err(io_err(&bundles))?;
-    let tmp = bundles.join(format!(".{id}.tmp-{}", std::process::id()));
-    if tmp.exists() {
-        fs_err::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
-    }
-    fs_err::create_dir(&tmp).map_err(io_err(&tmp))?;
+    Ok(Some(verify::SignatureCheck::load(&sig, pk)?))
+}
+
+/// Unpacks the bundle read from `source` (opened once by the caller; `bundle`
+/// names it in messages). Members go to a temporary directory that becomes
+/// `<root>/bundles/<id>` only after the signature over every byte read
+/// checked out; on any failure nothing is left under `root`.
+pub fn unpack_opened(
+    source: impl Read + Send,
+    bundle: &Path,
+    check: Option<&verify::SignatureCheck>,
+    root: &Path,
+) -> Result<Unpacked, UnpackError> {
+    let bundles = root.join("bundles");
+    let made_bundles = !bundles.exists();
+    let mut sink = DirSink {
+        bundles: bundles.clone(),
+        tmp: None,
+        done: None,
+    };
+    let read = verify::read_stream(source, &bundle.display().to_string(), check, &mut sink);
     let result = (|| {
-        let manifest = verify::check_members(bundle, &mut DirSink { root: tmp.clone() })?;
-        fs_err::write(tmp.join(MANIFEST_NAME), &text).map_err(io_err(&tmp))?;
+        let read = read?;
+        if let Some(c) = &read.comment {
+            tracing::info!("signature good: {c}");
+        }
+        if let Some(dir) = sink.done.take().filter(|_| !read.members_read) {
+            return Ok(Unpacked {
+                dir,
+                manifest: read.manifest,
+                fresh: false,
+            });
+        }
+        let tmp = sink.tmp.clone().ok_or_else(|| {
+            UnpackError::Verify(verify::VerifyError::Format {
+                bundle: bundle.display().to_string(),
+                why: "no members were read".into(),
+            })
+        })?;
+        let id = sha256_hex(read.text.as_bytes());
+        let dir = bundles.join(&id);
+        fs_err::write(tmp.join(MANIFEST_NAME), &read.text).map_err(io_err(&tmp))?;
+        // Marked complete only now, after the signature covered every byte.
         fs_err::write(tmp.join(COMPLETE), format!("{id}\n")).map_err(io_err(&tmp))?;
         if dir.exists() {
             // An unfinished directory from an older layout; replace it.
             fs_err::remove_dir_all(&dir).map_err(io_err(&dir))?;
         }
         fs_err::rename(&tmp, &dir).map_err(io_err(&dir))?;
-        Ok(manifest)
-    })();
-    match result {
-        Ok(manifest) => Ok(Unpacked {
+        Ok(Unpacked {
             dir,
-            manifest,
+            manifest: read.manifest,
             fresh: true,
-        }),
-        Err(e) => {
-            let _ = fs_err::remove_dir_all(&tmp);
-            Err(e)
+        })
+    })();
+    if result.is_err() {
+        if let Some(tmp) = &sink.tmp {
+            let _ = fs_err::remove_dir_all(tmp);
+        }
+        if made_bundles {
+            let _ = std::fs::remove_dir(&bundles);
         }
     }
+    result
 }
 
-/// Writes verified members under a directory. Paths were checked to be
-/// relative with only normal components before they reach here.
+/// Writes verified members under a temporary directory named after the
+/// bundle's id; skips them when that id is already unpacked. Paths were
+/// checked to be relative with only normal components before they reach here.
 struct DirSink {
-    root: PathBuf,
+    bundles: PathBuf,
+    tmp: Option<PathBuf>,
+    /// The finished directory, when an earlier run unpacked this bundle.
+    done: Option<PathBuf>,
 }
 
 impl Sink for DirSink {
+    fn start(&mut self, manifest_text: &str) -> io::Result<bool> {
+        let id = sha256_hex(manifest_text.as_bytes());
+        let dir = self.bundles.join(&id);
+        if dir.join(COMPLETE).exists() {
+            self.done = Some(dir);
+            return Ok(false);
+        }
+        fs_err::create_dir_all(&self.bundles)?;
+        let tmp = self.bundles.join(format!(".{id}.tmp-{}", std::process::id()));
+        if tmp.exists() {
+            fs_err::remove_dir_all(&tmp)?;
+        }
+        fs_err::create_dir(&tmp)?;
+        self.tmp = Some(tmp);
+        Ok(true)
+    }
+
     fn member(&mut self, path: &str, _size: u64, data: &mut dyn Read) -> io::Result<()> {
-        let target = self.root.join(path);
-        if !target.starts_with(&self.root) {
+        let root = self
+            .tmp
+            .as_ref()
+            .ok_or_else(|| io::Error::other("a member came before bundle.yaml"))?;
+        let target = root.join(path);
+        if !target.starts_with(root) {
             return Err(io::Error::other(format!("{path} leaves the target directory")));
         }
         if let Some(parent) = target.parent() {

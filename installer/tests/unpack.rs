@@ -155,3 +155,151 @@ fn crafted_archives_are_refused_and_nothing_lands_outside() {
         assert!(!Path::new("/tmp/kubexm-escaped-abs").exists(), "{what}: wrote an absolute path");
     }
 }
+
+/// A reader over the opened bundle that runs `action` once, when the read
+/// position first reaches `at`: a deterministic moment "between the reads".
+struct At<F: FnMut()> {
+    file: std::fs::File,
+    pos: u64,
+    at: u64,
+    action: Option<F>,
+}
+
+impl<F: FnMut()> std::io::Read for At<F> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos >= self.at
+            && let Some(mut a) = self.action.take()
+        {
+            a();
+        }
+        // Reads stop at the moment, so it is reached exactly.
+        let room = if self.pos < self.at {
+            (self.at - self.pos) as usize
+        } else {
+            buf.len()
+        };
+        let end = buf.len().min(room.max(1));
+        let n = std::io::Read::read(&mut self.file, &mut buf[..end])?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// An unsigned payload shaped like the signed bundle, with other content.
+fn payload(dir: &Path) -> Vec<u8> {
+    let data = b"EVIL!".to_vec();
+    let members = vec![PackMember {
+        path: "files/a/1/amd64/a".into(),
+        size: data.len() as u64,
+        sha256: sha256_hex(&data),
+        source: Source::Bytes(data),
+    }];
+    let p = dir.join("payload.tar.zst");
+    pack(&p, &manifest(listing(&members)), &members, 1, &|_| {}).unwrap();
+    std::fs::read(&p).unwrap()
+}
+
+/// Every file under `root`, as paths relative to it.
+fn tree(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(root).unwrap().display().to_string());
+            if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn unpack_signature_not_tied_to_what_is_unpacked_bundle_replaced_between_reads() {
+    use kubexm_installer::unpack::{signature_check, unpack_opened};
+    let f = signed();
+    let original = std::fs::read(&f.bundle).unwrap();
+    let evil = payload(f.dir.path());
+    let len = original.len() as u64;
+    let trust = Trust::PublicKey(f.public.clone());
+
+    // Moment 1: after the key and signature are read, before the bundle is opened.
+    let root = f.dir.path().join("root-before-open");
+    std::fs::create_dir(&root).unwrap();
+    let check = signature_check(&f.bundle, &trust).unwrap();
+    std::fs::write(&f.bundle, &evil).unwrap();
+    let file = std::fs::File::open(&f.bundle).unwrap();
+    let err = unpack_opened(file, &f.bundle, check.as_ref(), &root).unwrap_err();
+    assert!(err.to_string().contains("do not use it"), "{err}");
+    assert!(tree(&root).is_empty(), "left {:?}", tree(&root));
+
+    // Later moments: just after open, after bundle.yaml, mid-members, at the
+    // end. Replacing the file by rename cannot change what is read (one
+    // descriptor); overwriting it in place changes the bytes, which the
+    // signature then refuses. Either way nothing unsigned is unpacked.
+    let moments = [
+        ("just after open", 0),
+        ("after bundle.yaml", 512 + 1),
+        ("mid-members", len / 2),
+        ("at the end", len),
+    ];
+    for (moment, at) in moments {
+        for in_place in [false, true] {
+            let how = if in_place { "overwritten in place" } else { "replaced by rename" };
+            std::fs::write(&f.bundle, &original).unwrap();
+            let root = f.dir.path().join(format!("root-{at}-{in_place}"));
+            std::fs::create_dir(&root).unwrap();
+            let check = signature_check(&f.bundle, &trust).unwrap();
+            let (path, evil) = (f.bundle.clone(), evil.clone());
+            let reader = At {
+                file: std::fs::File::open(&f.bundle).unwrap(),
+                pos: 0,
+                at,
+                action: Some(move || {
+                    if in_place {
+                        let mut w = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                        std::io::Write::write_all(&mut w, &evil).unwrap();
+                    } else {
+                        let other = path.with_extension("swap");
+                        std::fs::write(&other, &evil).unwrap();
+                        std::fs::rename(&other, &path).unwrap();
+                    }
+                }),
+            };
+            match unpack_opened(reader, &f.bundle, check.as_ref(), &root) {
+                Ok(u) => {
+                    assert!(!in_place || at >= len, "{moment}, {how}: changed bytes were accepted");
+                    assert_eq!(
+                        std::fs::read(u.dir.join("files/a/1/amd64/a")).unwrap(),
+                        b"alpha",
+                        "{moment}, {how}: unpacked what was not signed"
+                    );
+                }
+                Err(e) => {
+                    assert!(in_place, "{moment}, {how}: the signed bytes were refused: {e}");
+                    assert!(e.to_string().contains("do not use it"), "{moment}, {how}: {e}");
+                    assert!(tree(&root).is_empty(), "{moment}, {how}: left {:?}", tree(&root));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn unpack_signature_not_tied_to_what_is_unpacked_trusted_comment_names_another_bundle_yaml() {
+    let f = signed();
+    let root = f.dir.path().join("root");
+    // Signed by the right key, but its comment names another bundle.yaml.
+    let secret = f.dir.path().join("k.key");
+    kubexm_builder::sign::sign(
+        &f.bundle,
+        &secret,
+        &format!("kubexm bundle x bundle.yaml sha256:{}", "0".repeat(64)),
+    )
+    .unwrap();
+    let err = unpack(&f.bundle, &Trust::PublicKey(f.public.clone()), &root).unwrap_err();
+    assert!(err.to_string().contains("trusted comment names bundle.yaml"), "{err}");
+    assert!(tree(&root).is_empty(), "left {:?}", tree(&root));
+}

@@ -6,6 +6,18 @@ use std::process::{Command, Output};
 
 use kubexm_e2e::{Lab, bin, fixture_control, fixture_stats, ok, text};
 
+/// `kubexm-bundle verify` of `bundle` with `public`.
+fn verify(bundle: &Path, public: &Path) -> Output {
+    Command::new(bin("kubexm-bundle"))
+        .arg("verify")
+        .arg("--bundle")
+        .arg(bundle)
+        .arg("--pubkey")
+        .arg(public)
+        .output()
+        .unwrap()
+}
+
 struct Build {
     dir: tempfile::TempDir,
     cache: PathBuf,
@@ -140,17 +152,7 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
     );
 
     // verify, and the minisign CLI, accept it.
-    ok(
-        Command::new(bin("kubexm-bundle"))
-            .arg("verify")
-            .arg("--bundle")
-            .arg(&bundle)
-            .arg("--pubkey")
-            .arg(&public)
-            .output()
-            .unwrap(),
-        "verify",
-    );
+    ok(verify(&bundle, &public), "verify");
     let mv = ok(
         Command::new("minisign")
             .arg("-Vm")
@@ -285,4 +287,74 @@ fn a_missing_image_fails_before_any_archive_is_written() {
         .filter(|n| n != "cluster.yaml" && n != "cache")
         .collect();
     assert!(left.is_empty(), "files left beside the bundle: {left:?}");
+}
+
+/// The minisign CLI as a real peer: its default (prehashed) signature is
+/// accepted by `verify` and `unpack`; its legacy one (`-l`) is refused, with
+/// the reason and what to do, not as a changed bundle.
+#[test]
+fn legacy_minisign_signature_gets_a_false_explanation() {
+    if Command::new("minisign").arg("-v").output().is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but the minisign CLI is missing"
+        );
+        eprintln!("SKIP: the minisign CLI is missing (ci/lab prepare installs it)");
+        return;
+    }
+    let b = Build::new();
+    let bundle = b.path("k.tar.zst");
+    let data = b"alpha".to_vec();
+    let members = vec![kubexm_bundle::pack::PackMember {
+        path: "files/a/1/amd64/a".into(),
+        size: data.len() as u64,
+        sha256: kubexm_bundle::digest::sha256_hex(&data),
+        source: kubexm_bundle::pack::Source::Bytes(data),
+    }];
+    let listing = kubexm_bundle::pack::listing(&members);
+    kubexm_bundle::pack::pack(&bundle, &kubexm_bundle::testing::manifest(listing), &members, 1, &|_| {}).unwrap();
+    let (public, secret) = (b.path("m.pub"), b.path("m.key"));
+    ok(
+        Command::new("minisign")
+            .arg("-GW")
+            .arg("-p")
+            .arg(&public)
+            .arg("-s")
+            .arg(&secret)
+            .output()
+            .unwrap(),
+        "minisign -G",
+    );
+    let sign = |legacy: bool| {
+        let mut c = Command::new("minisign");
+        c.arg("-S").arg("-s").arg(&secret).arg("-m").arg(&bundle);
+        if legacy {
+            c.arg("-l");
+        }
+        ok(c.output().unwrap(), "minisign -S");
+    };
+    let verify = || verify(&bundle, &public);
+    let unpack = |root: &str| {
+        Command::new(bin("kubexm-install"))
+            .arg("unpack")
+            .arg("--bundle")
+            .arg(&bundle)
+            .arg("--pubkey")
+            .arg(&public)
+            .arg("--root")
+            .arg(b.path(root))
+            .output()
+            .unwrap()
+    };
+    sign(false);
+    ok(verify(), "verify of a minisign signature");
+    ok(unpack("root-ok"), "unpack of a minisign signature");
+    sign(true);
+    for (what, out) in [("verify", verify()), ("unpack", unpack("root-legacy"))] {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(6), "{what}: {err}");
+        assert!(err.contains("legacy") && err.contains("without -l"), "{what}: {err}");
+        assert!(!err.contains("was changed"), "{what} gives a false explanation: {err}");
+    }
+    assert!(!b.path("root-legacy/bundles").exists(), "unpack of a legacy signature left files");
 }
