@@ -21,6 +21,15 @@ fn stderr(out: &std::process::Output) -> String {
 }
 
 #[test]
+fn a_closed_stdout_panics_the_binary() {
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("kubexm-bundle"));
+    cmd.args(["bom", "-o", "json", "-f"]).arg(example("ha.yaml"));
+    let (code, err) = kubexm_cli::testing::run_with_closed_stdout(cmd).unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
+
+#[test]
 fn help_on_every_command() {
     for args in [&["--help"][..], &["validate", "--help"], &["bom", "--help"], &["init", "--help"]] {
         let out = bundle().args(args).output().unwrap();

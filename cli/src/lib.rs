@@ -100,10 +100,37 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Whether the error is a write to a reader that went away (`| head`).
+fn broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// A reader that closes our stdout early (`kubexm-bundle bom | head -1`)
+/// ends the program quietly with success, as it asked for no more: `print!`
+/// would otherwise panic.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info)
+    }));
+}
+
 /// Prints an error to stderr and returns its exit code.
 pub fn exit(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err) if broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             let class = class_of(&err);
             let text = format!("{err:#}");
@@ -132,6 +159,7 @@ pub enum Output {
 
 /// Logs go to stderr; `RUST_LOG` or `-v` raise the level.
 pub fn init_logging(verbose: u8) {
+    quiet_on_closed_stdout();
     let default = match verbose {
         0 => "warn",
         1 => "info",
@@ -146,4 +174,19 @@ pub fn init_logging(verbose: u8) {
         .with_target(false)
         .without_time()
         .try_init();
+}
+
+/// Helpers for the binaries' tests.
+pub mod testing {
+    /// Runs `cmd` with its stdout closed before it writes (`cmd | true`);
+    /// returns its exit code and stderr.
+    pub fn run_with_closed_stdout(mut cmd: std::process::Command) -> std::io::Result<(Option<i32>, String)> {
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        drop(child.stdout.take());
+        let out = child.wait_with_output()?;
+        Ok((out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned()))
+    }
 }

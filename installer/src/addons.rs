@@ -109,7 +109,7 @@ pub fn enabled(c: &Cluster, phase: &str) -> anyhow::Result<Vec<&'static str>> {
         "cni" => vec![match s.network.plugin {
             NetworkPlugin::Calico => "calico",
             NetworkPlugin::Flannel => "flannel",
-            other => anyhow::bail!("network plugin {other:?} is not supported yet"),
+            other => return Err(crate::DeployError::NotSupported(format!("network plugin {other:?}")).into()),
         }],
         _ => {
             let mut v = Vec::new();
@@ -122,7 +122,7 @@ pub fn enabled(c: &Cluster, phase: &str) -> anyhow::Result<Vec<&'static str>> {
             match s.storage.provider {
                 StorageProvider::OpenebsLocalpv => v.push("openebs-localpv"),
                 StorageProvider::None => {}
-                other => anyhow::bail!("storage provider {other:?} is not supported yet"),
+                other => return Err(crate::DeployError::NotSupported(format!("storage provider {other:?}")).into()),
             }
             v
         }
@@ -135,7 +135,10 @@ pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(St
     let mut out = Vec::new();
     let items: Vec<_> = i.bom.manifests.iter().filter(|m| m.addon == addon).collect();
     if items.is_empty() {
-        anyhow::bail!("the bundle has no manifests for {addon}; rebuild it with this cluster.yaml");
+        return Err(crate::DeployError::Config(format!(
+            "the bundle has no manifests for {addon}; rebuild it with this cluster.yaml"
+        ))
+        .into());
     }
     for (n, m) in items.iter().enumerate() {
         let path = i.bundle_dir.join(&m.path);

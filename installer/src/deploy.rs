@@ -1,9 +1,13 @@
 //! Deployment phases: each a module of idempotent steps the engine runs.
 //!
-//! This release implements `preflight` (facts-based refusals and the registry
-//! CA on every host), `os-packages` and `etcd` (binary mode: our PKI, systemd
-//! units, a healthy cluster). The other phases are refused up front with "not
-//! supported yet", so nothing is half-deployed by a phase that does not exist.
+//! Every phase of [`PHASES`] is built: preflight (facts-based refusals, the
+//! registry CA, timezone and NTP), os-packages, the registry service, etcd in
+//! binary mode (our PKI, systemd units, a healthy cluster), the loadbalancer
+//! (modes A and D, in `endpoint`), containerd, the control plane and workers
+//! (kubeadm, in `kubeadm`), the CNI and addons (in `addons`) and the
+//! kubeconfig hand-over. This file assembles them into the install pipeline
+//! with their ordering rules. Options a phase does not implement are refused
+//! while planning with [`crate::DeployError::NotSupported`] (exit 8).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -153,7 +157,7 @@ pub fn first_control_plane(cluster: &Cluster) -> anyhow::Result<String> {
         .control_plane
         .first()
         .cloned()
-        .ok_or_else(|| anyhow::anyhow!("roleGroups.control-plane is empty"))
+        .ok_or_else(|| crate::DeployError::Config("roleGroups.control-plane is empty".into()).into())
 }
 
 /// Files put on a host over SFTP, each checked by sha256 first.
@@ -352,7 +356,10 @@ impl Inputs<'_> {
             .iter()
             .find(|f| f.component == component && f.arch == arch)
             .ok_or_else(|| {
-                anyhow::anyhow!("{host}: the bundle has no {component} for {arch}; add {arch} to bundle.arches and rebuild the bundle")
+                crate::DeployError::Config(format!(
+                    "{host}: the bundle has no {component} for {arch}; add {arch} to bundle.arches and rebuild the bundle"
+                ))
+                .into()
             })
     }
 }
@@ -718,7 +725,8 @@ impl Step for Upload {
 /// installer binary and the bundle (verified and unpacked there), TLS from
 /// the installer's registry CA.
 fn registry_module(i: &Inputs) -> anyhow::Result<Module> {
-    let host = registry_host(i.cluster).ok_or_else(|| anyhow::anyhow!("no registry host: set roleGroups.registry or control-plane"))?;
+    let host = registry_host(i.cluster)
+        .ok_or_else(|| crate::DeployError::Config("no registry host: set roleGroups.registry or control-plane".into()))?;
     let arch = i.arches.get(&host).cloned().unwrap_or_default();
     let mine = match std::env::consts::ARCH {
         "x86_64" => "amd64",
@@ -726,10 +734,11 @@ fn registry_module(i: &Inputs) -> anyhow::Result<Module> {
         other => other,
     };
     if arch != mine {
-        anyhow::bail!(
+        return Err(crate::DeployError::Config(format!(
             "registry host {host} is {arch}, but this installer is {mine}: it runs the registry there; \
              set roleGroups.registry to a {mine} host"
-        );
+        ))
+        .into());
     }
     let addr = address_of(i.cluster, &host);
     let port = i.cluster.spec.registry.port;
@@ -828,7 +837,11 @@ fn registry_module(i: &Inputs) -> anyhow::Result<Module> {
 /// sandbox image from the bundle, and a systemd unit.
 fn containerd_module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyhow::Result<Module> {
     if i.cluster.spec.registry.mode != kubexm_bom::config::model::RegistryMode::Local {
-        anyhow::bail!("registry.mode external: the containerd phase does not support an external registry yet (not supported yet)");
+        return Err(crate::DeployError::NotSupported(
+            "registry.mode external (the containerd phase needs the bundle's registry; mirror with `kubexm-install mirror` meanwhile)"
+                .into(),
+        )
+        .into());
     }
     let registry = registry_address(i.cluster).ok_or_else(|| anyhow::anyhow!("no registry host"))?;
     let target = crate::hosts::Target {

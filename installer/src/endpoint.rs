@@ -146,10 +146,9 @@ pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
     }
     match e.mode {
         EndpointMode::HaproxyKeepalived => {
-            let vip = e
-                .address
-                .clone()
-                .ok_or_else(|| anyhow::anyhow!("controlPlaneEndpoint.address (the VIP) is required in mode haproxy-keepalived"))?;
+            let vip = e.address.clone().ok_or_else(|| {
+                crate::DeployError::Config("controlPlaneEndpoint.address (the VIP) is required in mode haproxy-keepalived".into())
+            })?;
             let cfg = haproxy_cfg(
                 cluster,
                 &format!("the control-plane endpoint {vip}:{}", e.port),
@@ -214,7 +213,7 @@ pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
                 });
             }
         }
-        other => anyhow::bail!("control-plane endpoint mode {other:?} is not supported yet"),
+        other => return Err(crate::DeployError::NotSupported(format!("control-plane endpoint mode {other:?}")).into()),
     }
     Ok(Module {
         name: "loadbalancer".into(),

@@ -33,6 +33,8 @@ const INIT_V1BETA3: &str = include_str!("../../manifests/templates/kubeadm/init-
 const JOIN_V1BETA3: &str = include_str!("../../manifests/templates/kubeadm/join-v1beta3.yaml");
 /// Where kubexm keeps kubeadm configs on hosts (they hold the token: 0600, removed at hand-over).
 pub const CONFIG_DIR: &str = "/etc/kubexm/kubeadm";
+/// kubeadm's output, redacted, root only.
+const LOG_DIR: &str = "/var/log/kubexm";
 const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
 /// The bootstrap token and certificate key are reused this long, then renewed
 /// (kubeadm deletes uploaded certificates after two hours).
@@ -195,7 +197,7 @@ impl Render<'_> {
         match self.api {
             "kubeadm.k8s.io/v1beta4" => Ok((INIT_V1BETA4, JOIN_V1BETA4)),
             "kubeadm.k8s.io/v1beta3" => Ok((INIT_V1BETA3, JOIN_V1BETA3)),
-            other => anyhow::bail!("kubeadm API {other} is not supported yet (v1beta3 and v1beta4 are)"),
+            other => Err(crate::DeployError::NotSupported(format!("kubeadm API {other} (v1beta3 and v1beta4 are supported)")).into()),
         }
     }
 
@@ -273,22 +275,45 @@ fn kubelet_running() -> Arc<dyn Step> {
     ))
 }
 
-/// Runs kubeadm with a config file, its output kept in a root-only log on the
-/// host (it prints the token); on failure the tail is shown without secrets.
+/// Redacts bootstrap tokens (`[a-z0-9]{6}.[a-z0-9]{16}`) and certificate
+/// keys (64 hex digits) from a stream: kubeadm prints both in its join
+/// commands. Also used on logs an older kubexm left.
+const REDACT: &str = "sed -E -e 's/[a-z0-9]{6}\\.[a-z0-9]{16}/<redacted-token>/g' -e 's/[a-f0-9]{64}/<redacted-key>/g'";
+
+/// Runs kubeadm with a config file. Its output reaches the root-only log on
+/// the host only after the token and certificate key are redacted (they
+/// never touch the disk); on failure the log's tail is shown.
 fn kubeadm(name: &str, check: &str, config: String, file: &str, command: &str, creds: &JoinCredentials) -> Arc<dyn Step> {
-    let log = format!("/var/log/kubexm/{name}.log");
+    let log = format!("{LOG_DIR}/{name}.log");
     Arc::new(RunWith {
         name: name.into(),
         check: check.into(),
         files: vec![(format!("{CONFIG_DIR}/{file}"), config.into_bytes(), 0o600)],
         command: format!(
-            "mkdir -p /var/log/kubexm && chmod 700 /var/log/kubexm\n\
-             if {command} --config {CONFIG_DIR}/{file} > {log} 2>&1; then\n  echo {id} >> {CONFIG_DIR}/tokens; echo \"{name}: done (log {log})\"\n\
-             else\n  rc=$?; grep -v -e '--token' -e 'certificate-key' -e '{id}' {log} | tail -25 >&2; exit $rc\nfi",
+            "mkdir -p {LOG_DIR} && chmod 700 {LOG_DIR} && umask 077 && rm -f {log}\n\
+             {{ {command} --config {CONFIG_DIR}/{file} 2>&1 || echo \"kubexm-exit-code=$?\"; }} | {REDACT} > {log}\n\
+             if rc=$(sed -n 's/^kubexm-exit-code=//p' {log}) && [ -n \"$rc\" ]; then\n  grep -v '^kubexm-exit-code=' {log} | tail -25 >&2; exit \"$rc\"\nfi\n\
+             echo {id} >> {CONFIG_DIR}/tokens; echo \"{name}: done (log {log})\"",
             id = creds.token_id()
         ),
         timeout: Duration::from_secs(600),
     })
+}
+
+/// Hand-over: logs on the host keep no credential and are root only,
+/// including those an earlier kubexm wrote.
+fn logs_redacted() -> Arc<dyn Step> {
+    let pattern = "'[a-z0-9]{6}\\.[a-z0-9]{16}|[a-f0-9]{64}'";
+    Arc::new(Shell::new(
+        "logs-redacted",
+        Some(&format!(
+            "! grep -qsE {pattern} {LOG_DIR}/*.log && [ -z \"$(find {LOG_DIR} -type f -perm /077 2>/dev/null)\" ]"
+        )),
+        &format!(
+            "for f in {LOG_DIR}/*.log; do [ -f \"$f\" ] && {REDACT} -i \"$f\"; done; \
+             find {LOG_DIR} -type f -exec chmod 600 {{}} +; echo 'kubeadm logs redacted, root only'"
+        ),
+    ))
 }
 
 /// The control-plane phase: init on the first node, then the others join in turn.
@@ -296,7 +321,7 @@ pub fn control_plane_module(i: &Inputs, k: &KubePki) -> anyhow::Result<Module> {
     let c = i.cluster;
     let g = &c.spec.role_groups;
     if g.control_plane.is_empty() {
-        anyhow::bail!("roleGroups.control-plane is empty");
+        return Err(crate::DeployError::Config("roleGroups.control-plane is empty".into()).into());
     }
     let r = Render::new(i, k);
     let (ca, creds) = (&k.ca, &k.creds);
@@ -491,8 +516,9 @@ impl Step for FetchKubeconfig {
     }
 }
 
-/// Hand-over: the admin kubeconfig for the user, and the temporary files
-/// (kubeadm configs holding the token) removed from every host.
+/// Hand-over: the admin kubeconfig for the user, the temporary files
+/// (kubeadm configs holding the token) removed from every host, and no
+/// credential left in a kubeadm log.
 pub fn handover_module(i: &Inputs) -> anyhow::Result<Module> {
     let first = crate::deploy::first_control_plane(i.cluster)?;
     let mut tasks = vec![Task {
@@ -508,11 +534,14 @@ pub fn handover_module(i: &Inputs) -> anyhow::Result<Module> {
     tasks.push(Task {
         name: "remove-temporary-files".into(),
         hosts: i.cluster.spec.hosts.iter().map(|h| h.name.clone()).collect(),
-        steps: vec![Arc::new(Shell::new(
-            "remove-temporary-files",
-            Some(&format!("! ls -d {temp} >/dev/null 2>&1")),
-            &format!("rm -rf {temp}"),
-        ))],
+        steps: vec![
+            Arc::new(Shell::new(
+                "remove-temporary-files",
+                Some(&format!("! ls -d {temp} >/dev/null 2>&1")),
+                &format!("rm -rf {temp}"),
+            )),
+            logs_redacted(),
+        ],
         after: vec![("admin-kubeconfig".into(), Scope::AllHosts)],
     });
     Ok(Module {

@@ -1,12 +1,10 @@
 //! kubexm-installer: the offline side.
 //!
-//! This release does the first half of an install: verify and unpack a bundle
-//! ([`unpack`]), serve it as a registry and file server ([`serve`], TLS from
-//! the installer's CA in [`pki`]), or push its images into a site registry
-//! ([`mirror`]), and write containerd `hosts.toml` files that send nodes to
-//! it ([`hosts`]). Deploying the cluster over SSH comes with the engine and
-//! phases; until then `kubexm-install -f cluster.yaml` refuses with
-//! "not supported yet".
+//! Verify and unpack a bundle ([`unpack`]), serve it as a registry and file
+//! server ([`serve`], TLS from the installer's CA in [`pki`]) or push its
+//! images into a site registry ([`mirror`]), write containerd `hosts.toml`
+//! files that send nodes to it ([`hosts`]), and deploy the cluster over SSH
+//! in phases ([`deploy`] and the phase modules, run by the [`engine`]).
 
 pub mod addons;
 pub mod deploy;
@@ -19,6 +17,35 @@ pub mod os_packages;
 pub mod pki;
 pub mod serve;
 pub mod unpack;
+
+/// What planning a deployment can refuse, typed so the binary maps it to
+/// its exit code (8 for "not supported yet", 3 for a config the bundle or
+/// the installer cannot serve) rather than calling it a bug.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error("{0} is not supported yet")]
+    NotSupported(String),
+    #[error("{0}")]
+    Config(String),
+}
+
+impl DeployError {
+    pub fn class(&self) -> kubexm_cli::Class {
+        match self {
+            DeployError::NotSupported(_) => kubexm_cli::Class::Unsupported,
+            DeployError::Config(_) => kubexm_cli::Class::Config,
+        }
+    }
+}
+
+/// Tags an error that carries a [`DeployError`] with its class (binary edge).
+pub fn classify(err: anyhow::Error) -> anyhow::Error {
+    let class = err.chain().find_map(|c| c.downcast_ref::<DeployError>()).map(DeployError::class);
+    match class {
+        Some(class) if kubexm_cli::class_of(&err) == kubexm_cli::Class::Internal => kubexm_cli::classified(class, err),
+        _ => err,
+    }
+}
 
 /// The installer's state root (`/var/lib/kubexm`).
 pub const ROOT: &str = "/var/lib/kubexm";

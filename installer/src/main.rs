@@ -257,7 +257,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     kubexm_cli::init_logging(cli.verbose.max(1));
-    kubexm_cli::exit(run(cli))
+    kubexm_cli::exit(run(cli).map_err(kubexm_installer::classify))
 }
 
 fn trust(t: &TrustArgs) -> unpack::Trust {
@@ -929,8 +929,12 @@ fn summary(cluster: &kubexm_bom::config::Cluster, phases: &[String], kubeconfig:
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default()
         ));
+        let mode = serde_json::to_value(cluster.spec.etcd.mode)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
         s.push_str(&format!(
-            "  etcd: {} (binary, TLS)
+            "  etcd: {} ({mode}, TLS)
 ",
             g.etcd.join(", ")
         ));

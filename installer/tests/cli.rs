@@ -34,6 +34,16 @@ fn install_without_a_trust_decision_is_refused() {
 }
 
 #[test]
+fn a_closed_stdout_panics_the_binary() {
+    let ha = format!("{}/../examples/ha.yaml", manifest_dir());
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("kubexm-install"));
+    cmd.args(["facts", "-f", &ha, "--dry-run"]);
+    let (code, err) = kubexm_cli::testing::run_with_closed_stdout(cmd).unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+}
+
+#[test]
 fn help_works() {
     Command::cargo_bin("kubexm-install").unwrap().arg("--help").assert().success();
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use kubexm_installer::engine::fake::{Fake, Log, Script};
-use kubexm_installer::engine::plan::{Module, Pipeline, PlanError, Scope, Step, Task};
+use kubexm_installer::engine::plan::{Check, Module, Pipeline, PlanError, Scope, Step, StepError, Task};
 use kubexm_installer::engine::run::{EngineOptions, Policy, Report, run};
 use kubexm_installer::engine::state::{Outcome, State};
 use kubexm_installer::engine::steps::Shell;
@@ -258,6 +258,65 @@ async fn fail_fast_stops_everything_continue_finishes_other_hosts() {
     assert_eq!(fast.results.len(), 12, "every node is accounted for");
 }
 
+/// A host lost mid-run under fail-fast: nothing more runs on it or on what
+/// waits on it, every other host goes on, and each node not done says why.
+#[tokio::test]
+async fn a_lost_host_stops_every_other_host_and_reads_as_a_library_error() {
+    let hs = hosts(3);
+    // t1 on every host, then a gate on h1 after t1 everywhere, then t2 on every host.
+    let p = Pipeline {
+        name: "p".into(),
+        modules: vec![Module {
+            name: "m".into(),
+            tasks: vec![
+                task("t1", &hs, &["a", "b"], &[]),
+                task("gate", &hs[..1], &["g"], &[("t1", Scope::AllHosts)]),
+                task("t2", &hs, &["c"], &[("t1", Scope::SameHost)]),
+            ],
+        }],
+    };
+    let script: Script = Arc::new(|h, c| {
+        if h == "h3" && c == "apply b" {
+            return Err(TransportError::Lost {
+                host: h.into(),
+                why: "Channel send error".into(),
+            });
+        }
+        Ok(CmdOutput {
+            code: Some(0),
+            ..Default::default()
+        })
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::default();
+    let r = go(
+        &p,
+        &transports(&hs, &log, script, Duration::from_millis(5)),
+        &state(&dir),
+        EngineOptions {
+            policy: Policy::FailFast,
+            ..Default::default()
+        },
+    )
+    .await;
+    let fail = r.failures();
+    assert_eq!(fail.len(), 1, "{fail:?}");
+    assert!(fail[0].log.contains("h3: the host became unreachable"), "{}", fail[0].log);
+    assert!(!fail[0].log.contains('\u{0}'), "{:?}", fail[0].log);
+    let outcome = |id: &str| r.results.iter().find(|x| x.id == id).map(|x| (x.outcome, x.log.clone())).unwrap();
+    // The other hosts went on with what does not wait on h3, despite fail-fast.
+    for id in ["m/t1/b@h1", "m/t1/b@h2", "m/t2/c@h1", "m/t2/c@h2"] {
+        assert_eq!(outcome(id).0, Outcome::Applied, "{id}");
+    }
+    assert_eq!(outcome("m/t2/c@h3"), (Outcome::NotRun, "not done: h3 became unreachable".into()));
+    assert_eq!(
+        outcome("m/gate/g@h1"),
+        (Outcome::NotRun, "not done: it waits on h3, which became unreachable".into())
+    );
+    assert!(!log.calls().iter().any(|(h, c)| h == "h3" && c == "apply c"));
+    assert_eq!(r.results.len(), 10, "every node is accounted for");
+}
+
 #[tokio::test]
 async fn a_rerun_resumes_from_the_state_database() {
     let hs = hosts(2);
@@ -392,4 +451,85 @@ async fn secrets_never_reach_the_state_database() {
     drop(st);
     let raw = std::fs::read(dir.path().join("state.db")).unwrap();
     assert!(!String::from_utf8_lossy(&raw).contains("hunter2-secret"));
+}
+
+/// A step that runs `f` as its apply (for defects in the engine itself).
+struct Hook<F: Fn() + Send + Sync>(&'static str, F);
+
+impl<F: Fn() + Send + Sync> Step for Hook<F> {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn check<'a>(&'a self, _: &'a dyn Transport) -> futures_util::future::BoxFuture<'a, Result<Check, StepError>> {
+        Box::pin(async { Ok(Check::Missing) })
+    }
+    fn apply<'a>(&'a self, _: &'a dyn Transport) -> futures_util::future::BoxFuture<'a, Result<String, StepError>> {
+        Box::pin(async move {
+            (self.1)();
+            Ok("done".into())
+        })
+    }
+}
+
+fn hooked(hs: &[String], hook: Arc<dyn Step>) -> Pipeline {
+    Pipeline {
+        name: "p".into(),
+        modules: vec![Module {
+            name: "m".into(),
+            tasks: vec![Task {
+                name: "t".into(),
+                hosts: hs.to_vec(),
+                steps: vec![step("s1", None), hook, step("s3", None)],
+                after: vec![],
+            }],
+        }],
+    }
+}
+
+#[tokio::test]
+async fn a_step_that_panics_is_reported_as_the_run_stopped_before_it() {
+    let hs = hosts(1);
+    let p = hooked(&hs, Arc::new(Hook("boom", || panic!("the step's own bug"))));
+    let dir = tempfile::tempdir().unwrap();
+    let r = go(
+        &p,
+        &transports(&hs, &Log::default(), ok_script(), Duration::ZERO),
+        &state(&dir),
+        EngineOptions::default(),
+    )
+    .await;
+    let fail = r.failures();
+    assert_eq!(fail.len(), 1, "{r:?}");
+    assert_eq!(fail[0].id, "m/t/boom@h1");
+    assert!(fail[0].log.contains("the step panicked: the step's own bug"), "{}", fail[0].log);
+    assert_eq!(r.results.len(), 3, "every node is accounted for");
+}
+
+#[tokio::test]
+async fn a_failed_state_write_is_dropped_by_the_scheduler() {
+    let hs = hosts(1);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    // The hook breaks the state database under the engine: its next write fails.
+    let path = db.clone();
+    let p = hooked(
+        &hs,
+        Arc::new(Hook("break-state", move || {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch("ALTER TABLE steps RENAME TO steps_gone").unwrap();
+        })),
+    );
+    let log = Log::default();
+    let r = go(
+        &p,
+        &transports(&hs, &log, ok_script(), Duration::ZERO),
+        &state(&dir),
+        EngineOptions::default(),
+    )
+    .await;
+    assert!(!r.ok());
+    let e = r.state_error.as_deref().unwrap_or_default();
+    assert!(e.contains("recording step results"), "{r:?}");
+    // The run stopped: the step after it never ran.
+    assert!(!log.calls().iter().any(|(_, c)| c == "apply s3"), "{:?}", log.calls());
 }

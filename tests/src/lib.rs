@@ -280,6 +280,30 @@ pub fn build_command(lab: &Lab, config: &Path, cache: &Path, bundle: &Path) -> C
     c
 }
 
+/// `kubexm-install --bundle -f CONFIG` with the lab catalog, the root and
+/// state under `dir`, served on the lab gateway, optionally some phases only.
+pub fn install_command(lab: &Lab, config: &Path, bundle: &Path, pubkey: &Path, dir: &Path, phases: Option<&str>) -> Command {
+    let mut c = Command::new(bin("kubexm-install"));
+    c.arg("-f")
+        .arg(config)
+        .arg("--catalog")
+        .arg(&lab.desc.fixture.catalog)
+        .arg("--bundle")
+        .arg(bundle)
+        .arg("--pubkey")
+        .arg(pubkey)
+        .arg("--root")
+        .arg(dir.join("root"))
+        .arg("--state")
+        .arg(dir.join("state.db"))
+        .args(["--advertise", &lab.desc.gateway, "--serve-port"])
+        .arg(free_port(&lab.desc.gateway).to_string());
+    if let Some(p) = phases {
+        c.args(["--phases", p]);
+    }
+    c
+}
+
 /// Signed bundles built in this process, by the text of their config.
 static BUNDLES: Mutex<Vec<(String, LabBundle)>> = Mutex::new(Vec::new());
 

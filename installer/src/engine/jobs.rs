@@ -47,10 +47,21 @@ impl Execution {
         self.connect_errors.is_empty() && self.report.ok()
     }
 
-    /// One line per host that failed: connection errors, then failed steps.
+    /// One line per host that failed: connection errors, failed steps, then
+    /// per host the steps not done and why.
     pub fn errors(&self) -> Vec<String> {
         let mut out = self.connect_errors.clone();
+        if let Some(e) = &self.report.state_error {
+            out.push(format!(
+                "the state database: {e}; the run stopped, since a re-run resumes from what it records. Check the disk and the file, then re-run"
+            ));
+        }
         out.extend(self.report.failures().iter().map(|f| format!("{}: {}: {}", f.host, f.id, f.log)));
+        let mut not_done: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for r in self.report.results.iter().filter(|r| r.outcome == Outcome::NotRun) {
+            *not_done.entry((r.host.as_str(), r.log.as_str())).or_default() += 1;
+        }
+        out.extend(not_done.into_iter().map(|((host, why), n)| format!("{host}: {n} step(s) {why}")));
         out
     }
 }

@@ -7,7 +7,10 @@
 //! when no earlier run of this cluster completed it), so a re-run after a
 //! crash or a failure resumes where it stopped. Transient transport failures
 //! are retried with backoff. Fail-fast stops starting new nodes after the
-//! first failure; continue-other-hosts only stops what depends on it.
+//! first failure; continue-other-hosts only stops what depends on it. A host
+//! that became unreachable is not a failure of a step: under either policy
+//! nothing more runs on it, nor anything that waits on it, and every other
+//! host goes on; the report says which steps were not done and why.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -65,6 +68,9 @@ pub struct NodeResult {
 pub struct Report {
     pub results: Vec<NodeResult>,
     pub interrupted: bool,
+    /// A write to the state database failed: the run stopped, since a
+    /// resume depends on what it records.
+    pub state_error: Option<String>,
 }
 
 impl Report {
@@ -77,7 +83,7 @@ impl Report {
     }
 
     pub fn ok(&self) -> bool {
-        !self.interrupted && self.count(Outcome::Failed) == 0 && self.count(Outcome::NotRun) == 0
+        !self.interrupted && self.state_error.is_none() && self.count(Outcome::Failed) == 0 && self.count(Outcome::NotRun) == 0
     }
 }
 
@@ -104,7 +110,14 @@ pub async fn run(
         .node_indices()
         .map(|n| (n, g.neighbors_directed(n, Direction::Incoming).count()))
         .collect();
-    let done_before = state.done_nodes(cluster).unwrap_or_default();
+    let mut report = Report::default();
+    let done_before = match state.done_nodes(cluster) {
+        Ok(d) => d,
+        Err(e) => {
+            report.state_error = Some(format!("reading what earlier runs did: {e}"));
+            Default::default()
+        }
+    };
     // Ready nodes wait per host; hosts with ready work and no running step
     // wait in one queue. Every event is O(1), whatever the plan's size.
     let mut pending: HashMap<&str, VecDeque<NodeIndex>> = HashMap::new();
@@ -112,8 +125,13 @@ pub async fn run(
     let mut queued: HashSet<&str> = HashSet::new();
     let mut busy: HashSet<&str> = HashSet::new();
     let mut blocked: HashSet<NodeIndex> = HashSet::new();
-    let mut report = Report::default();
     let mut running: JoinSet<(NodeIndex, Outcome, String, i64, i64)> = JoinSet::new();
+    // Which node each running task is, to name a step that panicked.
+    let mut tasks: HashMap<tokio::task::Id, (NodeIndex, i64)> = HashMap::new();
+    // Hosts that became unreachable, and why each blocked node was not run.
+    let mut lost: HashSet<&str> = HashSet::new();
+    let mut why_blocked: HashMap<NodeIndex, String> = HashMap::new();
+    let mut finished_nodes: HashSet<NodeIndex> = HashSet::new();
     let mut failed = false;
     let progress = Progress::new(plan, opts.progress);
     for n in g.node_indices().filter(|n| indegree[n] == 0) {
@@ -124,7 +142,7 @@ pub async fn run(
         }
     }
     loop {
-        let stopping = stop.load(Ordering::Relaxed) || (failed && opts.policy == Policy::FailFast);
+        let stopping = stop.load(Ordering::Relaxed) || (failed && opts.policy == Policy::FailFast) || report.state_error.is_some();
         while !stopping && busy.len() < opts.concurrency.max(1) {
             let Some(host) = waiting.pop_front() else { break };
             queued.remove(host);
@@ -154,19 +172,38 @@ pub async fn run(
             let step = node.step.clone();
             let done = done_before.contains(&node.id);
             let attempts = opts.attempts.max(1);
-            running.spawn(async move {
+            let task = running.spawn(async move {
                 let started = now_ms();
                 let (outcome, log) = execute(step.as_ref(), t.as_ref(), done, attempts).await;
                 (n, outcome, log, started, now_ms() - started)
             });
+            tasks.insert(task.id(), (n, now_ms()));
         }
-        let Some(first) = running.join_next().await else { break };
+        let Some(first) = running.join_next_with_id().await else { break };
         // Everything else that finished meanwhile is recorded in the same transaction.
         let mut finished = vec![first];
-        while let Some(more) = running.try_join_next() {
+        while let Some(more) = running.try_join_next_with_id() {
             finished.push(more);
         }
-        let finished: Vec<_> = finished.into_iter().filter_map(Result::ok).collect();
+        // A step that panicked is a failed step, with the panic's message.
+        let finished: Vec<_> = finished
+            .into_iter()
+            .filter_map(|r| match r {
+                Ok((id, done)) => {
+                    tasks.remove(&id);
+                    Some(done)
+                }
+                Err(e) => {
+                    let (n, started) = tasks.remove(&e.id())?;
+                    let why = if e.is_panic() {
+                        panic_message(e.into_panic())
+                    } else {
+                        "it was cancelled".into()
+                    };
+                    Some((n, Outcome::Failed, format!("the step panicked: {why}"), started, now_ms() - started))
+                }
+            })
+            .collect();
         let records: Vec<Record> = finished
             .iter()
             .map(|(n, outcome, log, started, duration_ms)| {
@@ -178,11 +215,13 @@ pub async fn run(
                     outcome: *outcome,
                     started: *started,
                     duration_ms: *duration_ms,
-                    log,
+                    log: log.strip_prefix(LOST_MARK).unwrap_or(log),
                 }
             })
             .collect();
-        let _ = state.record_many(job, &records);
+        if let Err(e) = state.record_many(job, &records) {
+            report.state_error.get_or_insert(format!("recording step results: {e}"));
+        }
         for (n, outcome, log, _, _) in &finished {
             let (n, outcome) = (*n, *outcome);
             let node = &g[n];
@@ -193,15 +232,35 @@ pub async fn run(
                 id: node.id.clone(),
                 host: node.host.clone(),
                 outcome,
-                log: state.redact(log),
+                log: state.redact(log.strip_prefix(LOST_MARK).unwrap_or(log)),
             });
+            finished_nodes.insert(n);
             if outcome == Outcome::Failed {
-                failed = true;
-                // Everything that depends on it cannot run.
-                let mut dfs = petgraph::visit::Dfs::new(g, n);
-                while let Some(d) = dfs.next(g) {
-                    if d != n {
-                        blocked.insert(d);
+                let lost_host = log.starts_with(LOST_MARK);
+                let mut roots = vec![n];
+                if !lost_host {
+                    failed = true;
+                } else if lost.insert(host) {
+                    // Nothing more can run on the host: its other nodes are blocked too.
+                    roots.extend(g.node_indices().filter(|m| g[*m].host == host && !finished_nodes.contains(m)));
+                }
+                let waits = if lost_host {
+                    format!("not done: it waits on {host}, which became unreachable")
+                } else {
+                    format!("not done: it waits on {} on {host}, which failed", node.id)
+                };
+                // Everything that depends on them cannot run.
+                for root in roots {
+                    let mut dfs = petgraph::visit::Dfs::new(g, root);
+                    while let Some(d) = dfs.next(g) {
+                        if d != n && blocked.insert(d) {
+                            let why = if lost_host && g[d].host == host {
+                                format!("not done: {host} became unreachable")
+                            } else {
+                                waits.clone()
+                            };
+                            why_blocked.insert(d, why);
+                        }
                     }
                 }
             } else {
@@ -234,10 +293,10 @@ pub async fn run(
     let mut records = Vec::new();
     for n in &missing {
         let node = &g[*n];
-        let why = if blocked.contains(n) {
-            "an earlier step it depends on failed"
-        } else {
-            "the run stopped before it"
+        let why = match why_blocked.get(n) {
+            Some(why) => why.as_str(),
+            None if blocked.contains(n) => "not done: an earlier step it depends on failed",
+            None => "not done: the run stopped before it",
         };
         progress.finished(node, Outcome::NotRun);
         records.push(Record {
@@ -250,7 +309,9 @@ pub async fn run(
             log: why,
         });
     }
-    let _ = state.record_many(job, &records);
+    if let Err(e) = state.record_many(job, &records) {
+        report.state_error.get_or_insert(format!("recording the steps not done: {e}"));
+    }
     for r in records {
         report.results.push(NodeResult {
             id: r.node.to_string(),
@@ -266,10 +327,25 @@ pub async fn run(
     } else {
         "failed"
     };
-    let _ = state.finish_job(job, status);
+    if let Err(e) = state.finish_job(job, status) {
+        report.state_error.get_or_insert(format!("recording the job's end: {e}"));
+    }
     progress.end();
     report
 }
+
+/// The text of a panic's payload.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// Starts the log of a node whose host became unreachable (removed before
+/// the log is reported).
+const LOST_MARK: &str = "\u{0}lost\u{0}";
 
 /// check, then apply if needed; transient transport errors are retried.
 async fn execute(step: &dyn super::plan::Step, t: &dyn Transport, done_before: bool, attempts: u32) -> (Outcome, String) {
@@ -289,6 +365,7 @@ async fn execute(step: &dyn super::plan::Step, t: &dyn Transport, done_before: b
                 last = e.to_string();
                 tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
             }
+            Err(StepError::Transport(e)) if e.lost() => return (Outcome::Failed, format!("{LOST_MARK}{e}")),
             Err(e) => return (Outcome::Failed, e.to_string()),
         }
     }

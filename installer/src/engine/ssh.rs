@@ -3,6 +3,13 @@
 //! `sudo` for users other than root, and SFTP uploads checked by sha256.
 //!
 //! One connection per host serves every step; each command is a channel.
+//! Keepalives notice a host that went away within about 30 s; from then on
+//! every call fails with [`TransportError::Lost`].
+//!
+//! Uploads never leave a readable or predictable file behind: each goes
+//! into a fresh private directory (`mktemp -d`, mode 0700, owned by the login
+//! user, random name), opened exclusively with mode 0600, then installed
+//! in place as root with its final mode and the directory removed.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -140,8 +147,8 @@ pub fn connect(
         };
         let config = Arc::new(client::Config {
             inactivity_timeout: Some(Duration::from_secs(600)),
-            keepalive_interval: Some(Duration::from_secs(15)),
-            keepalive_max: 4,
+            keepalive_interval: Some(Duration::from_secs(10)),
+            keepalive_max: 3,
             ..Default::default()
         });
         let (handle, jump) = match &target.bastion {
@@ -248,14 +255,28 @@ impl Ssh {
         }
     }
 
-    async fn exec(&self, command: &str) -> Result<CmdOutput, TransportError> {
-        let full = if self.sudo {
+    /// A session error, or [`TransportError::Lost`] once the connection is gone.
+    fn channel_err(&self, e: impl std::fmt::Display) -> TransportError {
+        if self.handle.is_closed() {
+            TransportError::Lost {
+                host: self.name.clone(),
+                why: e.to_string(),
+            }
+        } else {
+            self.session_err(e)
+        }
+    }
+
+    /// Runs `command` as root (through sudo for other users) or, with
+    /// `as_login`, as the login user.
+    async fn exec(&self, command: &str, as_login: bool) -> Result<CmdOutput, TransportError> {
+        let full = if self.sudo && !as_login {
             format!("sudo -n sh -c {}", shell_quote(command))
         } else {
             command.to_string()
         };
-        let mut ch = self.handle.channel_open_session().await.map_err(|e| self.session_err(e))?;
-        ch.exec(true, full).await.map_err(|e| self.session_err(e))?;
+        let mut ch = self.handle.channel_open_session().await.map_err(|e| self.channel_err(e))?;
+        ch.exec(true, full).await.map_err(|e| self.channel_err(e))?;
         let mut out = CmdOutput::default();
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         while let Some(msg) = ch.wait().await {
@@ -267,18 +288,51 @@ impl Ssh {
                 _ => {}
             }
         }
+        if out.code.is_none() {
+            // A channel that ends without a status: the command was killed,
+            // or the host went away (the connection's end may trail the
+            // channel's by a moment).
+            for _ in 0..20 {
+                if self.handle.is_closed() {
+                    return Err(self.channel_err("the connection closed while a command ran"));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         out.stdout = String::from_utf8_lossy(&stdout).into_owned();
         out.stderr = String::from_utf8_lossy(&stderr).into_owned();
         Ok(out)
     }
 
+    /// Runs with the step timeout (as root, or as the login user).
+    async fn exec_within(&self, command: &str, as_login: bool, timeout: Duration) -> Result<CmdOutput, TransportError> {
+        match tokio::time::timeout(timeout, self.exec(command, as_login)).await {
+            Ok(r) => r,
+            Err(_) if self.handle.is_closed() => Err(self.channel_err(format!("no answer within {} s", timeout.as_secs()))),
+            Err(_) => Err(TransportError::Timeout {
+                host: self.name.clone(),
+                command: command.chars().take(120).collect(),
+                seconds: timeout.as_secs(),
+            }),
+        }
+    }
+
+    /// Writes `data` to a new file at `path` (exclusive create, mode 0600).
     async fn sftp_write(&self, data: &[u8], path: &str) -> Result<(), String> {
+        use russh_sftp::protocol::{FileAttributes, OpenFlags};
         let ch = self.handle.channel_open_session().await.map_err(|e| e.to_string())?;
         ch.request_subsystem(true, "sftp").await.map_err(|e| e.to_string())?;
         let sftp = russh_sftp::client::SftpSession::new(ch.into_stream())
             .await
             .map_err(|e| e.to_string())?;
-        let mut f = sftp.create(path).await.map_err(|e| e.to_string())?;
+        let attrs = FileAttributes {
+            permissions: Some(0o600),
+            ..FileAttributes::empty()
+        };
+        let mut f = sftp
+            .open_with_flags_and_attributes(path, OpenFlags::CREATE | OpenFlags::EXCLUDE | OpenFlags::WRITE, attrs)
+            .await
+            .map_err(|e| e.to_string())?;
         f.write_all(data).await.map_err(|e| e.to_string())?;
         f.shutdown().await.map_err(|e| e.to_string())?;
         sftp.close().await.map_err(|e| e.to_string())
@@ -291,16 +345,7 @@ impl Transport for Ssh {
     }
 
     fn run<'a>(&'a self, command: &'a str, timeout: Duration) -> BoxFuture<'a, Result<CmdOutput, TransportError>> {
-        Box::pin(async move {
-            match tokio::time::timeout(timeout, self.exec(command)).await {
-                Ok(r) => r,
-                Err(_) => Err(TransportError::Timeout {
-                    host: self.name.clone(),
-                    command: command.chars().take(120).collect(),
-                    seconds: timeout.as_secs(),
-                }),
-            }
-        })
+        Box::pin(self.exec_within(command, false, timeout))
     }
 
     fn put<'a>(&'a self, data: &'a [u8], path: &'a str, mode: u32) -> BoxFuture<'a, Result<(), TransportError>> {
@@ -311,15 +356,43 @@ impl Transport for Ssh {
                 why,
             };
             let sha = kubexm_bundle::digest::sha256_hex(data);
-            // SFTP writes as the login user, so the file lands in /tmp first
-            // and moves into place as root after its digest checked out.
-            let tmp = format!("/tmp/.kubexm-upload-{}", &sha[..16]);
-            self.sftp_write(data, &tmp).await.map_err(|e| fail(format!("SFTP: {e}")))?;
+            // SFTP writes as the login user, so the file lands in a private
+            // directory of that user first (see the module header) and moves
+            // into place as root after its digest checked out.
+            let made = self
+                .exec_within(
+                    "umask 077 && mktemp -d \"${TMPDIR:-/tmp}/.kubexm-upload.XXXXXXXXXXXX\"",
+                    true,
+                    Duration::from_secs(60),
+                )
+                .await?;
+            let dir = made.stdout.trim().to_string();
+            if !made.success() || !dir.starts_with('/') || dir.contains(['\'', '\n']) {
+                return Err(fail(format!(
+                    "cannot make a private upload directory (mktemp -d): {}",
+                    made.stderr.trim()
+                )));
+            }
+            let tmp = format!("{dir}/upload");
+            let written = self.sftp_write(data, &tmp).await;
             let script = format!(
-                "set -e; t={t}; test \"$(sha256sum \"$t\" | cut -d' ' -f1)\" = {sha} || {{ rm -f \"$t\"; echo 'sha256 mismatch after upload' >&2; exit 1; }}; install -D -m {mode:o} \"$t\" {p}; rm -f \"$t\"",
-                t = shell_quote(&tmp),
+                "d={d}; t=\"$d/upload\"; trap 'rm -rf \"$d\"' EXIT; [ -f \"$t\" ] || {{ echo 'the upload did not arrive' >&2; exit 1; }}; \
+                 test \"$(sha256sum \"$t\" | cut -d' ' -f1)\" = {sha} || {{ echo 'sha256 mismatch after upload' >&2; exit 1; }}; \
+                 install -D -m {mode:o} \"$t\" {p}",
+                d = shell_quote(&dir),
                 p = shell_quote(path)
             );
+            if let Err(e) = written {
+                // Remove the directory; the SFTP error is the one to report.
+                let _ = self
+                    .exec_within(&format!("rm -rf {}", shell_quote(&dir)), false, Duration::from_secs(30))
+                    .await;
+                return Err(if self.handle.is_closed() {
+                    self.channel_err(format!("SFTP: {e}"))
+                } else {
+                    fail(format!("SFTP: {e}"))
+                });
+            }
             let out = self.run(&script, Duration::from_secs(120)).await?;
             if !out.success() {
                 return Err(fail(out.stderr.trim().to_string()));

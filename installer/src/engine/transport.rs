@@ -35,11 +35,20 @@ pub enum TransportError {
     Timeout { host: String, command: String, seconds: u64 },
     #[error("{host}: the SSH session failed: {why}")]
     Session { host: String, why: String },
+    #[error(
+        "{host}: the host became unreachable: the SSH connection was lost ({why}). The host is down, its network was cut or its sshd stopped; bring it back and re-run: steps already done are skipped"
+    )]
+    Lost { host: String, why: String },
     #[error("{host}: uploading {path}: {why}")]
     Upload { host: String, path: String, why: String },
 }
 
 impl TransportError {
+    /// Whether the host itself is gone (no later step on it can run).
+    pub fn lost(&self) -> bool {
+        matches!(self, TransportError::Lost { .. })
+    }
+
     /// Whether trying again may help (a dropped connection, not bad credentials).
     pub fn transient(&self) -> bool {
         matches!(

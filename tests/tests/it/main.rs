@@ -5,4 +5,5 @@ mod deploy;
 mod engine;
 mod lab;
 mod os;
+mod security;
 mod serve;

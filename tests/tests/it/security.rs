@@ -1,0 +1,200 @@
+//! Security defects found by a hostile local user on the hosts, each a
+//! regression test named after it: secrets readable while they are uploaded,
+//! kubeadm's credentials left in a log, and a host lost mid-install.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use kubexm_e2e::{Lab, install_command, lab_bundle, lab_cmd, ok, text};
+
+/// A poller run as the unprivileged user `spy` on a host: it lists every
+/// place an upload could use, records the names it sees and any file it can
+/// read that holds a key or a credential.
+const SPY: &str = r#"
+places="/tmp /var/tmp /dev/shm /run/user /home/kubexm /root"
+touch /home/spy/seen /home/spy/found
+while [ ! -e /home/spy/stop ]; do
+  for d in $places; do
+    for f in "$d"/* "$d"/.[!.]* "$d"/*/* "$d"/.[!.]*/* "$d"/.[!.]*/.[!.]*; do
+      [ -e "$f" ] || continue
+      echo "$f" >> /home/spy/seen
+      if [ -f "$f" ] && [ -r "$f" ] && grep -qE 'PRIVATE KEY|certificateKey|token:' "$f" 2>/dev/null; then
+        echo "$f" >> /home/spy/found
+      fi
+    done
+  done
+done
+"#;
+
+/// Starts the spy on `host`; returns its pid on the host.
+fn start_spy(lab: &Lab, host: &str) -> String {
+    lab.ssh_ok(
+        host,
+        "id spy >/dev/null 2>&1 || useradd -m spy; rm -f /home/spy/stop /home/spy/seen /home/spy/found",
+    );
+    lab.ssh_ok(
+        host,
+        &format!("cat > /home/spy/spy.sh <<'EOF'\n{SPY}\nEOF\nchown spy /home/spy/spy.sh"),
+    );
+    let pid = lab.ssh_ok(
+        host,
+        "setsid runuser -u spy -- sh /home/spy/spy.sh </dev/null >/dev/null 2>&1 & echo $!",
+    );
+    pid.trim().to_string()
+}
+
+/// Stops the spy by its pid; returns (names seen, readable secrets found).
+fn stop_spy(lab: &Lab, host: &str, pid: &str) -> (String, String) {
+    lab.ssh_ok(host, &format!("touch /home/spy/stop; sleep 1; kill {pid} 2>/dev/null; true"));
+    (
+        lab.ssh_ok(host, "sort -u /home/spy/seen"),
+        lab.ssh_ok(host, "sort -u /home/spy/found"),
+    )
+}
+
+#[test]
+fn secrets_readable_during_upload_and_credentials_left_in_the_kubeadm_log() {
+    let Some(lab) = Lab::up(2, 0) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let b = lab_bundle(&lab);
+    let hosts = ["lab1", "lab2"];
+    // A file at the old predictable upload path of a known upload (the
+    // kubelet unit) is pre-created by the spy: it must neither capture nor
+    // block the upload.
+    let unit = std::fs::read(kubexm_e2e::repo_root().join("manifests/templates/kubelet.service")).unwrap();
+    let old_path = format!("/tmp/.kubexm-upload-{}", &kubexm_bundle::digest::sha256_hex(&unit)[..16]);
+    // A log with credentials, as an earlier kubexm left it.
+    let old_token = "abcdef.0123456789abcdef";
+    let old_key = "9".repeat(64);
+    let mut spies = Vec::new();
+    for h in hosts {
+        spies.push(start_spy(&lab, h));
+        lab.ssh_ok(h, &format!("runuser -u spy -- sh -c 'echo spy > {old_path}; chmod 666 {old_path}'"));
+        lab.ssh_ok(
+            h,
+            &format!(
+                "mkdir -p /var/log/kubexm && printf 'kubeadm join x:6443 --token {old_token} --certificate-key {old_key}\\n' > /var/log/kubexm/kubeadm-init.log"
+            ),
+        );
+    }
+    let out = install_command(&lab, &lab.desc.cluster, &b.bundle, &b.public_key, dir.path(), None)
+        .output()
+        .unwrap();
+    let mut seen_upload_dirs = 0;
+    for (h, pid) in hosts.iter().zip(&spies) {
+        let (seen, found) = stop_spy(&lab, h, pid);
+        assert!(found.trim().is_empty(), "{h}: the spy read secrets from:\n{found}");
+        seen_upload_dirs += seen.lines().filter(|l| l.contains(".kubexm-upload.")).count();
+        // Nothing it saw inside an upload directory (it cannot list them).
+        assert!(
+            !seen.lines().any(|l| l.contains(".kubexm-upload.") && l.contains("/upload")),
+            "{h}: the spy listed an upload directory:\n{seen}"
+        );
+    }
+    ok(out, "install with a spy on every host");
+    assert!(
+        seen_upload_dirs > 0,
+        "the spy never saw an upload happen: it did not poll during the install"
+    );
+    for h in hosts {
+        // The pre-created file was neither written nor did it block the unit.
+        assert_eq!(lab.ssh_ok(h, &format!("cat {old_path}")).trim(), "spy", "{h}");
+        assert_eq!(
+            lab.ssh_ok(h, "cat /etc/systemd/system/kubelet.service").as_bytes(),
+            &unit[..],
+            "{h}"
+        );
+        // Secrets on the host are root-only.
+        let wide = lab.ssh_ok(
+            h,
+            "find /etc/kubexm /etc/kubernetes /var/log/kubexm -type f -name '*.key' -perm /077 2>/dev/null; \
+             find /var/log/kubexm -type f -perm /077 2>/dev/null; true",
+        );
+        assert!(wide.trim().is_empty(), "{h}: secrets readable by others:\n{wide}");
+    }
+
+    // kubeadm's output: the stand-in prints the join commands with the
+    // config's token and certificate key, like kubeadm init --upload-certs.
+    let (token, key) = {
+        let cfg = lab.ssh_ok("lab1", "cat /var/lib/kubexm-lab/kubeadm/call-000.config.yaml");
+        let field = |name: &str| {
+            cfg.lines()
+                .find_map(|l| l.trim().trim_start_matches("- ").strip_prefix(name))
+                .map(|v| v.trim().trim_matches('"').to_string())
+                .unwrap_or_else(|| panic!("no {name} in the init config:\n{cfg}"))
+        };
+        (field("token:"), field("certificateKey:"))
+    };
+    let log = lab.ssh_ok("lab1", "cat /var/log/kubexm/kubeadm-init.log");
+    assert!(
+        log.contains("--token <redacted-token>"),
+        "the init log lost kubeadm's output:\n{log}"
+    );
+    for h in hosts {
+        for secret in [token.as_str(), key.as_str(), old_token, old_key.as_str()] {
+            let hit = lab.ssh(h, &format!("grep -rlF -e '{secret}' /var/log /tmp /var/tmp"));
+            assert!(text(&hit.stdout).trim().is_empty(), "{h}: a credential is in {}", text(&hit.stdout));
+        }
+    }
+}
+
+/// Waits for `cond` up to `secs` seconds.
+fn wait_for(secs: u64, what: &str, cond: impl Fn() -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < end, "not within {secs} s: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_lost_host_stops_every_other_host_and_reads_as_a_library_error() {
+    let Some(lab) = Lab::up(3, 0) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let b = lab_bundle(&lab);
+    let phases = Some("preflight,os-packages,registry,etcd,loadbalancer,containerd");
+    let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
+    let mut child = install_command(&lab, &lab.desc.cluster, &b.bundle, &b.public_key, dir.path(), phases)
+        .stdout(Stdio::from(log("out")))
+        .stderr(Stdio::from(log("err")))
+        .spawn()
+        .unwrap();
+    // lab3 is powered off once its etcd phase has begun.
+    wait_for(300, "the etcd phase to begin on lab3", || {
+        lab.ssh("lab3", "test -e /etc/kubexm/etcd/pki/ca.crt").status.success()
+    });
+    lab_cmd(&["stop", "lab3"]);
+    let stopped = Instant::now();
+    let status = child.wait().unwrap();
+    let took = stopped.elapsed();
+    let err = std::fs::read_to_string(dir.path().join("err")).unwrap();
+    eprintln!("the install ended {took:?} after lab3 was stopped:\n{err}");
+    assert!(!status.success(), "the install succeeded without lab3:\n{err}");
+    assert!(
+        err.contains("lab3: the host became unreachable"),
+        "the error does not say lab3 became unreachable:\n{err}"
+    );
+    assert!(err.contains("bring it back and re-run"), "{err}");
+    // The summary names what was not done on lab3, and why.
+    assert!(err.contains("step(s) not done: lab3 became unreachable"), "{err}");
+    assert!(err.contains("not done: it waits on lab3, which became unreachable"), "{err}");
+    // The other hosts went on with what does not wait on lab3: their etcd
+    // members run (a quorum of two), and lab2's containerd (lab1's waits on
+    // the etcd cluster's health, which includes lab3).
+    for h in ["lab1", "lab2"] {
+        lab.ssh_ok(h, "systemctl is-active -q kubexm-etcd");
+    }
+    lab.ssh_ok("lab2", "systemctl is-active -q containerd");
+    assert!(
+        took < Duration::from_secs(240),
+        "the install took {took:?} to end after lab3 was lost"
+    );
+
+    // lab3 back: a re-run completes.
+    lab_cmd(&["start", "lab3"]);
+    let rerun = install_command(&lab, &lab.desc.cluster, &b.bundle, &b.public_key, dir.path(), phases)
+        .output()
+        .unwrap();
+    ok(rerun, "re-run with lab3 back");
+    lab.ssh_ok("lab3", "systemctl is-active -q kubexm-etcd && systemctl is-active -q containerd");
+}
