@@ -14,7 +14,8 @@ use kubexm_bom::config::Cluster;
 use kubexm_bom::config::model::{NetworkPlugin, StorageProvider};
 use kubexm_bom::image::ImageRef;
 
-use crate::deploy::{Inputs, RunWith};
+use crate::deploy::Inputs;
+use crate::engine::files::RunWith;
 use crate::engine::plan::{Module, Task};
 use crate::engine::transport::shell_quote as q;
 

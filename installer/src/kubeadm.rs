@@ -16,8 +16,9 @@ use std::time::Duration;
 use kubexm_bom::config::Cluster;
 use serde::{Deserialize, Serialize};
 
-use crate::deploy::{Inputs, PutFiles, RunWith, address_of, install_component};
+use crate::deploy::{Inputs, address_of, install_component};
 use crate::endpoint;
+use crate::engine::files::{PutFiles, RunWith};
 use crate::engine::plan::{Check, Module, Scope, Step, StepError, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::Transport;

@@ -9,7 +9,6 @@
 pub mod addons;
 pub mod deploy;
 pub mod endpoint;
-pub mod engine;
 pub mod hosts;
 pub mod kubeadm;
 pub mod mirror;
@@ -17,6 +16,9 @@ pub mod os_packages;
 pub mod pki;
 pub mod serve;
 pub mod unpack;
+
+/// The engine the phases run on (its own crate; re-exported for the binary and tests).
+pub use kubexm_engine as engine;
 
 /// What planning a deployment can refuse, typed so the binary maps it to
 /// its exit code (8 for "not supported yet", 3 for a config the bundle or

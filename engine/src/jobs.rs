@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 
 use kubexm_bom::config::Cluster;
 
-use super::facts::{GatherStep, HostFacts};
-use super::inventory;
-use super::plan::{Module, Pipeline, Step, Task};
-use super::progress::ProgressMode;
-use super::run::{self, EngineOptions, Policy};
-use super::state::{Outcome, State};
+use crate::facts::{GatherStep, HostFacts};
+use crate::inventory;
+use crate::plan::{Module, Pipeline, Step, Task};
+use crate::progress::ProgressMode;
+use crate::run::{self, EngineOptions, Policy};
+use crate::state::{Outcome, State};
 
 /// Options for connecting to the cluster's hosts.
 #[derive(Debug, Clone)]

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
-use super::plan::{Check, Step, StepError};
-use super::transport::Transport;
+use crate::plan::{Check, Step, StepError};
+use crate::transport::Transport;
 
 /// A step whose check and apply are shell commands. The check holds when it
 /// exits 0; without a check, the state database decides.
@@ -108,7 +108,7 @@ impl Distribute {
     }
 
     fn script(&self) -> String {
-        use super::transport::shell_quote as q;
+        use crate::transport::shell_quote as q;
         let ca = self.ca.as_deref().map(|c| format!(" --cacert {}", q(c))).unwrap_or_default();
         let wget_ca = self
             .ca
@@ -154,7 +154,7 @@ impl Step for Distribute {
             for c in &self.files {
                 cmd.push_str(&format!(
                     "[ \"$(h {})\" = {} ] || exit 1\n",
-                    super::transport::shell_quote(&c.dest),
+                    crate::transport::shell_quote(&c.dest),
                     c.sha256
                 ));
             }

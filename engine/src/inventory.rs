@@ -10,8 +10,8 @@ use futures_util::{StreamExt, stream};
 use kubexm_bom::config::Cluster;
 use kubexm_bom::config::model::{Auth, SecretRef};
 
-use super::ssh::{self, Credential, KnownHosts, Target};
-use super::transport::{Transport, TransportError};
+use crate::ssh::{self, Credential, KnownHosts, Target};
+use crate::transport::{Transport, TransportError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {

@@ -21,10 +21,10 @@ use petgraph::Direction;
 use petgraph::graph::NodeIndex;
 use tokio::task::JoinSet;
 
-use super::plan::{Check, Plan, StepError};
-use super::progress::{Progress, ProgressMode};
-use super::state::{Outcome, Record, State};
-use super::transport::Transport;
+use crate::plan::{Check, Plan, StepError};
+use crate::progress::{Progress, ProgressMode};
+use crate::state::{Outcome, Record, State};
+use crate::transport::Transport;
 
 /// What to do after a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,7 +348,7 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 const LOST_MARK: &str = "\u{0}lost\u{0}";
 
 /// check, then apply if needed; transient transport errors are retried.
-async fn execute(step: &dyn super::plan::Step, t: &dyn Transport, done_before: bool, attempts: u32) -> (Outcome, String) {
+async fn execute(step: &dyn crate::plan::Step, t: &dyn Transport, done_before: bool, attempts: u32) -> (Outcome, String) {
     let mut last = String::new();
     for attempt in 1..=attempts {
         let result: Result<(Outcome, String), StepError> = async {

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::plan::{Node, Plan};
-use super::state::Outcome;
+use crate::plan::{Node, Plan};
+use crate::state::Outcome;
 
 /// How a run shows its progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -181,13 +181,13 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::engine::plan::{Module, Pipeline, Task};
-    use crate::engine::steps::Shell;
+    use crate::plan::{Module, Pipeline, Task};
+    use crate::steps::Shell;
 
     #[test]
     fn a_host_counts_once_its_last_step_of_a_phase_finished() -> Result<(), Box<dyn std::error::Error>> {
         let hosts = vec!["a".to_string(), "b".to_string()];
-        let steps = |n: &str| -> Vec<Arc<dyn crate::engine::plan::Step>> {
+        let steps = |n: &str| -> Vec<Arc<dyn crate::plan::Step>> {
             vec![
                 Arc::new(Shell::new(&format!("{n}1"), None, "true")),
                 Arc::new(Shell::new(&format!("{n}2"), None, "true")),

@@ -20,7 +20,7 @@ use russh::client::{self, AuthResult, Handle};
 use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use tokio::io::AsyncWriteExt;
 
-use super::transport::{CmdOutput, Transport, TransportError, shell_quote};
+use crate::transport::{CmdOutput, Transport, TransportError, shell_quote};
 
 /// How to log in.
 #[derive(Clone)]

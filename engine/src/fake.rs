@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
-use super::transport::{CmdOutput, Transport, TransportError};
+use crate::transport::{CmdOutput, Transport, TransportError};
 
 /// Decides the answer to one command on one host.
 pub type Script = Arc<dyn Fn(&str, &str) -> Result<CmdOutput, TransportError> + Send + Sync>;

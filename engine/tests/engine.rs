@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use kubexm_installer::engine::fake::{Fake, Log, Script};
-use kubexm_installer::engine::plan::{Check, Module, Pipeline, PlanError, Scope, Step, StepError, Task};
-use kubexm_installer::engine::run::{EngineOptions, Policy, Report, run};
-use kubexm_installer::engine::state::{Outcome, State};
-use kubexm_installer::engine::steps::Shell;
-use kubexm_installer::engine::transport::{CmdOutput, Transport, TransportError};
+use kubexm_engine::fake::{Fake, Log, Script};
+use kubexm_engine::plan::{Check, Module, Pipeline, PlanError, Scope, Step, StepError, Task};
+use kubexm_engine::run::{EngineOptions, Policy, Report, run};
+use kubexm_engine::state::{Outcome, State};
+use kubexm_engine::steps::Shell;
+use kubexm_engine::transport::{CmdOutput, Transport, TransportError};
 
 fn hosts(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("h{i}")).collect()

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::ssh::KnownHosts;
+use crate::ssh::KnownHosts;
 
 #[derive(Debug, thiserror::Error)]
 #[error("state database {path}: {source}")]

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::transport::{Transport, TransportError};
+use crate::transport::{Transport, TransportError};
 
 const SCRIPT: &str = r#"
 . /etc/os-release 2>/dev/null
@@ -122,7 +122,7 @@ pub struct GatherStep {
     pub out: std::sync::Arc<std::sync::Mutex<BTreeMap<String, HostFacts>>>,
 }
 
-impl super::plan::Step for GatherStep {
+impl crate::plan::Step for GatherStep {
     fn name(&self) -> &str {
         "facts"
     }
@@ -130,11 +130,11 @@ impl super::plan::Step for GatherStep {
     fn check<'a>(
         &'a self,
         _t: &'a dyn Transport,
-    ) -> futures_util::future::BoxFuture<'a, Result<super::plan::Check, super::plan::StepError>> {
-        Box::pin(async { Ok(super::plan::Check::Missing) })
+    ) -> futures_util::future::BoxFuture<'a, Result<crate::plan::Check, crate::plan::StepError>> {
+        Box::pin(async { Ok(crate::plan::Check::Missing) })
     }
 
-    fn apply<'a>(&'a self, t: &'a dyn Transport) -> futures_util::future::BoxFuture<'a, Result<String, super::plan::StepError>> {
+    fn apply<'a>(&'a self, t: &'a dyn Transport) -> futures_util::future::BoxFuture<'a, Result<String, crate::plan::StepError>> {
         Box::pin(async move {
             let f = gather(t).await?;
             let line = format!(

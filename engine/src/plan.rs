@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use petgraph::graph::{DiGraph, NodeIndex};
 
-use super::transport::{Transport, TransportError};
+use crate::transport::{Transport, TransportError};
 
 /// What a step's check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

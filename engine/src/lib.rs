@@ -1,0 +1,23 @@
+//! kubexm-engine: runs plans of idempotent steps on hosts. A
+//! [`transport::Transport`] per host (SSH for real, a recording fake in unit
+//! tests), plans assembled into one DAG ([`plan`]), a scheduler that runs
+//! them in parallel and resumes ([`run`]), an SQLite state database
+//! ([`state`]), host facts ([`facts`]) gathered concurrently, and the generic
+//! steps every trigger builds on ([`steps`], [`files`]).
+//!
+//! It knows no phase and no installer: the installer, and every later
+//! trigger (API workers, day-2 operations), assemble pipelines from their
+//! own phases and hand them to this crate.
+
+pub mod facts;
+pub mod fake;
+pub mod files;
+pub mod inventory;
+pub mod jobs;
+pub mod plan;
+pub mod progress;
+pub mod run;
+pub mod ssh;
+pub mod state;
+pub mod steps;
+pub mod transport;
