@@ -164,12 +164,20 @@ pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(St
             .address_pools
             .iter()
             .map(|p| {
-                METALLB_POOL.replace("{{NAME}}", &p.name).replace(
-                    "{{ADDRESSES}}",
-                    &p.addresses.iter().map(|a| format!("    - {a}")).collect::<Vec<_>>().join("\n"),
+                crate::template::render(
+                    "metallb-pools.yaml",
+                    METALLB_POOL,
+                    &[
+                        ("NAME", &p.name),
+                        (
+                            "ADDRESSES",
+                            &p.addresses.iter().map(|a| format!("    - {a}")).collect::<Vec<_>>().join("\n"),
+                        ),
+                    ],
+                    &[],
                 )
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         if !pools.is_empty() {
             out.push((format!("{:02}-address-pools.yaml", out.len()), pools.join("---\n")));
         }

@@ -24,6 +24,7 @@ use crate::engine::steps::{Distribute, FileCopy, Shell};
 use crate::engine::transport::shell_quote as q;
 use crate::os_packages::{HostPackages, repo_for, roles_of};
 use crate::pki;
+use crate::template::render;
 
 /// The phases, in order.
 pub const PHASES: &[&str] = &[
@@ -478,13 +479,19 @@ fn etcd_module(i: &Inputs) -> anyhow::Result<Module> {
         let peer = pki::ensure_cert(&ca, &dir, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
         let arch = i.arch_of(m);
         let file = i.bundle_file(m, "etcd")?;
-        let unit = ETCD_UNIT
-            .replace("{{NAME}}", m)
-            .replace("{{ADDRESS}}", &addr)
-            .replace("{{INITIAL_CLUSTER}}", &initial.join(","))
-            .replace("{{DATA_DIR}}", &i.cluster.spec.etcd.data_dir.display().to_string())
-            .replace("{{PKI}}", ETCD_PKI)
-            .replace("{{UNSUPPORTED_ARCH}}", if arch == "amd64" { "" } else { &arch });
+        let unit = render(
+            "kubexm-etcd.service",
+            ETCD_UNIT,
+            &[
+                ("NAME", m),
+                ("ADDRESS", &addr),
+                ("INITIAL_CLUSTER", &initial.join(",")),
+                ("DATA_DIR", &i.cluster.spec.etcd.data_dir.display().to_string()),
+                ("PKI", ETCD_PKI),
+                ("UNSUPPORTED_ARCH", if arch == "amd64" { "" } else { &arch }),
+            ],
+            &[],
+        )?;
         let mut steps = install_component(file, i.bundle_dir, i.file_server);
         steps.push(Arc::new(PutFiles {
             name: "etcd-pki".into(),
@@ -633,7 +640,7 @@ fn registry_module(i: &Inputs) -> anyhow::Result<Module> {
         &format!("0.0.0.0:{port}"),
         "/etc/kubexm/pki/registry.crt",
         "/etc/kubexm/pki/registry.key",
-    );
+    )?;
     steps.push(Arc::new(PutFiles {
         name: "registry-service".into(),
         files: vec![
@@ -716,10 +723,13 @@ fn containerd_module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyh
         .unwrap_or_default();
     files.push((
         "/etc/containerd/config.toml".into(),
-        CONTAINERD_CONFIG
-            .replace("{{SANDBOX_IMAGE}}", &sandbox)
-            .replace("{{VERSION}}", &version)
-            .into_bytes(),
+        render(
+            "containerd-config.toml",
+            CONTAINERD_CONFIG,
+            &[("SANDBOX_IMAGE", &sandbox), ("VERSION", &version)],
+            &[],
+        )?
+        .into_bytes(),
         0o644,
     ));
     files.push((
@@ -764,17 +774,17 @@ fn containerd_module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyh
 const RESET: &str = include_str!("../../manifests/templates/reset.sh");
 
 /// `reset`: every host back to before kubexm (packages stay).
-pub fn reset_pipeline(cluster: &Cluster) -> Pipeline {
+pub fn reset_pipeline(cluster: &Cluster) -> Result<Pipeline, crate::template::Unfilled> {
     let data = q(&cluster.spec.etcd.data_dir.display().to_string());
     let leftovers = format!(
         "for p in /etc/kubexm /var/lib/kubexm /etc/kubernetes /etc/containerd /usr/local/bin/kubelet /usr/local/bin/etcd \
          /etc/systemd/system/kubexm-etcd.service /etc/systemd/system/kubelet.service {data}; do [ -e \"$p\" ] && exit 1; done; \
          ! grep -q '# kubexm control-plane endpoint' /etc/hosts"
     );
-    let mut step = Shell::new("reset", Some(&leftovers), &RESET.replace("{{ETCD_DATA}}", &data));
+    let mut step = Shell::new("reset", Some(&leftovers), &render("reset.sh", RESET, &[("ETCD_DATA", &data)], &[])?);
     step.timeout = Duration::from_secs(300);
     let step: Arc<dyn Step> = Arc::new(step);
-    Pipeline {
+    Ok(Pipeline {
         name: "reset".into(),
         modules: vec![Module {
             name: "reset".into(),
@@ -785,7 +795,7 @@ pub fn reset_pipeline(cluster: &Cluster) -> Pipeline {
                 after: vec![],
             }],
         }],
-    }
+    })
 }
 
 #[cfg(test)]

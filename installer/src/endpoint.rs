@@ -19,6 +19,7 @@ use crate::engine::files::PutFiles;
 use crate::engine::plan::{Module, Step, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
+use crate::template::render;
 
 const HAPROXY: &str = include_str!("../../manifests/templates/haproxy.cfg");
 const KEEPALIVED: &str = include_str!("../../manifests/templates/keepalived.conf");
@@ -93,7 +94,7 @@ pub fn preflight(cluster: &Cluster) -> Vec<String> {
     out
 }
 
-fn haproxy_cfg(cluster: &Cluster, purpose: &str, bind: &str) -> String {
+fn haproxy_cfg(cluster: &Cluster, purpose: &str, bind: &str) -> Result<String, crate::template::Unfilled> {
     let servers: Vec<String> = cluster
         .spec
         .role_groups
@@ -101,10 +102,12 @@ fn haproxy_cfg(cluster: &Cluster, purpose: &str, bind: &str) -> String {
         .iter()
         .map(|c| format!("    server {c} {}:6443", address_of(cluster, c)))
         .collect();
-    HAPROXY
-        .replace("{{PURPOSE}}", purpose)
-        .replace("{{BIND}}", bind)
-        .replace("{{SERVERS}}", &servers.join("\n"))
+    render(
+        "haproxy.cfg",
+        HAPROXY,
+        &[("PURPOSE", purpose), ("BIND", bind), ("SERVERS", &servers.join("\n"))],
+        &[],
+    )
 }
 
 fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
@@ -154,7 +157,7 @@ pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
                 cluster,
                 &format!("the control-plane endpoint {vip}:{}", e.port),
                 &format!("*:{}", e.port),
-            );
+            )?;
             for (n, lb) in g.loadbalancer.iter().enumerate() {
                 let addr = address_of(cluster, lb);
                 let peers: Vec<String> = g
@@ -163,13 +166,20 @@ pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
                     .filter(|p| *p != lb)
                     .map(|p| format!("        {}", address_of(cluster, p)))
                     .collect();
-                let conf = KEEPALIVED
-                    .replace("{{NAME}}", lb)
-                    .replace("{{VIP}}", &vip)
-                    .replace("{{ROUTER_ID}}", &e.virtual_router_id.to_string())
-                    .replace("{{PRIORITY}}", &(150u32.saturating_sub(10 * n as u32).max(60)).to_string())
-                    .replace("{{ADDRESS}}", &addr)
-                    .replace("{{PEERS}}", &peers.join("\n"));
+                // The interface is found on the host (sed below).
+                let conf = render(
+                    "keepalived.conf",
+                    KEEPALIVED,
+                    &[
+                        ("NAME", lb),
+                        ("VIP", &vip),
+                        ("ROUTER_ID", &e.virtual_router_id.to_string()),
+                        ("PRIORITY", &(150u32.saturating_sub(10 * n as u32).max(60)).to_string()),
+                        ("ADDRESS", &addr),
+                        ("PEERS", &peers.join("\n")),
+                    ],
+                    &["INTERFACE"],
+                )?;
                 let iface = match &e.interface {
                     Some(i) => q(i),
                     None => format!("\"$(ip -o -4 route get {vip} | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')\""),
@@ -204,7 +214,7 @@ pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
             }
         }
         EndpointMode::LocalProxy => {
-            let cfg = haproxy_cfg(cluster, "the local API proxy (endpoint mode D)", "127.0.0.1:6443");
+            let cfg = haproxy_cfg(cluster, "the local API proxy (endpoint mode D)", "127.0.0.1:6443")?;
             for w in cluster.local_proxy_hosts() {
                 tasks.push(Task {
                     name: format!("local-proxy-{w}"),
@@ -241,7 +251,7 @@ mod tests {
         assert_eq!(c.local_proxy_hosts(), ["c", "d"]);
         assert_eq!(resolves_to(&c, "c"), "127.0.0.1");
         assert_eq!(resolves_to(&c, "b"), "10.0.0.2");
-        let cfg = haproxy_cfg(&c, "x", "127.0.0.1:6443");
+        let cfg = haproxy_cfg(&c, "x", "127.0.0.1:6443")?;
         assert!(
             cfg.contains("server a 10.0.0.1:6443") && cfg.contains("server b 10.0.0.2:6443"),
             "{cfg}"

@@ -138,7 +138,7 @@ impl<'a> Render<'a> {
 }
 
 impl Render<'_> {
-    fn common(&self, template: &str, node: &str) -> String {
+    fn common(&self, name: &str, template: &str, node: &str, extra: &[(&str, &str)]) -> Result<String, crate::template::Unfilled> {
         let c = self.cluster;
         let g = &c.spec.role_groups;
         let taints = if g.control_plane.iter().any(|h| h == node) && g.worker.iter().any(|h| h == node) {
@@ -166,32 +166,34 @@ impl Render<'_> {
         } else {
             crate::addons::cluster_dns_ip(&c.spec.kubernetes.service_cidr)
         };
-        template
-            .replace("{{NODE}}", node)
-            .replace("{{ADDRESS}}", &address_of(c, node))
-            .replace("{{TOKEN}}", &self.creds.token)
-            .replace("{{CERT_KEY}}", &self.creds.certificate_key)
-            .replace("{{CA_HASH}}", self.ca_hash)
-            .replace("{{ENDPOINT}}", &endpoint::endpoint(c))
-            .replace("{{CLUSTER}}", &c.metadata.name)
-            .replace("{{VERSION}}", &c.spec.kubernetes.version)
-            .replace("{{POD_CIDR}}", &c.spec.kubernetes.pod_cidr)
-            .replace("{{SERVICE_CIDR}}", &c.spec.kubernetes.service_cidr)
-            .replace("{{DNS_DOMAIN}}", &c.spec.kubernetes.dns_domain)
-            .replace("{{ETCD_ENDPOINTS}}", &etcd.join("\n"))
-            .replace(
-                "{{SANS}}",
-                &sans.iter().map(|s| format!("    - \"{s}\"")).collect::<Vec<_>>().join("\n"),
-            )
-            .replace("{{CLUSTER_DNS}}", &dns)
-            .replace(
-                "{{PROXY_MODE}}",
-                match c.spec.kubernetes.proxy_mode {
-                    kubexm_bom::config::model::ProxyMode::Ipvs => "ipvs",
-                    _ => "iptables",
-                },
-            )
-            .replace("{{TAINTS}}\n", if taints.is_empty() { "" } else { "  taints: []\n" })
+        let address = address_of(c, node);
+        let endpoint = endpoint::endpoint(c);
+        let etcd = etcd.join("\n");
+        let sans = sans.iter().map(|s| format!("    - \"{s}\"")).collect::<Vec<_>>().join("\n");
+        let proxy_mode = match c.spec.kubernetes.proxy_mode {
+            kubexm_bom::config::model::ProxyMode::Ipvs => "ipvs",
+            _ => "iptables",
+        };
+        let mut values = vec![
+            ("NODE", node),
+            ("ADDRESS", address.as_str()),
+            ("TOKEN", self.creds.token.as_str()),
+            ("CERT_KEY", self.creds.certificate_key.as_str()),
+            ("CA_HASH", self.ca_hash),
+            ("ENDPOINT", endpoint.as_str()),
+            ("CLUSTER", c.metadata.name.as_str()),
+            ("VERSION", c.spec.kubernetes.version.as_str()),
+            ("POD_CIDR", c.spec.kubernetes.pod_cidr.as_str()),
+            ("SERVICE_CIDR", c.spec.kubernetes.service_cidr.as_str()),
+            ("DNS_DOMAIN", c.spec.kubernetes.dns_domain.as_str()),
+            ("ETCD_ENDPOINTS", etcd.as_str()),
+            ("SANS", sans.as_str()),
+            ("CLUSTER_DNS", dns.as_str()),
+            ("PROXY_MODE", proxy_mode),
+            ("TAINTS", taints),
+        ];
+        values.extend_from_slice(extra);
+        crate::template::render(name, template, &values, &[])
     }
 
     fn templates(&self) -> anyhow::Result<(&'static str, &'static str)> {
@@ -204,7 +206,7 @@ impl Render<'_> {
 
     /// The `kubeadm init` config for the first control-plane node.
     pub fn init(&self, node: &str) -> anyhow::Result<String> {
-        Ok(self.common(self.templates()?.0, node))
+        Ok(self.common(&format!("kubeadm init ({})", self.api), self.templates()?.0, node, &[])?)
     }
 
     /// The `kubeadm join` config; control-plane joins carry the certificate key.
@@ -218,7 +220,12 @@ impl Render<'_> {
         } else {
             String::new()
         };
-        Ok(self.common(self.templates()?.1, node).replace("{{CONTROL_PLANE}}\n", &cp))
+        Ok(self.common(
+            &format!("kubeadm join ({})", self.api),
+            self.templates()?.1,
+            node,
+            &[("CONTROL_PLANE", &cp)],
+        )?)
     }
 }
 

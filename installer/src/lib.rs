@@ -15,6 +15,7 @@ pub mod mirror;
 pub mod os_packages;
 pub mod pki;
 pub mod serve;
+pub mod template;
 pub mod unpack;
 
 /// The engine the phases run on (its own crate; re-exported for the binary and tests).
@@ -57,11 +58,17 @@ pub const ROOT: &str = "/var/lib/kubexm";
 pub const REGISTRY_UNIT: &str = include_str!("../../manifests/templates/kubexm-registry.service");
 
 /// The unit text for a registry host.
-pub fn registry_unit(binary: &str, bundle_dir: &str, listen: &str, cert: &str, key: &str) -> String {
-    REGISTRY_UNIT
-        .replace("{{BINARY}}", binary)
-        .replace("{{BUNDLE_DIR}}", bundle_dir)
-        .replace("{{LISTEN}}", listen)
-        .replace("{{CERT}}", cert)
-        .replace("{{KEY}}", key)
+pub fn registry_unit(binary: &str, bundle_dir: &str, listen: &str, cert: &str, key: &str) -> Result<String, template::Unfilled> {
+    template::render(
+        "kubexm-registry.service",
+        REGISTRY_UNIT,
+        &[
+            ("BINARY", binary),
+            ("BUNDLE_DIR", bundle_dir),
+            ("LISTEN", listen),
+            ("CERT", cert),
+            ("KEY", key),
+        ],
+        &[],
+    )
 }

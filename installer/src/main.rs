@@ -645,7 +645,7 @@ fn reset(file: &std::path::Path, catalog: &[PathBuf], yes: bool, root: &std::pat
     let files: Vec<&std::path::Path> = catalog.iter().map(PathBuf::as_path).collect();
     let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
     let cluster = kubexm_bom::config::load_file(file, &cat)?;
-    let pipeline = kubexm_installer::deploy::reset_pipeline(&cluster);
+    let pipeline = kubexm_installer::deploy::reset_pipeline(&cluster)?;
     if !yes {
         print!("{}", pipeline.plan()?.describe());
         return Err(classified(
