@@ -142,8 +142,13 @@ pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(St
         .into());
     }
     for (n, m) in items.iter().enumerate() {
-        let path = i.bundle_dir.join(&m.path);
-        let text = fs_err::read_to_string(&path)?;
+        let text = match i.members {
+            Some(members) => members
+                .get(&m.path)
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .ok_or_else(|| anyhow::anyhow!("the bundle has no member {}", m.path))?,
+            None => fs_err::read_to_string(i.bundle_dir.join(&m.path))?,
+        };
         let (text, foreign) = rewrite_images(&settings(addon, &text, i.cluster), &bundle, registry);
         for image in foreign {
             // Not in the bundle, so not pullable inside the air gap.

@@ -255,8 +255,11 @@ pub struct Inputs<'a> {
     pub file_server: &'a str,
     /// The registry CA certificate (PEM) hosts trust.
     pub ca_pem: &'a [u8],
-    /// The installer's PKI root (`<root>/pki`).
-    pub pki_dir: &'a Path,
+    /// The installer's PKI (`<root>/pki`), or placeholders in a dry run.
+    pub pki: &'a pki::Pki,
+    /// Members of the bundle read in memory (a dry run, which unpacks
+    /// nothing); otherwise they are read from `bundle_dir`.
+    pub members: Option<&'a BTreeMap<String, Vec<u8>>>,
     /// Host name → arch (from facts).
     pub arches: &'a BTreeMap<String, String>,
     pub phases: &'a [String],
@@ -389,7 +392,7 @@ pub fn pipeline(i: &Inputs) -> anyhow::Result<Pipeline> {
         modules.push(containerd_module(i, &hosts, has("registry"))?);
     }
     if has("control-plane") || has("workers") {
-        let k = crate::kubeadm::KubePki::ensure(i.pki_dir)?;
+        let k = crate::kubeadm::KubePki::ensure(i.pki)?;
         if has("control-plane") {
             modules.push(crate::kubeadm::control_plane_module(i, &k)?);
         }
@@ -463,20 +466,19 @@ pub fn address_of(cluster: &Cluster, host: &str) -> String {
 /// arch, a systemd unit; then the whole cluster healthy over TLS.
 fn etcd_module(i: &Inputs) -> anyhow::Result<Module> {
     let members = i.cluster.spec.role_groups.etcd.clone();
-    let dir = i.pki_dir.join("etcd");
-    let ca = pki::ensure_ca(&dir, "kubexm etcd CA")?;
-    let ca_pem = fs_err::read(&ca.cert)?;
+    let ca = i.pki.ca("etcd", "kubexm etcd CA")?;
+    let ca_pem = ca.cert_pem.clone();
     let initial: Vec<String> = members
         .iter()
         .map(|m| format!("{m}=https://{}:2380", address_of(i.cluster, m)))
         .collect();
-    let client = pki::ensure_cert(&ca, &dir, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
+    let client = i.pki.cert(&ca, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
     let mut tasks = Vec::new();
     for m in &members {
         let addr = address_of(i.cluster, m);
         let names = vec![m.clone(), addr.clone(), "127.0.0.1".into(), "localhost".into()];
-        let server = pki::ensure_cert(&ca, &dir, &format!("{m}-server"), m, &names, pki::Usage::ServerAndClient)?;
-        let peer = pki::ensure_cert(&ca, &dir, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
+        let server = i.pki.cert(&ca, &format!("{m}-server"), m, &names, pki::Usage::ServerAndClient)?;
+        let peer = i.pki.cert(&ca, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
         let arch = i.arch_of(m);
         let file = i.bundle_file(m, "etcd")?;
         let unit = render(
@@ -578,11 +580,9 @@ fn registry_module(i: &Inputs) -> anyhow::Result<Module> {
     }
     let addr = address_of(i.cluster, &host);
     let port = i.cluster.spec.registry.port;
-    let dir = i.pki_dir.join("registry");
-    let ca = pki::ensure_ca(&dir, "kubexm registry CA")?;
-    let cert = pki::ensure_cert(
+    let ca = i.pki.ca("registry", "kubexm registry CA")?;
+    let cert = i.pki.cert(
         &ca,
-        &dir,
         &format!("{host}-registry"),
         &host,
         &[addr.clone(), host.clone()],

@@ -100,19 +100,27 @@ pub fn ensure_credentials(dir: &Path) -> anyhow::Result<JoinCredentials> {
 /// The Kubernetes CA, its discovery pin and the join credentials, all kept
 /// in `<root>/pki/kubernetes`; made once per run and shared by the phases.
 pub struct KubePki {
-    pub ca: pki::Ca,
+    pub ca: pki::CaPem,
     /// sha256 of the CA's SubjectPublicKeyInfo (kubeadm's `caCertHashes`).
     pub ca_hash: String,
     pub creds: JoinCredentials,
 }
 
 impl KubePki {
-    pub fn ensure(pki_dir: &Path) -> anyhow::Result<KubePki> {
-        let dir = pki_dir.join("kubernetes");
-        let ca = pki::ensure_ca(&dir, "kubernetes")?;
+    /// Made in `<root>/pki/kubernetes` on first use; placeholders in a dry run.
+    pub fn ensure(pki: &pki::Pki) -> anyhow::Result<KubePki> {
+        let ca = pki.ca("kubernetes", "kubernetes")?;
+        let creds = match pki.dir("kubernetes") {
+            Some(dir) => ensure_credentials(&dir)?,
+            None => JoinCredentials {
+                token: format!("{g}.{g}", g = pki::GENERATED),
+                certificate_key: pki::GENERATED.into(),
+                created: 0,
+            },
+        };
         Ok(KubePki {
-            ca_hash: pki::spki_sha256(&ca)?,
-            creds: ensure_credentials(&dir)?,
+            ca_hash: pki.spki_sha256(&ca)?,
+            creds,
             ca,
         })
     }
@@ -333,11 +341,10 @@ pub fn control_plane_module(i: &Inputs, k: &KubePki) -> anyhow::Result<Module> {
     }
     let r = Render::new(i, k);
     let (ca, creds) = (&k.ca, &k.creds);
-    let etcd_dir = i.pki_dir.join("etcd");
-    let etcd_ca = pki::ensure_ca(&etcd_dir, "kubexm etcd CA")?;
-    let client = pki::ensure_cert(&etcd_ca, &etcd_dir, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
+    let etcd_ca = i.pki.ca("etcd", "kubexm etcd CA")?;
+    let client = i.pki.cert(&etcd_ca, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
     let etcd_files = vec![
-        (format!("{ETCD_PKI}/ca.crt"), fs_err::read(&etcd_ca.cert)?, 0o644),
+        (format!("{ETCD_PKI}/ca.crt"), etcd_ca.cert_pem.clone(), 0o644),
         (format!("{ETCD_PKI}/client.crt"), client.cert_pem.clone().into_bytes(), 0o644),
         (format!("{ETCD_PKI}/client.key"), client.key_pem.clone().into_bytes(), 0o600),
     ];
@@ -378,8 +385,8 @@ pub fn control_plane_module(i: &Inputs, k: &KubePki) -> anyhow::Result<Module> {
             steps.push(Arc::new(PutFiles {
                 name: "kubernetes-ca".into(),
                 files: vec![
-                    ("/etc/kubernetes/pki/ca.crt".into(), fs_err::read(&ca.cert)?, 0o644),
-                    ("/etc/kubernetes/pki/ca.key".into(), fs_err::read(&ca.key)?, 0o600),
+                    ("/etc/kubernetes/pki/ca.crt".into(), ca.cert_pem.clone(), 0o644),
+                    ("/etc/kubernetes/pki/ca.key".into(), ca.key_pem.clone(), 0o600),
                 ],
                 then: None,
             }));

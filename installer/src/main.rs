@@ -764,9 +764,22 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         allow_unsigned: args.allow_unsigned,
         root: args.root.clone(),
     });
-    let u = unpack::unpack(bundle, &t, &args.root).map_err(unpack_err)?;
-    let bom = u.manifest.lock.clone();
+    // A dry run verifies the bundle and plans from it in memory: it writes
+    // nothing anywhere (no unpack, no PKI, no state); values made at apply
+    // time print as <generated>.
+    let (bom, bundle_dir, members) = if args.dry_run {
+        let p = unpack::read_for_plan(bundle, &t, &args.root).map_err(unpack_err)?;
+        (p.manifest.lock, p.dir, Some(p.members))
+    } else {
+        let u = unpack::unpack(bundle, &t, &args.root).map_err(unpack_err)?;
+        (u.manifest.lock, u.dir, None)
+    };
     let pki_dir = args.root.join("pki");
+    let pki = if args.dry_run {
+        kubexm_installer::pki::Pki::DryRun
+    } else {
+        kubexm_installer::pki::Pki::Dir(pki_dir.clone())
+    };
     let Some(advertise) = args.advertise else {
         return Err(classified(
             Class::Usage,
@@ -774,8 +787,7 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         ));
     };
     let file_server = format!("https://{}", std::net::SocketAddr::new(advertise, args.serve_port));
-    let ca = kubexm_installer::pki::ensure_ca(&pki_dir.join("registry"), "kubexm registry CA")?;
-    let ca_pem = fs_err::read(&ca.cert)?;
+    let ca_pem = pki.ca("registry", "kubexm registry CA")?.cert_pem;
     let installer = anyhow::Context::context(std::env::current_exe(), "finding the installer binary")?;
     let kubeadm_api = catalog
         .minor(&cluster.spec.kubernetes.version)
@@ -792,10 +804,11 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
             installer: &installer,
             cluster: &cluster,
             bom: &bom,
-            bundle_dir: &u.dir,
+            bundle_dir: &bundle_dir,
             file_server: &file_server,
             ca_pem: &ca_pem,
-            pki_dir: &pki_dir,
+            pki: &pki,
+            members: members.as_ref(),
             arches,
             phases: &phases,
             kubeadm_api: &kubeadm_api,
@@ -816,7 +829,7 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
     // The file server runs for the install's duration.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let opts = serve::ServeOptions {
-        bundle_dir: u.dir.clone(),
+        bundle_dir: bundle_dir.clone(),
         listen: std::net::SocketAddr::new(advertise, args.serve_port),
         tls: serve::Tls::Issued {
             pki_dir: pki_dir.join("registry"),

@@ -173,6 +173,78 @@ fn issue(ca: &Ca, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert
     })
 }
 
+/// What a dry run shows where a value is made at apply time.
+pub const GENERATED: &str = "<generated>";
+
+/// A CA as planning uses it: its certificate and key (PEM) and, when it is
+/// on disk, where.
+#[derive(Debug, Clone)]
+pub struct CaPem {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    on_disk: Option<Ca>,
+}
+
+/// Where planning gets its CAs and certificates: the installer's PKI
+/// directory (`<root>/pki`, made on first use and reused after), or, for a
+/// dry run, placeholders that read and write nothing.
+#[derive(Debug, Clone)]
+pub enum Pki {
+    Dir(PathBuf),
+    DryRun,
+}
+
+impl Pki {
+    /// The CA kept in `<root>/pki/<sub>`.
+    pub fn ca(&self, sub: &str, name: &str) -> Result<CaPem, PkiError> {
+        match self {
+            Pki::DryRun => Ok(CaPem {
+                cert_pem: GENERATED.as_bytes().to_vec(),
+                key_pem: GENERATED.as_bytes().to_vec(),
+                on_disk: None,
+            }),
+            Pki::Dir(root) => {
+                let ca = ensure_ca(&root.join(sub), name)?;
+                Ok(CaPem {
+                    cert_pem: fs_err::read(&ca.cert).map_err(io(&ca.cert))?,
+                    key_pem: fs_err::read(&ca.key).map_err(io(&ca.key))?,
+                    on_disk: Some(ca),
+                })
+            }
+        }
+    }
+
+    /// A certificate issued by `ca`, kept beside it as `<stem>.crt`/`.key`.
+    pub fn cert(&self, ca: &CaPem, stem: &str, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert, PkiError> {
+        match &ca.on_disk {
+            None => Ok(ServerCert {
+                cert_pem: GENERATED.into(),
+                key_pem: GENERATED.into(),
+            }),
+            Some(disk) => {
+                let dir = disk.cert.parent().unwrap_or(Path::new("."));
+                ensure_cert(disk, dir, stem, cn, names, usage)
+            }
+        }
+    }
+
+    /// The kubeadm discovery pin of `ca`.
+    pub fn spki_sha256(&self, ca: &CaPem) -> Result<String, PkiError> {
+        match &ca.on_disk {
+            None => Ok(GENERATED.into()),
+            Some(disk) => spki_sha256(disk),
+        }
+    }
+
+    /// The directory `<root>/pki/<sub>`, or none in a dry run.
+    pub fn dir(&self, sub: &str) -> Option<PathBuf> {
+        match self {
+            Pki::Dir(root) => Some(root.join(sub)),
+            Pki::DryRun => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

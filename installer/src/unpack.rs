@@ -9,6 +9,7 @@
 //! `bundle.yaml`, which pins every member, so unpacking the same bundle again
 //! finds the finished directory and does nothing.
 
+use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
@@ -145,6 +146,43 @@ pub fn unpack_opened(
         }
     }
     result
+}
+
+/// What a dry run reads of a bundle, writing nothing: every member checked
+/// against the signature and `bundle.yaml` as in [`unpack`], the manifests
+/// (small text the plan renders) kept in memory. Returns the manifest, where
+/// `unpack` would put the bundle, and those members.
+pub fn read_for_plan(bundle: &Path, trust: &Trust, root: &Path) -> Result<Planned, UnpackError> {
+    struct KeepManifests(BTreeMap<String, Vec<u8>>);
+    impl Sink for KeepManifests {
+        fn member(&mut self, path: &str, _size: u64, data: &mut dyn Read) -> io::Result<()> {
+            if path.starts_with("manifests/") {
+                let mut buf = Vec::new();
+                data.read_to_end(&mut buf)?;
+                self.0.insert(path.to_string(), buf);
+                return Ok(());
+            }
+            io::copy(data, &mut io::sink()).map(|_| ())
+        }
+    }
+    let check = signature_check(bundle, trust)?;
+    let mut keep = KeepManifests(BTreeMap::new());
+    let read = verify::read_bundle(bundle, check.as_ref(), &mut keep)?;
+    Ok(Planned {
+        dir: root.join("bundles").join(sha256_hex(read.text.as_bytes())),
+        manifest: read.manifest,
+        members: keep.0,
+    })
+}
+
+/// A bundle read for a dry run.
+#[derive(Debug)]
+pub struct Planned {
+    /// Where [`unpack`] would put it (not created).
+    pub dir: PathBuf,
+    pub manifest: BundleManifest,
+    /// Its `manifests/...` members, by path.
+    pub members: BTreeMap<String, Vec<u8>>,
 }
 
 /// Writes verified members under a temporary directory named after the

@@ -280,6 +280,19 @@ pub fn build_command(lab: &Lab, config: &Path, cache: &Path, bundle: &Path) -> C
     c
 }
 
+/// `kubexm-install unpack --bundle B --pubkey K --root R`.
+pub fn unpack_command(bundle: &Path, pubkey: &Path, root: &Path) -> Command {
+    let mut c = Command::new(bin("kubexm-install"));
+    c.arg("unpack")
+        .arg("--bundle")
+        .arg(bundle)
+        .arg("--pubkey")
+        .arg(pubkey)
+        .arg("--root")
+        .arg(root);
+    c
+}
+
 /// `kubexm-install --bundle -f CONFIG` with the lab catalog, the root and
 /// state under `dir`, served on the lab gateway, optionally some phases only.
 pub fn install_command(lab: &Lab, config: &Path, bundle: &Path, pubkey: &Path, dir: &Path, phases: Option<&str>) -> Command {

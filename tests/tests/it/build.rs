@@ -334,18 +334,7 @@ fn legacy_minisign_signature_gets_a_false_explanation() {
         ok(c.output().unwrap(), "minisign -S");
     };
     let verify = || verify(&bundle, &public);
-    let unpack = |root: &str| {
-        Command::new(bin("kubexm-install"))
-            .arg("unpack")
-            .arg("--bundle")
-            .arg(&bundle)
-            .arg("--pubkey")
-            .arg(&public)
-            .arg("--root")
-            .arg(b.path(root))
-            .output()
-            .unwrap()
-    };
+    let unpack = |root: &str| kubexm_e2e::unpack_command(&bundle, &public, &b.path(root)).output().unwrap();
     sign(false);
     ok(verify(), "verify of a minisign signature");
     ok(unpack("root-ok"), "unpack of a minisign signature");

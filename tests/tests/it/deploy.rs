@@ -496,3 +496,63 @@ fn not_supported_yet_raised_while_planning_exits_8_not_as_a_bug() {
     assert!(err.contains("registry.mode external") && err.contains("not supported yet"), "{err}");
     assert!(!err.contains("bug in kubexm"), "{err}");
 }
+
+/// Every entry under `dir`: path, mode, size, mtime and content digest.
+fn snapshot(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let digest = if m.is_file() {
+                kubexm_bundle::digest::sha256_hex(&std::fs::read(&p).unwrap())
+            } else {
+                String::new()
+            };
+            out.push(format!(
+                "{} {:o} {} {}.{} {digest}",
+                p.strip_prefix(dir).unwrap().display(),
+                m.mode(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec()
+            ));
+            if m.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `--dry-run` verifies the bundle and prints the plan, writing nothing
+/// anywhere: an empty and a populated `--root` stay byte-identical.
+#[test]
+fn dry_run_planning_has_side_effects() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let b = lab_bundle(&lab);
+    let (empty, populated) = (dir.path().join("empty"), dir.path().join("populated"));
+    std::fs::create_dir_all(empty.join("root")).unwrap();
+    ok(
+        kubexm_e2e::unpack_command(&b.bundle, &b.public_key, &populated.join("root"))
+            .output()
+            .unwrap(),
+        "unpack into the populated root",
+    );
+    for d in [&empty, &populated] {
+        let before = snapshot(d);
+        let out = ok(
+            kubexm_e2e::install_command(&lab, &lab.desc.cluster, &b.bundle, &b.public_key, d, None)
+                .arg("--dry-run")
+                .output()
+                .unwrap(),
+            "install --dry-run",
+        );
+        assert!(out.contains("etcd") && out.contains("kubeadm-init"), "{out}");
+        assert_eq!(snapshot(d), before, "--dry-run wrote under {}", d.display());
+    }
+}

@@ -14,14 +14,7 @@ use kubexm_e2e::{Background, Lab, bin, free_port, lab_bundle, ok, text};
 fn unpacked(lab: &Lab, root: &Path) -> (PathBuf, BundleManifest) {
     let b = lab_bundle(lab);
     let out = ok(
-        Command::new(bin("kubexm-install"))
-            .arg("unpack")
-            .arg("--bundle")
-            .arg(&b.bundle)
-            .arg("--pubkey")
-            .arg(&b.public_key)
-            .arg("--root")
-            .arg(root)
+        kubexm_e2e::unpack_command(&b.bundle, &b.public_key, root)
             .args(["-o", "json"])
             .output()
             .unwrap(),
