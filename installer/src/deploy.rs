@@ -22,7 +22,7 @@ use crate::engine::files::{PutFiles, RunWith, Unless, Upload};
 use crate::engine::plan::{Module, Pipeline, Scope, Step, Task};
 use crate::engine::steps::{Distribute, FileCopy, Shell};
 use crate::engine::transport::shell_quote as q;
-use crate::os_packages::{HostPackages, repo_for, roles_of};
+use crate::os_packages::{repo_for, roles_of};
 use crate::pki;
 use crate::template::render;
 
@@ -352,32 +352,15 @@ pub fn pipeline(i: &Inputs) -> anyhow::Result<Pipeline> {
         }
     }
     if has("os-packages") && !i.bom.os_repos.is_empty() {
-        let mut by_roles: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
-        for h in &hosts {
-            by_roles.entry(roles_of(i.cluster, h)).or_default().push(h.clone());
-        }
-        let tasks = by_roles
-            .into_iter()
-            .map(|(roles, hosts)| Task {
-                name: format!("packages-{}", if roles.is_empty() { "other".into() } else { roles.join("+") }),
-                hosts,
-                steps: vec![Arc::new(HostPackages {
-                    repos: i.bom.os_repos.clone(),
-                    file_server: i.file_server.to_string(),
-                    roles,
-                    ca: Some(HOST_CA.into()),
-                }) as Arc<dyn Step>],
-                after: if has("preflight") {
-                    vec![("trust-ca".into(), Scope::SameHost)]
-                } else {
-                    vec![]
-                },
-            })
-            .collect();
-        modules.push(Module {
-            name: "os-packages".into(),
-            tasks,
-        });
+        let after: &[&str] = if has("preflight") { &["trust-ca"] } else { &[] };
+        modules.push(crate::os_packages::module(
+            i.cluster,
+            &hosts,
+            &i.bom.os_repos,
+            i.file_server,
+            Some(HOST_CA.into()),
+            after,
+        ));
     }
     if has("registry") {
         modules.push(registry_module(i)?);

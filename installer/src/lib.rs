@@ -12,6 +12,7 @@ pub mod endpoint;
 pub mod hosts;
 pub mod kubeadm;
 pub mod mirror;
+pub mod ops;
 pub mod os_packages;
 pub mod pki;
 pub mod serve;

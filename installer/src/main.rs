@@ -1,7 +1,6 @@
 //! `kubexm-install`: the offline side of kubexm. Thin: flags in, one library
 //! call, output or an error with its documented exit code.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +8,7 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
 use kubexm_cli::{Class, Output, classified};
-use kubexm_installer::{hosts, mirror, serve, unpack};
+use kubexm_installer::{hosts, mirror, ops, serve, unpack};
 
 /// Install a Kubernetes cluster from a kubexm bundle, with no internet.
 #[derive(Parser)]
@@ -273,11 +272,7 @@ fn trust(t: &TrustArgs) -> unpack::Trust {
 }
 
 fn unpack_err(e: unpack::UnpackError) -> anyhow::Error {
-    let class = match &e {
-        unpack::UnpackError::Io { .. } => Class::Io,
-        _ => Class::Verify,
-    };
-    classified(class, e)
+    e.classified()
 }
 
 /// `host:port/prefix` → (`host:port`, `prefix`).
@@ -434,7 +429,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     return Ok(());
                 }
             }
-            let (state, stop, rt) = engine_context(&cluster, &engine)?;
+            let (state, stop, rt) = ops::engine_context(&cluster, &engine.settings())?;
             let opts = kubexm_installer::engine::jobs::ConnectOptions {
                 accept_new_host_key: engine.accept_new_host_key,
                 concurrency: engine.concurrency,
@@ -486,14 +481,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             host_ca,
             dry_run,
             engine,
-        } => packages(&file, &catalog, &bundle_dir, &file_server, host_ca, dry_run, &engine),
+        } => {
+            let opts = ops::packages::PackagesOptions {
+                file,
+                catalog,
+                bundle_dir,
+                file_server,
+                host_ca,
+                dry_run,
+                engine: engine.settings(),
+            };
+            let report = ops::packages::packages(&opts)?;
+            print!("{}", report.text);
+            match report.errors {
+                None => Ok(()),
+                Some(e) => Err(classified(Class::Host, anyhow::anyhow!(e))),
+            }
+        }
         Command::Reset {
             file,
             catalog,
             yes,
             root,
             engine,
-        } => reset(&file, &catalog, yes, &root, &engine),
+        } => match ops::reset::reset(&file, &catalog, yes, &root, &engine.settings())? {
+            ops::reset::ResetReport::NotConfirmed { plan, refusal } => {
+                print!("{plan}");
+                Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
+            }
+            ops::reset::ResetReport::Done(line) => {
+                println!("{line}");
+                Ok(())
+            }
+        },
         Command::Status { job, state } => {
             if !state.exists() {
                 return Err(classified(
@@ -536,455 +556,42 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// `kubexm-install packages`: the OS packages step on every host.
-fn packages(
-    file: &std::path::Path,
-    catalog: &[PathBuf],
-    bundle_dir: &std::path::Path,
-    file_server: &str,
-    host_ca: Option<String>,
-    dry_run: bool,
-    engine: &EngineArgs,
-) -> anyhow::Result<()> {
-    use kubexm_installer::engine::plan::{Module, Pipeline, Task};
-    use kubexm_installer::os_packages::{HostPackages, roles_of};
-    let files: Vec<&std::path::Path> = catalog.iter().map(PathBuf::as_path).collect();
-    let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
-    let cluster = kubexm_bom::config::load_file(file, &cat)?;
-    let mpath = bundle_dir.join(kubexm_bundle::manifest::MANIFEST_NAME);
-    let manifest = kubexm_bundle::manifest::BundleManifest::from_yaml(&fs_err::read_to_string(&mpath)?)
-        .map_err(|e| classified(Class::Io, anyhow::anyhow!("{}: {e}", mpath.display())))?;
-    let repos = manifest.lock.os_repos;
-    if repos.is_empty() {
-        return Err(classified(
-            Class::Config,
-            anyhow::anyhow!(
-                "the bundle in {} carries no OS package repositories; set bundle.osPackages in cluster.yaml and rebuild it",
-                bundle_dir.display()
-            ),
-        ));
-    }
-    if !(file_server.starts_with("http://") || file_server.starts_with("https://")) {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("--file-server {file_server}: expected http://HOST:PORT or https://HOST:PORT"),
-        ));
-    }
-    // One task per set of roles: hosts with the same roles install the same packages.
-    let pipeline = |hosts: Vec<String>| {
-        let mut by_roles: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
-        for h in hosts {
-            by_roles.entry(roles_of(&cluster, &h)).or_default().push(h);
-        }
-        let tasks = by_roles
-            .into_iter()
-            .map(|(roles, hosts)| Task {
-                name: if roles.is_empty() { "other".into() } else { roles.join("+") },
-                hosts,
-                steps: vec![std::sync::Arc::new(HostPackages {
-                    repos: repos.clone(),
-                    file_server: file_server.to_string(),
-                    roles,
-                    ca: host_ca.clone(),
-                })],
-                after: vec![],
-            })
-            .collect();
-        Ok(Pipeline {
-            name: "os-packages".into(),
-            modules: vec![Module {
-                name: "os-packages".into(),
-                tasks,
-            }],
-        })
-    };
-    if dry_run {
-        let hosts = cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
-        print!("{}", pipeline(hosts)?.plan()?.describe());
-        return Ok(());
-    }
-    let (state, stop, rt) = engine_context(&cluster, engine)?;
-    let connect = kubexm_installer::engine::jobs::ConnectOptions {
-        accept_new_host_key: engine.accept_new_host_key,
-        concurrency: engine.concurrency,
-    };
-    let eo = kubexm_installer::engine::run::EngineOptions {
-        concurrency: engine.concurrency,
-        policy: kubexm_installer::engine::run::Policy::ContinueOtherHosts,
-        progress: kubexm_installer::engine::progress::ProgressMode::for_stderr(),
-        ..Default::default()
-    };
-    let ex = rt.block_on(kubexm_installer::engine::jobs::execute(
-        &cluster,
-        state,
-        "os-packages",
-        &connect,
-        &eo,
-        stop,
-        &pipeline,
-    ))?;
-    for r in &ex.report.results {
-        if let Some(installed) = r.log.split("installed:\n").nth(1) {
-            println!("{}: {}", r.host, installed.trim().replace('\n', ", "));
-        } else if r.outcome == kubexm_installer::engine::state::Outcome::Skipped {
-            println!("{}: already installed", r.host);
+impl EngineArgs {
+    fn settings(&self) -> ops::EngineSettings {
+        ops::EngineSettings {
+            state: self.state.clone(),
+            accept_new_host_key: self.accept_new_host_key,
+            concurrency: self.concurrency,
         }
     }
-    if !ex.ok() {
-        let errors = ex.errors();
-        return Err(classified(
-            Class::Host,
-            anyhow::anyhow!("{} host(s) failed (job {}):\n  {}", errors.len(), ex.job, errors.join("\n  ")),
-        ));
-    }
-    Ok(())
 }
 
-fn reset(file: &std::path::Path, catalog: &[PathBuf], yes: bool, root: &std::path::Path, engine: &EngineArgs) -> anyhow::Result<()> {
-    use kubexm_installer::engine::{jobs, progress::ProgressMode, run};
-    let files: Vec<&std::path::Path> = catalog.iter().map(PathBuf::as_path).collect();
-    let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
-    let cluster = kubexm_bom::config::load_file(file, &cat)?;
-    let pipeline = kubexm_installer::deploy::reset_pipeline(&cluster)?;
-    if !yes {
-        print!("{}", pipeline.plan()?.describe());
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!(
-                "reset deletes cluster {} on {} host(s), etcd data included; nothing was touched. Pass --yes to do it",
-                cluster.metadata.name,
-                cluster.spec.hosts.len()
-            ),
-        ));
-    }
-    let (state, stop, rt) = engine_context(&cluster, engine)?;
-    let connect = jobs::ConnectOptions {
-        accept_new_host_key: engine.accept_new_host_key,
-        concurrency: engine.concurrency,
-    };
-    let eo = run::EngineOptions {
-        concurrency: engine.concurrency,
-        policy: run::Policy::ContinueOtherHosts,
-        progress: ProgressMode::for_stderr(),
-        ..Default::default()
-    };
-    let ex = rt.block_on(jobs::execute(&cluster, state, "reset", &connect, &eo, stop, |_| Ok(pipeline)))?;
-    if !ex.ok() {
-        let errors = ex.errors();
-        return Err(classified(
-            Class::Host,
-            anyhow::anyhow!(
-                "reset failed on {} host(s) (job {}); run it again:\n  {}",
-                errors.len(),
-                ex.job,
-                errors.join("\n  ")
-            ),
-        ));
-    }
-    let kubeconfig = root.join(format!("{}.kubeconfig", cluster.metadata.name));
-    if kubeconfig.exists() {
-        fs_err::remove_file(&kubeconfig)?;
-    }
-    println!(
-        "reset cluster {} on {} hosts (job {})",
-        cluster.metadata.name,
-        cluster.spec.hosts.len(),
-        ex.job
-    );
-    Ok(())
-}
-
-/// The state database, a Ctrl-C flag and a runtime for an engine job.
-fn engine_context(
-    cluster: &kubexm_bom::config::Cluster,
-    engine: &EngineArgs,
-) -> anyhow::Result<(
-    std::sync::Arc<kubexm_installer::engine::state::State>,
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-    tokio::runtime::Runtime,
-)> {
-    let (_, secrets) = kubexm_installer::engine::inventory::targets(cluster).map_err(|e| classified(Class::Config, e))?;
-    let state = std::sync::Arc::new(kubexm_installer::engine::state::State::open(&engine.state, secrets)?);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let rt = tokio::runtime::Runtime::new()?;
-    let stopper = stop.clone();
-    rt.spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stopper.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
-    Ok((state, stop, rt))
-}
-
+/// The install: one operation, its report printed.
 fn install(args: InstallArgs) -> anyhow::Result<()> {
-    use kubexm_installer::deploy;
-    use kubexm_installer::engine::{jobs, progress::ProgressMode, run};
-    let Some(file) = args.file.clone() else {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
-        ));
-    };
-    let files: Vec<&std::path::Path> = args.catalog.iter().map(PathBuf::as_path).collect();
-    let catalog = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
-    let cluster = kubexm_bom::config::load_file(&file, &catalog)?;
-    let asked: Vec<String> = if args.phases.is_empty() {
-        deploy::PHASES.iter().map(|p| p.to_string()).collect()
-    } else {
-        args.phases.clone()
-    };
-    let (phases, missing) = deploy::select(&asked).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
-    if !missing.is_empty() {
-        return Err(classified(
-            Class::Unsupported,
-            anyhow::anyhow!(
-                "{}: config valid (cluster {}); phase(s) {} are not supported yet, and nothing was touched. \
-                 This release deploys --phases {}",
-                file.display(),
-                cluster.metadata.name,
-                missing.join(", "),
-                deploy::IMPLEMENTED.join(",")
-            ),
-        ));
+    if args.pubkey.is_none() && args.allow_unsigned {
+        // The same loud warning as every other command taking a bundle.
+        let _ = trust(&TrustArgs {
+            pubkey: None,
+            allow_unsigned: true,
+            root: args.root.clone(),
+        });
     }
-    let Some(bundle) = &args.bundle else {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
-        ));
-    };
-    if args.pubkey.is_none() && !args.allow_unsigned {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
-        ));
-    }
-    let t = trust(&TrustArgs {
-        pubkey: args.pubkey.clone(),
+    let opts = ops::install::InstallOptions {
+        bundle: args.bundle,
+        file: args.file,
+        catalog: args.catalog,
+        pubkey: args.pubkey,
         allow_unsigned: args.allow_unsigned,
-        root: args.root.clone(),
-    });
-    // A dry run verifies the bundle and plans from it in memory: it writes
-    // nothing anywhere (no unpack, no PKI, no state); values made at apply
-    // time print as <generated>.
-    let (bom, bundle_dir, members) = if args.dry_run {
-        let p = unpack::read_for_plan(bundle, &t, &args.root).map_err(unpack_err)?;
-        (p.manifest.lock, p.dir, Some(p.members))
-    } else {
-        let u = unpack::unpack(bundle, &t, &args.root).map_err(unpack_err)?;
-        (u.manifest.lock, u.dir, None)
+        root: args.root,
+        phases: args.phases,
+        advertise: args.advertise,
+        serve_port: args.serve_port,
+        kubeconfig: args.kubeconfig,
+        dry_run: args.dry_run,
+        engine: args.engine.settings(),
     };
-    let pki_dir = args.root.join("pki");
-    let pki = if args.dry_run {
-        kubexm_installer::pki::Pki::DryRun
-    } else {
-        kubexm_installer::pki::Pki::Dir(pki_dir.clone())
-    };
-    let Some(advertise) = args.advertise else {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("pass --advertise ADDR: the address the hosts reach this machine at, for the file server"),
-        ));
-    };
-    let file_server = format!("https://{}", std::net::SocketAddr::new(advertise, args.serve_port));
-    let ca_pem = pki.ca("registry", "kubexm registry CA")?.cert_pem;
-    let installer = anyhow::Context::context(std::env::current_exe(), "finding the installer binary")?;
-    let kubeadm_api = catalog
-        .minor(&cluster.spec.kubernetes.version)
-        .map(|m| m.kubeadm_api_version.clone())
-        .ok_or_else(|| anyhow::anyhow!("the catalog has no kubeadm API for Kubernetes {}", cluster.spec.kubernetes.version))?;
-    let kubeconfig = args
-        .kubeconfig
-        .clone()
-        .unwrap_or_else(|| args.root.join(format!("{}.kubeconfig", cluster.metadata.name)));
-    let plan_for = |arches: &BTreeMap<String, String>| {
-        deploy::pipeline(&deploy::Inputs {
-            bundle,
-            pubkey: args.pubkey.as_deref(),
-            installer: &installer,
-            cluster: &cluster,
-            bom: &bom,
-            bundle_dir: &bundle_dir,
-            file_server: &file_server,
-            ca_pem: &ca_pem,
-            pki: &pki,
-            members: members.as_ref(),
-            arches,
-            phases: &phases,
-            kubeadm_api: &kubeadm_api,
-            kubeconfig: &kubeconfig,
-        })
-    };
-    if args.dry_run {
-        let arches = cluster
-            .spec
-            .hosts
-            .iter()
-            .map(|h| (h.name.clone(), h.arch.clone().unwrap_or_else(|| "amd64".into())))
-            .collect();
-        print!("{}", plan_for(&arches)?.plan()?.describe());
-        return Ok(());
+    match ops::install::install(&opts)? {
+        ops::install::InstallReport::Plan(text) | ops::install::InstallReport::Installed(text) => print!("{text}"),
     }
-    let (state, stop, rt) = engine_context(&cluster, &args.engine)?;
-    // The file server runs for the install's duration.
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let opts = serve::ServeOptions {
-        bundle_dir: bundle_dir.clone(),
-        listen: std::net::SocketAddr::new(advertise, args.serve_port),
-        tls: serve::Tls::Issued {
-            pki_dir: pki_dir.join("registry"),
-            names: vec![advertise.to_string()],
-        },
-        parts: serve::Parts {
-            registry: true,
-            files: true,
-        },
-    };
-    let server = rt.spawn(serve::run(opts, move |_, _| {
-        let _ = ready_tx.send(());
-    }));
-    if ready_rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
-        server.abort();
-        return Err(classified(
-            Class::Io,
-            anyhow::anyhow!("the file server did not start on {file_server}; is the port free and the address this machine's?"),
-        ));
-    }
-    let connect = jobs::ConnectOptions {
-        accept_new_host_key: args.engine.accept_new_host_key,
-        concurrency: args.engine.concurrency,
-    };
-    let facts = rt.block_on(jobs::facts(&cluster, state.clone(), &connect, stop.clone()))?;
-    if !facts.errors.is_empty() {
-        server.abort();
-        return Err(classified(
-            Class::Host,
-            anyhow::anyhow!(
-                "cannot gather facts from {} host(s):\n  {}",
-                facts.errors.len(),
-                facts.errors.join("\n  ")
-            ),
-        ));
-    }
-    if phases.iter().any(|p| p == "preflight") {
-        let mut refused = deploy::preflight(&cluster, &bom, &facts.facts, &phases);
-        refused.extend(kubexm_installer::endpoint::preflight(&cluster));
-        if cluster.spec.preflight.leftovers == kubexm_bom::config::model::LeftoverPolicy::Warn {
-            for f in facts.facts.iter().filter(|f| f.managed.is_empty() && !f.leftovers.is_empty()) {
-                eprintln!(
-                    "warning: {}: leftovers of an earlier install kubexm did not make: {} (preflight.leftovers: warn)",
-                    f.host,
-                    f.leftovers.join(" ")
-                );
-            }
-        }
-        if !refused.is_empty() {
-            server.abort();
-            return Err(classified(
-                Class::Host,
-                anyhow::anyhow!("preflight refused the install:\n  {}", refused.join("\n  ")),
-            ));
-        }
-    }
-    let arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
-    let pipeline = plan_for(&arches)?;
-    let eo = run::EngineOptions {
-        concurrency: args.engine.concurrency,
-        policy: run::Policy::FailFast,
-        progress: ProgressMode::for_stderr(),
-        ..Default::default()
-    };
-    let ex = rt.block_on(jobs::execute(&cluster, state, "install", &connect, &eo, stop, |_| Ok(pipeline)));
-    server.abort();
-    let ex = ex?;
-    let skipped = ex.report.count(kubexm_installer::engine::state::Outcome::Skipped);
-    let applied = ex.report.count(kubexm_installer::engine::state::Outcome::Applied);
-    if !ex.ok() {
-        let errors = ex.errors();
-        return Err(classified(
-            Class::Host,
-            anyhow::anyhow!(
-                "install failed (job {}; {applied} steps applied, {skipped} skipped); fix and run again, done steps are skipped:\n  {}",
-                ex.job,
-                errors.join("\n  ")
-            ),
-        ));
-    }
-    println!(
-        "installed phases {} on {} hosts (job {}): {applied} steps applied, {skipped} already in place",
-        phases.join(", "),
-        cluster.spec.hosts.len(),
-        ex.job
-    );
-    print!("{}", summary(&cluster, &phases, &kubeconfig));
     Ok(())
-}
-
-/// What the user has now, after a successful install.
-fn summary(cluster: &kubexm_bom::config::Cluster, phases: &[String], kubeconfig: &std::path::Path) -> String {
-    use kubexm_installer::{addons, endpoint};
-    let g = &cluster.spec.role_groups;
-    let has = |p: &str| phases.iter().any(|x| x == p);
-    let mut s = String::new();
-    s.push_str(&format!(
-        "cluster {}:
-",
-        cluster.metadata.name
-    ));
-    if has("control-plane") {
-        s.push_str(&format!(
-            "  control plane: {} (endpoint {}, mode {})
-",
-            g.control_plane.join(", "),
-            endpoint::endpoint(cluster),
-            serde_json::to_value(cluster.spec.control_plane_endpoint.mode)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default()
-        ));
-        let mode = serde_json::to_value(cluster.spec.etcd.mode)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        s.push_str(&format!(
-            "  etcd: {} ({mode}, TLS)
-",
-            g.etcd.join(", ")
-        ));
-    }
-    if has("workers") {
-        s.push_str(&format!(
-            "  nodes: {}
-",
-            g.worker.join(", ")
-        ));
-    }
-    for phase in ["cni", "addons"] {
-        if has(phase)
-            && let Ok(list) = addons::enabled(cluster, phase)
-            && !list.is_empty()
-        {
-            s.push_str(&format!(
-                "  {phase}: {}
-",
-                list.join(", ")
-            ));
-        }
-    }
-    if let Some(r) = kubexm_installer::deploy::registry_address(cluster).filter(|_| has("registry")) {
-        s.push_str(&format!(
-            "  registry: https://{r} (CA /etc/kubexm/pki/registry-ca.crt on every host)
-"
-        ));
-    }
-    if has("kubeconfig") {
-        s.push_str(&format!(
-            "  kubeconfig: {} (server {}); try: kubectl --kubeconfig {} get nodes
-",
-            kubeconfig.display(),
-            endpoint::external_server(cluster),
-            kubeconfig.display()
-        ));
-    }
-    s
 }

@@ -189,6 +189,42 @@ pub fn roles_of(cluster: &kubexm_bom::config::Cluster, host: &str) -> Vec<String
     cluster.roles_of(host)
 }
 
+/// The os-packages module: one task per set of roles (hosts with the same
+/// roles install the same packages), each after `after` on the same host.
+/// Used by the install pipeline and by `kubexm-install packages`.
+pub fn module(
+    cluster: &kubexm_bom::config::Cluster,
+    hosts: &[String],
+    repos: &[OsRepoItem],
+    file_server: &str,
+    ca: Option<String>,
+    after: &[&str],
+) -> crate::engine::plan::Module {
+    use crate::engine::plan::{Scope, Step, Task};
+    let mut by_roles: std::collections::BTreeMap<Vec<String>, Vec<String>> = std::collections::BTreeMap::new();
+    for h in hosts {
+        by_roles.entry(roles_of(cluster, h)).or_default().push(h.clone());
+    }
+    let tasks = by_roles
+        .into_iter()
+        .map(|(roles, hosts)| Task {
+            name: format!("packages-{}", if roles.is_empty() { "other".into() } else { roles.join("+") }),
+            hosts,
+            steps: vec![std::sync::Arc::new(HostPackages {
+                repos: repos.to_vec(),
+                file_server: file_server.to_string(),
+                roles,
+                ca: ca.clone(),
+            }) as std::sync::Arc<dyn Step>],
+            after: after.iter().map(|a| (a.to_string(), Scope::SameHost)).collect(),
+        })
+        .collect();
+    crate::engine::plan::Module {
+        name: "os-packages".into(),
+        tasks,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

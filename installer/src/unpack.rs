@@ -53,6 +53,18 @@ pub enum UnpackError {
     },
 }
 
+impl UnpackError {
+    /// Tagged with its exit class: a file that cannot be read or written is
+    /// I/O, everything else a verification failure.
+    pub fn classified(self) -> anyhow::Error {
+        let class = match &self {
+            UnpackError::Io { .. } => kubexm_cli::Class::Io,
+            _ => kubexm_cli::Class::Verify,
+        };
+        kubexm_cli::classified(class, self)
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> UnpackError + '_ {
     move |source| UnpackError::Io {
         path: path.display().to_string(),

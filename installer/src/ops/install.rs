@@ -1,0 +1,309 @@
+//! `kubexm-install --bundle -f cluster.yaml`: verify and unpack the bundle,
+//! serve it, gather facts, run preflight and the install pipeline as one
+//! engine job. `dry_run` plans from the verified bundle in memory and
+//! writes nothing.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use kubexm_cli::{Class, classified};
+
+use super::{EngineSettings, engine_context};
+use crate::engine::{jobs, progress::ProgressMode, run};
+use crate::{deploy, serve, unpack};
+
+/// What `install` is asked to do (flags, validated by the binary).
+#[derive(Debug, Clone)]
+pub struct InstallOptions {
+    pub bundle: Option<PathBuf>,
+    pub file: Option<PathBuf>,
+    pub catalog: Vec<PathBuf>,
+    /// The bundle's public key; `None` with `allow_unsigned`.
+    pub pubkey: Option<PathBuf>,
+    pub allow_unsigned: bool,
+    pub root: PathBuf,
+    /// Empty: every phase.
+    pub phases: Vec<String>,
+    pub advertise: Option<std::net::IpAddr>,
+    pub serve_port: u16,
+    pub kubeconfig: Option<PathBuf>,
+    pub dry_run: bool,
+    pub engine: EngineSettings,
+}
+
+/// What `install` did.
+#[derive(Debug)]
+pub enum InstallReport {
+    /// `dry_run`: the plan, per phase and host.
+    Plan(String),
+    /// What was installed, and what the user has now.
+    Installed(String),
+}
+
+pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
+    let Some(file) = args.file.clone() else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
+        ));
+    };
+    let files: Vec<&std::path::Path> = args.catalog.iter().map(PathBuf::as_path).collect();
+    let catalog = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
+    let cluster = kubexm_bom::config::load_file(&file, &catalog)?;
+    let asked: Vec<String> = if args.phases.is_empty() {
+        deploy::PHASES.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.phases.clone()
+    };
+    let (phases, missing) = deploy::select(&asked).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
+    if !missing.is_empty() {
+        return Err(classified(
+            Class::Unsupported,
+            anyhow::anyhow!(
+                "{}: config valid (cluster {}); phase(s) {} are not supported yet, and nothing was touched. \
+                 This release deploys --phases {}",
+                file.display(),
+                cluster.metadata.name,
+                missing.join(", "),
+                deploy::IMPLEMENTED.join(",")
+            ),
+        ));
+    }
+    let Some(bundle) = &args.bundle else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
+        ));
+    };
+    if args.pubkey.is_none() && !args.allow_unsigned {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
+        ));
+    }
+    let t = match &args.pubkey {
+        Some(k) => unpack::Trust::PublicKey(k.clone()),
+        None => unpack::Trust::Unsigned,
+    };
+    // A dry run verifies the bundle and plans from it in memory: it writes
+    // nothing anywhere (no unpack, no PKI, no state); values made at apply
+    // time print as <generated>.
+    let (bom, bundle_dir, members) = if args.dry_run {
+        let p = unpack::read_for_plan(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
+        (p.manifest.lock, p.dir, Some(p.members))
+    } else {
+        let u = unpack::unpack(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
+        (u.manifest.lock, u.dir, None)
+    };
+    let pki_dir = args.root.join("pki");
+    let pki = if args.dry_run {
+        crate::pki::Pki::DryRun
+    } else {
+        crate::pki::Pki::Dir(pki_dir.clone())
+    };
+    let Some(advertise) = args.advertise else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --advertise ADDR: the address the hosts reach this machine at, for the file server"),
+        ));
+    };
+    let file_server = format!("https://{}", std::net::SocketAddr::new(advertise, args.serve_port));
+    let ca_pem = pki.ca("registry", "kubexm registry CA")?.cert_pem;
+    let installer = anyhow::Context::context(std::env::current_exe(), "finding the installer binary")?;
+    let kubeadm_api = catalog
+        .minor(&cluster.spec.kubernetes.version)
+        .map(|m| m.kubeadm_api_version.clone())
+        .ok_or_else(|| anyhow::anyhow!("the catalog has no kubeadm API for Kubernetes {}", cluster.spec.kubernetes.version))?;
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| args.root.join(format!("{}.kubeconfig", cluster.metadata.name)));
+    let plan_for = |arches: &BTreeMap<String, String>| {
+        deploy::pipeline(&deploy::Inputs {
+            bundle,
+            pubkey: args.pubkey.as_deref(),
+            installer: &installer,
+            cluster: &cluster,
+            bom: &bom,
+            bundle_dir: &bundle_dir,
+            file_server: &file_server,
+            ca_pem: &ca_pem,
+            pki: &pki,
+            members: members.as_ref(),
+            arches,
+            phases: &phases,
+            kubeadm_api: &kubeadm_api,
+            kubeconfig: &kubeconfig,
+        })
+    };
+    if args.dry_run {
+        let arches = cluster
+            .spec
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), h.arch.clone().unwrap_or_else(|| "amd64".into())))
+            .collect();
+        return Ok(InstallReport::Plan(plan_for(&arches)?.plan()?.describe()));
+    }
+    let (state, stop, rt) = engine_context(&cluster, &args.engine)?;
+    // The file server runs for the install's duration.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let opts = serve::ServeOptions {
+        bundle_dir: bundle_dir.clone(),
+        listen: std::net::SocketAddr::new(advertise, args.serve_port),
+        tls: serve::Tls::Issued {
+            pki_dir: pki_dir.join("registry"),
+            names: vec![advertise.to_string()],
+        },
+        parts: serve::Parts {
+            registry: true,
+            files: true,
+        },
+    };
+    let server = rt.spawn(serve::run(opts, move |_, _| {
+        let _ = ready_tx.send(());
+    }));
+    if ready_rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+        server.abort();
+        return Err(classified(
+            Class::Io,
+            anyhow::anyhow!("the file server did not start on {file_server}; is the port free and the address this machine's?"),
+        ));
+    }
+    let connect = jobs::ConnectOptions {
+        accept_new_host_key: args.engine.accept_new_host_key,
+        concurrency: args.engine.concurrency,
+    };
+    let facts = rt.block_on(jobs::facts(&cluster, state.clone(), &connect, stop.clone()))?;
+    if !facts.errors.is_empty() {
+        server.abort();
+        return Err(classified(
+            Class::Host,
+            anyhow::anyhow!(
+                "cannot gather facts from {} host(s):\n  {}",
+                facts.errors.len(),
+                facts.errors.join("\n  ")
+            ),
+        ));
+    }
+    if phases.iter().any(|p| p == "preflight") {
+        let mut refused = deploy::preflight(&cluster, &bom, &facts.facts, &phases);
+        refused.extend(crate::endpoint::preflight(&cluster));
+        if cluster.spec.preflight.leftovers == kubexm_bom::config::model::LeftoverPolicy::Warn {
+            for f in facts.facts.iter().filter(|f| f.managed.is_empty() && !f.leftovers.is_empty()) {
+                tracing::warn!(
+                    "{}: leftovers of an earlier install kubexm did not make: {} (preflight.leftovers: warn)",
+                    f.host,
+                    f.leftovers.join(" ")
+                );
+            }
+        }
+        if !refused.is_empty() {
+            server.abort();
+            return Err(classified(
+                Class::Host,
+                anyhow::anyhow!("preflight refused the install:\n  {}", refused.join("\n  ")),
+            ));
+        }
+    }
+    let arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
+    let pipeline = plan_for(&arches)?;
+    let eo = run::EngineOptions {
+        concurrency: args.engine.concurrency,
+        policy: run::Policy::FailFast,
+        progress: ProgressMode::for_stderr(),
+        ..Default::default()
+    };
+    let ex = rt.block_on(jobs::execute(&cluster, state, "install", &connect, &eo, stop, |_| Ok(pipeline)));
+    server.abort();
+    let ex = ex?;
+    let skipped = ex.report.count(crate::engine::state::Outcome::Skipped);
+    let applied = ex.report.count(crate::engine::state::Outcome::Applied);
+    if !ex.ok() {
+        let errors = ex.errors();
+        return Err(classified(
+            Class::Host,
+            anyhow::anyhow!(
+                "install failed (job {}; {applied} steps applied, {skipped} skipped); fix and run again, done steps are skipped:\n  {}",
+                ex.job,
+                errors.join("\n  ")
+            ),
+        ));
+    }
+    Ok(InstallReport::Installed(format!(
+        "installed phases {} on {} hosts (job {}): {applied} steps applied, {skipped} already in place\n{}",
+        phases.join(", "),
+        cluster.spec.hosts.len(),
+        ex.job,
+        summary(&cluster, &phases, &kubeconfig)
+    )))
+}
+
+/// What the user has now, after a successful install.
+fn summary(cluster: &kubexm_bom::config::Cluster, phases: &[String], kubeconfig: &std::path::Path) -> String {
+    use crate::{addons, endpoint};
+    let g = &cluster.spec.role_groups;
+    let has = |p: &str| phases.iter().any(|x| x == p);
+    let mut s = String::new();
+    s.push_str(&format!(
+        "cluster {}:
+",
+        cluster.metadata.name
+    ));
+    if has("control-plane") {
+        s.push_str(&format!(
+            "  control plane: {} (endpoint {}, mode {})
+",
+            g.control_plane.join(", "),
+            endpoint::endpoint(cluster),
+            serde_json::to_value(cluster.spec.control_plane_endpoint.mode)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        ));
+        let mode = serde_json::to_value(cluster.spec.etcd.mode)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        s.push_str(&format!(
+            "  etcd: {} ({mode}, TLS)
+",
+            g.etcd.join(", ")
+        ));
+    }
+    if has("workers") {
+        s.push_str(&format!(
+            "  nodes: {}
+",
+            g.worker.join(", ")
+        ));
+    }
+    for phase in ["cni", "addons"] {
+        if has(phase)
+            && let Ok(list) = addons::enabled(cluster, phase)
+            && !list.is_empty()
+        {
+            s.push_str(&format!(
+                "  {phase}: {}
+",
+                list.join(", ")
+            ));
+        }
+    }
+    if let Some(r) = crate::deploy::registry_address(cluster).filter(|_| has("registry")) {
+        s.push_str(&format!(
+            "  registry: https://{r} (CA /etc/kubexm/pki/registry-ca.crt on every host)
+"
+        ));
+    }
+    if has("kubeconfig") {
+        s.push_str(&format!(
+            "  kubeconfig: {} (server {}); try: kubectl --kubeconfig {} get nodes
+",
+            kubeconfig.display(),
+            endpoint::external_server(cluster),
+            kubeconfig.display()
+        ));
+    }
+    s
+}

@@ -1,0 +1,97 @@
+//! `kubexm-install packages`: the OS packages step on every host, from an
+//! unpacked bundle's repositories served by a file server.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use kubexm_cli::{Class, classified};
+
+use super::{EngineSettings, engine_context};
+use crate::engine::plan::Pipeline;
+use crate::engine::{jobs, progress::ProgressMode, run, state::Outcome};
+
+#[derive(Debug, Clone)]
+pub struct PackagesOptions {
+    pub file: PathBuf,
+    pub catalog: Vec<PathBuf>,
+    /// An unpacked bundle (`<root>/bundles/<id>`).
+    pub bundle_dir: PathBuf,
+    /// The file server serving it, as hosts reach it.
+    pub file_server: String,
+    /// The CA hosts check the file server with (a path on the hosts).
+    pub host_ca: Option<String>,
+    pub dry_run: bool,
+    pub engine: EngineSettings,
+}
+
+/// What `packages` did: per host what it installed (or the plan), and the
+/// failures, if any.
+#[derive(Debug)]
+pub struct PackagesReport {
+    pub text: String,
+    pub errors: Option<String>,
+}
+
+pub fn packages(o: &PackagesOptions) -> anyhow::Result<PackagesReport> {
+    let files: Vec<&std::path::Path> = o.catalog.iter().map(PathBuf::as_path).collect();
+    let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
+    let cluster = kubexm_bom::config::load_file(&o.file, &cat)?;
+    let mpath = o.bundle_dir.join(kubexm_bundle::manifest::MANIFEST_NAME);
+    let manifest = kubexm_bundle::manifest::BundleManifest::from_yaml(&fs_err::read_to_string(&mpath)?)
+        .map_err(|e| classified(Class::Io, anyhow::anyhow!("{}: {e}", mpath.display())))?;
+    let repos = manifest.lock.os_repos;
+    if repos.is_empty() {
+        return Err(classified(
+            Class::Config,
+            anyhow::anyhow!(
+                "the bundle in {} carries no OS package repositories; set bundle.osPackages in cluster.yaml and rebuild it",
+                o.bundle_dir.display()
+            ),
+        ));
+    }
+    let fs = &o.file_server;
+    if !(fs.starts_with("http://") || fs.starts_with("https://")) {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("--file-server {fs}: expected http://HOST:PORT or https://HOST:PORT"),
+        ));
+    }
+    let pipeline = |hosts: Vec<String>| {
+        Ok(Pipeline {
+            name: "os-packages".into(),
+            modules: vec![crate::os_packages::module(&cluster, &hosts, &repos, fs, o.host_ca.clone(), &[])],
+        })
+    };
+    if o.dry_run {
+        let hosts = cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
+        return Ok(PackagesReport {
+            text: pipeline(hosts)?.plan()?.describe(),
+            errors: None,
+        });
+    }
+    let (state, stop, rt) = engine_context(&cluster, &o.engine)?;
+    let connect = jobs::ConnectOptions {
+        accept_new_host_key: o.engine.accept_new_host_key,
+        concurrency: o.engine.concurrency,
+    };
+    let eo = run::EngineOptions {
+        concurrency: o.engine.concurrency,
+        policy: run::Policy::ContinueOtherHosts,
+        progress: ProgressMode::for_stderr(),
+        ..Default::default()
+    };
+    let ex = rt.block_on(jobs::execute(&cluster, state, "os-packages", &connect, &eo, stop, &pipeline))?;
+    let mut text = String::new();
+    for r in &ex.report.results {
+        if let Some(installed) = r.log.split("installed:\n").nth(1) {
+            let _ = writeln!(text, "{}: {}", r.host, installed.trim().replace('\n', ", "));
+        } else if r.outcome == Outcome::Skipped {
+            let _ = writeln!(text, "{}: already installed", r.host);
+        }
+    }
+    let errors = (!ex.ok()).then(|| {
+        let errors = ex.errors();
+        format!("{} host(s) failed (job {}):\n  {}", errors.len(), ex.job, errors.join("\n  "))
+    });
+    Ok(PackagesReport { text, errors })
+}
