@@ -1,0 +1,249 @@
+//! `kubexm-install`'s flags (clap derive): what each command takes.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use kubexm_cli::Output;
+
+/// Install a Kubernetes cluster from a kubexm bundle, with no internet.
+#[derive(Parser)]
+#[command(
+    name = "kubexm-install",
+    version,
+    about,
+    long_about = None,
+    args_conflicts_with_subcommands = true,
+    after_help = "Exit codes: 0 ok, 1 bug, 2 usage, 3 invalid config, 4 file I/O, 5 fetch, 6 verification, 7 host, 8 not supported yet, 130 interrupted."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub install: InstallArgs,
+    /// More log output on stderr (-v info, -vv debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Args)]
+pub struct InstallArgs {
+    /// The bundle (.tar.zst) built by kubexm-bundle.
+    #[arg(long, value_name = "FILE")]
+    pub bundle: Option<PathBuf>,
+    /// The cluster config (cluster.yaml).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Extend or override the built-in catalog with this file. Repeatable.
+    #[arg(long = "catalog", value_name = "FILE")]
+    pub catalog: Vec<PathBuf>,
+    /// The bundle's minisign public key.
+    #[arg(long, value_name = "FILE")]
+    pub pubkey: Option<PathBuf>,
+    /// Accept a bundle without checking a signature (warns loudly).
+    #[arg(long)]
+    pub allow_unsigned: bool,
+    /// The installer's state root (unpacked bundles, PKI).
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    pub root: PathBuf,
+    /// Phases to run, comma-separated, in order: preflight, os-packages, registry, etcd,
+    /// loadbalancer, containerd, control-plane, workers, cni, addons, kubeconfig. Default: all.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub phases: Vec<String>,
+    /// The address hosts reach this machine at; the file server listens there (port --serve-port).
+    #[arg(long, value_name = "ADDR")]
+    pub advertise: Option<std::net::IpAddr>,
+    /// Port of the file server the installer runs during the install.
+    #[arg(long, default_value_t = 5443)]
+    pub serve_port: u16,
+    /// Where to write the admin kubeconfig (mode 0600). Default: <root>/<cluster>.kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Print the plan and touch no host.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Args, Clone)]
+pub struct TrustArgs {
+    /// The bundle's minisign public key; `<bundle>.minisig` is checked before anything is decompressed.
+    #[arg(long, value_name = "FILE", required_unless_present = "allow_unsigned")]
+    pub pubkey: Option<PathBuf>,
+    /// Accept a bundle without checking a signature (warns loudly).
+    #[arg(long)]
+    pub allow_unsigned: bool,
+    /// The installer's state root.
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    pub root: PathBuf,
+}
+
+#[derive(Args, Clone)]
+pub struct EngineArgs {
+    /// The state database.
+    #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+    pub state: PathBuf,
+    /// Accept a host key that differs from the one pinned at first contact.
+    #[arg(long)]
+    pub accept_new_host_key: bool,
+    /// Hosts worked on at once.
+    #[arg(long, default_value_t = 20)]
+    pub concurrency: usize,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Verify a bundle and unpack it into <root>/bundles/<id>/ (a no-op if already there).
+    Unpack {
+        #[arg(long, value_name = "FILE")]
+        bundle: PathBuf,
+        #[command(flatten)]
+        trust: TrustArgs,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Serve an unpacked bundle as a read-only OCI registry and file server.
+    Serve {
+        /// The unpacked bundle (from `unpack`).
+        #[arg(long, value_name = "DIR")]
+        bundle_dir: PathBuf,
+        /// Address and port to listen on.
+        #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:5443")]
+        listen: std::net::SocketAddr,
+        /// Serve this certificate (PEM) instead of issuing one from the installer's CA.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// A name or address the issued certificate must cover. Repeatable; the listen address is always included.
+        #[arg(long = "tls-san", value_name = "NAME")]
+        tls_sans: Vec<String>,
+        /// Where the installer's registry CA lives.
+        #[arg(long, value_name = "DIR", default_value = "/var/lib/kubexm/pki/registry")]
+        pki_dir: PathBuf,
+        /// Plain HTTP, no TLS.
+        #[arg(long, conflicts_with_all = ["tls_cert", "tls_sans"])]
+        plain_http: bool,
+        /// Serve only the file server.
+        #[arg(long, conflicts_with = "no_files")]
+        no_registry: bool,
+        /// Serve only the registry.
+        #[arg(long)]
+        no_files: bool,
+    },
+    /// Push the bundle's images into a site registry.
+    Mirror {
+        #[arg(long, value_name = "FILE")]
+        bundle: PathBuf,
+        #[command(flatten)]
+        trust: TrustArgs,
+        /// HOST[:PORT][/PREFIX] of the site registry.
+        #[arg(long, value_name = "HOST[:PORT][/PREFIX]")]
+        registry: String,
+        /// Name images <prefix>/<repository>, without the upstream host; refused on collisions.
+        #[arg(long)]
+        flatten: bool,
+        #[arg(long, value_name = "USER", requires = "password_stdin")]
+        username: Option<String>,
+        /// Read the password from standard input.
+        #[arg(long, requires = "username")]
+        password_stdin: bool,
+        /// Trust this CA for the registry's certificate.
+        #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+        ca_file: Option<PathBuf>,
+        /// Do not verify the registry's certificate.
+        #[arg(long)]
+        insecure: bool,
+        /// Talk plain HTTP to the registry.
+        #[arg(long)]
+        plain_http: bool,
+        /// Parallel uploads.
+        #[arg(long, default_value_t = 8)]
+        jobs: usize,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Connect to every host of the config and gather its facts (OS, arch, ports, clock, leftovers).
+    Facts {
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        #[arg(long = "catalog", value_name = "FILE")]
+        catalog: Vec<PathBuf>,
+        #[command(flatten)]
+        engine: EngineArgs,
+        /// Print the plan and touch no host.
+        #[arg(long)]
+        dry_run: bool,
+        /// Write the plan's DAG as Graphviz DOT to FILE.
+        #[arg(long, value_name = "FILE")]
+        graph: Option<PathBuf>,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Install each host's OS packages (those its roles need) from a served bundle's Debian repositories.
+    Packages {
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        /// Extend or override the built-in catalog with this file. Repeatable.
+        #[arg(long = "catalog", value_name = "FILE")]
+        catalog: Vec<PathBuf>,
+        /// The unpacked bundle (its lock lists the repositories).
+        #[arg(long, value_name = "DIR")]
+        bundle_dir: PathBuf,
+        /// The file server as the hosts reach it (http(s)://HOST:PORT), e.g. `kubexm-install serve`.
+        #[arg(long, value_name = "URL")]
+        file_server: String,
+        /// Path on the hosts of the file server's CA certificate (for https).
+        #[arg(long, value_name = "PATH")]
+        host_ca: Option<String>,
+        /// Print the plan and touch no host.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Undo an install on every host of the config: services, files, binaries, the
+    /// etcd data (packages stay). Without --yes it only says what it would do.
+    Reset {
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        /// Extend or override the built-in catalog with this file. Repeatable.
+        #[arg(long = "catalog", value_name = "FILE")]
+        catalog: Vec<PathBuf>,
+        /// Really reset: this deletes the cluster, including its etcd data.
+        #[arg(long)]
+        yes: bool,
+        /// The installer's state root (the admin kubeconfig written there is removed).
+        #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+        root: PathBuf,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Show a job: each module and host, and the log tail of each failed step.
+    Status {
+        /// The job (default: the latest).
+        #[arg(long)]
+        job: Option<i64>,
+        /// The state database.
+        #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+        state: PathBuf,
+    },
+    /// Write containerd hosts.toml files pointing every upstream of the bundle at a registry.
+    HostsToml {
+        #[arg(long, value_name = "DIR")]
+        bundle_dir: PathBuf,
+        /// HOST[:PORT][/PREFIX] of the registry nodes pull from.
+        #[arg(long, value_name = "HOST[:PORT][/PREFIX]")]
+        registry: String,
+        #[arg(long)]
+        flatten: bool,
+        /// The CA certificate's path on the nodes.
+        #[arg(long, value_name = "PATH")]
+        ca: Option<String>,
+        #[arg(long)]
+        plain_http: bool,
+        /// Output directory (containerd's config_path, e.g. /etc/containerd/certs.d).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
