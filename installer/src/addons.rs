@@ -14,7 +14,7 @@ use kubexm_bom::config::Cluster;
 use kubexm_bom::config::model::{NetworkPlugin, StorageProvider};
 use kubexm_bom::image::ImageRef;
 
-use crate::deploy::Inputs;
+use crate::context::Inputs;
 use crate::engine::files::RunWith;
 use crate::engine::plan::{Module, Task};
 use crate::engine::transport::shell_quote as q;
@@ -192,7 +192,7 @@ pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(St
 
 /// The `cni` or `addons` phase on the first control-plane node.
 pub fn module(i: &Inputs, phase: &str, registry: &str) -> anyhow::Result<Module> {
-    let first = crate::deploy::first_control_plane(i.cluster)?;
+    let first = crate::context::first_control_plane(i.cluster)?;
     let mut tasks = Vec::new();
     let mut previous: Option<String> = None;
     for addon in enabled(i.cluster, phase)? {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use kubexm_bom::config::Cluster;
 use kubexm_bom::config::model::EndpointMode;
 
-use crate::deploy::address_of;
+use crate::context::address_of;
 use crate::engine::files::PutFiles;
 use crate::engine::plan::{Module, Step, Task};
 use crate::engine::steps::Shell;

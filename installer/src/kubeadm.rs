@@ -16,7 +16,7 @@ use std::time::Duration;
 use kubexm_bom::config::Cluster;
 use serde::{Deserialize, Serialize};
 
-use crate::deploy::{Inputs, address_of, install_component};
+use crate::context::{Inputs, address_of, install_component};
 use crate::endpoint;
 use crate::engine::files::{PutFiles, RunWith};
 use crate::engine::plan::{Check, Module, Scope, Step, StepError, Task};
@@ -535,7 +535,7 @@ impl Step for FetchKubeconfig {
 /// (kubeadm configs holding the token) removed from every host, and no
 /// credential left in a kubeadm log.
 pub fn handover_module(i: &Inputs) -> anyhow::Result<Module> {
-    let first = crate::deploy::first_control_plane(i.cluster)?;
+    let first = crate::context::first_control_plane(i.cluster)?;
     let mut tasks = vec![Task {
         name: "admin-kubeconfig".into(),
         hosts: vec![first],

@@ -7,6 +7,7 @@
 //! in phases ([`deploy`] and the phase modules, run by the [`engine`]).
 
 pub mod addons;
+pub mod context;
 pub mod deploy;
 pub mod endpoint;
 pub mod hosts;
