@@ -9,16 +9,19 @@
 pub mod addons;
 pub mod context;
 pub mod deploy;
-pub mod endpoint;
 pub mod hosts;
 pub mod kubeadm;
 pub mod mirror;
 pub mod ops;
 pub mod os_packages;
+pub mod phases;
 pub mod pki;
 pub mod serve;
 pub mod template;
 pub mod unpack;
+
+/// The control-plane endpoint phase (its modes in `phases/endpoint/`).
+pub use phases::endpoint;
 
 /// The engine the phases run on (its own crate; re-exported for the binary and tests).
 pub use kubexm_engine as engine;

@@ -21,8 +21,10 @@ use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
 use crate::template::render;
 
-const HAPROXY: &str = include_str!("../../manifests/templates/haproxy.cfg");
-const KEEPALIVED: &str = include_str!("../../manifests/templates/keepalived.conf");
+mod haproxy_keepalived;
+mod local_proxy;
+
+const HAPROXY: &str = include_str!("../../../../manifests/templates/haproxy.cfg");
 /// The marker on the `/etc/hosts` line kubexm owns.
 pub const HOSTS_MARK: &str = "# kubexm control-plane endpoint";
 
@@ -94,7 +96,7 @@ pub fn preflight(cluster: &Cluster) -> Vec<String> {
     out
 }
 
-fn haproxy_cfg(cluster: &Cluster, purpose: &str, bind: &str) -> Result<String, crate::template::Unfilled> {
+pub(super) fn haproxy_cfg(cluster: &Cluster, purpose: &str, bind: &str) -> Result<String, crate::template::Unfilled> {
     let servers: Vec<String> = cluster
         .spec
         .role_groups
@@ -110,7 +112,7 @@ fn haproxy_cfg(cluster: &Cluster, purpose: &str, bind: &str) -> Result<String, c
     )
 }
 
-fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
+pub(super) fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
     vec![
         Arc::new(PutFiles {
             name: "haproxy-config".into(),
@@ -128,7 +130,6 @@ fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
 /// The loadbalancer phase for the configured mode (A or D).
 pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
     let e = &cluster.spec.control_plane_endpoint;
-    let g = &cluster.spec.role_groups;
     let mut tasks = Vec::new();
     // The endpoint's name on every host.
     for h in &cluster.spec.hosts {
@@ -149,81 +150,8 @@ pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
         });
     }
     match e.mode {
-        EndpointMode::HaproxyKeepalived => {
-            let vip = e.address.clone().ok_or_else(|| {
-                crate::DeployError::Config("controlPlaneEndpoint.address (the VIP) is required in mode haproxy-keepalived".into())
-            })?;
-            let cfg = haproxy_cfg(
-                cluster,
-                &format!("the control-plane endpoint {vip}:{}", e.port),
-                &format!("*:{}", e.port),
-            )?;
-            for (n, lb) in g.loadbalancer.iter().enumerate() {
-                let addr = address_of(cluster, lb);
-                let peers: Vec<String> = g
-                    .loadbalancer
-                    .iter()
-                    .filter(|p| *p != lb)
-                    .map(|p| format!("        {}", address_of(cluster, p)))
-                    .collect();
-                // The interface is found on the host (sed below).
-                let conf = render(
-                    "keepalived.conf",
-                    KEEPALIVED,
-                    &[
-                        ("NAME", lb),
-                        ("VIP", &vip),
-                        ("ROUTER_ID", &e.virtual_router_id.to_string()),
-                        ("PRIORITY", &(150u32.saturating_sub(10 * n as u32).max(60)).to_string()),
-                        ("ADDRESS", &addr),
-                        ("PEERS", &peers.join("\n")),
-                    ],
-                    &["INTERFACE"],
-                )?;
-                let iface = match &e.interface {
-                    Some(i) => q(i),
-                    None => format!("\"$(ip -o -4 route get {vip} | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')\""),
-                };
-                let render = format!(
-                    "iface={iface}; [ -n \"$iface\" ] || {{ echo 'no interface routes to the VIP {vip}; set controlPlaneEndpoint.interface' >&2; exit 1; }}; \
-                     sed \"s/{{{{INTERFACE}}}}/$iface/g\" /etc/kubexm/keepalived.conf.in"
-                );
-                let mut steps = haproxy_steps(cfg.clone());
-                steps.push(Arc::new(PutFiles {
-                    name: "keepalived-template".into(),
-                    files: vec![("/etc/kubexm/keepalived.conf.in".into(), conf.into_bytes(), 0o644)],
-                    then: None,
-                }));
-                steps.push(Arc::new(Shell::new(
-                    "keepalived",
-                    Some(&format!(
-                        "{render} | cmp -s - /etc/keepalived/keepalived.conf && systemctl is-active -q keepalived"
-                    )),
-                    &format!(
-                        "set -e; mkdir -p /etc/keepalived; {render} > /etc/keepalived/keepalived.conf.tmp; \
-                         mv -f /etc/keepalived/keepalived.conf.tmp /etc/keepalived/keepalived.conf; \
-                         systemctl enable -q keepalived; systemctl restart keepalived; sleep 1; systemctl is-active -q keepalived"
-                    ),
-                )));
-                tasks.push(Task {
-                    name: format!("loadbalancer-{lb}"),
-                    hosts: vec![lb.clone()],
-                    steps,
-                    after: vec![],
-                });
-            }
-        }
-        EndpointMode::LocalProxy => {
-            let cfg = haproxy_cfg(cluster, "the local API proxy (endpoint mode D)", "127.0.0.1:6443")?;
-            for w in cluster.local_proxy_hosts() {
-                tasks.push(Task {
-                    name: format!("local-proxy-{w}"),
-                    hosts: vec![w.clone()],
-                    steps: haproxy_steps(cfg.clone()),
-                    after: vec![],
-                });
-            }
-        }
+        EndpointMode::HaproxyKeepalived => tasks.extend(haproxy_keepalived::tasks(cluster)?),
+        EndpointMode::LocalProxy => tasks.extend(local_proxy::tasks(cluster)?),
         other => return Err(crate::DeployError::NotSupported(format!("control-plane endpoint mode {other:?}")).into()),
     }
     Ok(Module {
