@@ -10,7 +10,6 @@
 //! while planning with [`crate::DeployError::NotSupported`] (exit 8).
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +18,11 @@ use kubexm_bom::config::Cluster;
 
 pub use crate::context::{HOST_CA, Inputs, address_of, first_control_plane, install_component, registry_address, registry_host};
 use crate::engine::facts::HostFacts;
-use crate::engine::files::{PutFiles, RunWith, Unless, Upload};
+use crate::engine::files::{PutFiles, RunWith};
 use crate::engine::plan::{Module, Pipeline, Scope, Step, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
 use crate::os_packages::{repo_for, roles_of};
-use crate::pki;
 use crate::template::render;
 
 /// The phases, in order.
@@ -43,13 +41,6 @@ pub const PHASES: &[&str] = &[
 ];
 /// The phases this release implements.
 pub const IMPLEMENTED: &[&str] = PHASES;
-
-const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
-const ETCD_UNIT: &str = include_str!("../../manifests/templates/kubexm-etcd.service");
-const CONTAINERD_CONFIG: &str = include_str!("../../manifests/templates/containerd-config.toml");
-const CONTAINERD_UNIT: &str = include_str!("../../manifests/templates/containerd.service");
-/// Where the registry host keeps the installer and the bundle.
-const REMOTE_BUNDLE: &str = "/var/lib/kubexm/upload";
 
 /// The phases asked for, checked: unknown names are a usage error, known but
 /// unimplemented ones are returned as the second list.
@@ -217,16 +208,16 @@ pub fn pipeline(i: &Inputs) -> anyhow::Result<Pipeline> {
         ));
     }
     if has("registry") {
-        modules.push(registry_module(i)?);
+        modules.push(crate::phases::registry::module(i)?);
     }
     if has("etcd") {
-        modules.push(etcd_module(i)?);
+        modules.push(crate::phases::etcd::module(i)?);
     }
     if has("loadbalancer") {
         modules.push(crate::endpoint::module(i.cluster)?);
     }
     if has("containerd") {
-        modules.push(containerd_module(i, &hosts, has("registry"))?);
+        modules.push(crate::phases::containerd::module(i, &hosts, has("registry"))?);
     }
     if has("control-plane") || has("workers") {
         let k = crate::kubeadm::KubePki::ensure(i.pki)?;
@@ -287,315 +278,6 @@ fn link(modules: &mut [Module]) {
             }
         }
     }
-}
-
-/// etcd in binary mode: per member our certificates, the binaries for its
-/// arch, a systemd unit; then the whole cluster healthy over TLS.
-fn etcd_module(i: &Inputs) -> anyhow::Result<Module> {
-    let members = i.cluster.spec.role_groups.etcd.clone();
-    let ca = i.pki.ca("etcd", "kubexm etcd CA")?;
-    let ca_pem = ca.cert_pem.clone();
-    let initial: Vec<String> = members
-        .iter()
-        .map(|m| format!("{m}=https://{}:2380", address_of(i.cluster, m)))
-        .collect();
-    let client = i.pki.cert(&ca, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
-    let mut tasks = Vec::new();
-    for m in &members {
-        let addr = address_of(i.cluster, m);
-        let names = vec![m.clone(), addr.clone(), "127.0.0.1".into(), "localhost".into()];
-        let server = i.pki.cert(&ca, &format!("{m}-server"), m, &names, pki::Usage::ServerAndClient)?;
-        let peer = i.pki.cert(&ca, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
-        let arch = i.arch_of(m);
-        let file = i.bundle_file(m, "etcd")?;
-        let unit = render(
-            "kubexm-etcd.service",
-            ETCD_UNIT,
-            &[
-                ("NAME", m),
-                ("ADDRESS", &addr),
-                ("INITIAL_CLUSTER", &initial.join(",")),
-                ("DATA_DIR", &i.cluster.spec.etcd.data_dir.display().to_string()),
-                ("PKI", ETCD_PKI),
-                ("UNSUPPORTED_ARCH", if arch == "amd64" { "" } else { &arch }),
-            ],
-            &[],
-        )?;
-        let mut steps = install_component(file, i.bundle_dir, i.file_server);
-        steps.push(Arc::new(PutFiles {
-            name: "etcd-pki".into(),
-            files: vec![
-                (format!("{ETCD_PKI}/ca.crt"), ca_pem.clone(), 0o644),
-                (format!("{ETCD_PKI}/server.crt"), server.cert_pem.clone().into_bytes(), 0o644),
-                (format!("{ETCD_PKI}/server.key"), server.key_pem.clone().into_bytes(), 0o600),
-                (format!("{ETCD_PKI}/peer.crt"), peer.cert_pem.clone().into_bytes(), 0o644),
-                (format!("{ETCD_PKI}/peer.key"), peer.key_pem.clone().into_bytes(), 0o600),
-                (format!("{ETCD_PKI}/client.crt"), client.cert_pem.clone().into_bytes(), 0o644),
-                (format!("{ETCD_PKI}/client.key"), client.key_pem.clone().into_bytes(), 0o600),
-            ],
-            then: None,
-        }));
-        steps.push(Arc::new(PutFiles {
-            name: "etcd-unit".into(),
-            files: vec![("/etc/systemd/system/kubexm-etcd.service".into(), unit.into_bytes(), 0o644)],
-            then: Some("systemctl daemon-reload && systemctl enable -q kubexm-etcd && systemctl restart --no-block kubexm-etcd".into()),
-        }));
-        // Started without waiting: a member is ready only once a quorum runs.
-        steps.push(Arc::new(Shell::new(
-            "etcd-start",
-            Some(
-                "systemctl is-enabled -q kubexm-etcd && systemctl show -p ActiveState --value kubexm-etcd | grep -Eqx 'active|activating'",
-            ),
-            "systemctl start --no-block kubexm-etcd",
-        )));
-        tasks.push(Task {
-            name: format!("etcd-{m}"),
-            hosts: vec![m.clone()],
-            steps,
-            after: vec![],
-        });
-    }
-    let endpoints: Vec<String> = members
-        .iter()
-        .map(|m| format!("https://{}:2379", address_of(i.cluster, m)))
-        .collect();
-    let ctl = format!(
-        "ETCDCTL_API=3 etcdctl --endpoints={} --cacert={ETCD_PKI}/ca.crt --cert={ETCD_PKI}/client.crt --key={ETCD_PKI}/client.key",
-        endpoints.join(",")
-    );
-    let health = Shell {
-        name: "etcd-healthy".into(),
-        check: Some(format!("{ctl} endpoint health >/dev/null 2>&1")),
-        apply: format!(
-            "for i in $(seq 60); do {ctl} endpoint health 2>&1 && exit 0; sleep 2; done; {ctl} endpoint health; systemctl status kubexm-etcd --no-pager | tail -5; exit 1"
-        ),
-        timeout: Duration::from_secs(180),
-    };
-    let after: Vec<(String, Scope)> = members.iter().map(|m| (format!("etcd-{m}"), Scope::AllHosts)).collect();
-    if let Some(first) = members.first() {
-        tasks.push(Task {
-            name: "etcd-health".into(),
-            hosts: vec![first.clone()],
-            steps: vec![Arc::new(health)],
-            after,
-        });
-    }
-    Ok(Module {
-        name: "etcd".into(),
-        tasks,
-    })
-}
-
-/// The bundle's registry as a systemd service on the registry host: the
-/// installer binary and the bundle (verified and unpacked there), TLS from
-/// the installer's registry CA.
-fn registry_module(i: &Inputs) -> anyhow::Result<Module> {
-    let host = registry_host(i.cluster)
-        .ok_or_else(|| crate::DeployError::Config("no registry host: set roleGroups.registry or control-plane".into()))?;
-    let arch = i.arches.get(&host).cloned().unwrap_or_default();
-    let mine = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
-    if arch != mine {
-        return Err(crate::DeployError::Config(format!(
-            "registry host {host} is {arch}, but this installer is {mine}: it runs the registry there; \
-             set roleGroups.registry to a {mine} host"
-        ))
-        .into());
-    }
-    let addr = address_of(i.cluster, &host);
-    let port = i.cluster.spec.registry.port;
-    let ca = i.pki.ca("registry", "kubexm registry CA")?;
-    let cert = i.pki.cert(
-        &ca,
-        &format!("{host}-registry"),
-        &host,
-        &[addr.clone(), host.clone()],
-        pki::Usage::Server,
-    )?;
-    let bundle_name = i
-        .bundle
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "bundle.tar.zst".into());
-    let remote = format!("{REMOTE_BUNDLE}/{bundle_name}");
-    let id = i
-        .bundle_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let remote_dir = format!("/var/lib/kubexm/bundles/{id}");
-    let unpacked = format!("test -f {remote_dir}/bundle.yaml");
-    // The uploaded bundle is a temporary file: removed once unpacked.
-    let upload = |name: &str, local: &Path, dest: &str| -> anyhow::Result<Arc<dyn Step>> {
-        Ok(Arc::new(Unless {
-            check: unpacked.clone(),
-            inner: Arc::new(Upload::new(name, local, dest, 0o644)?),
-        }))
-    };
-    let mut steps: Vec<Arc<dyn Step>> = vec![
-        Arc::new(Upload::new(
-            "installer-binary",
-            i.installer,
-            "/usr/local/bin/kubexm-install",
-            0o755,
-        )?),
-        upload("bundle", i.bundle, &remote)?,
-    ];
-    let trust = match i.pubkey {
-        Some(k) => {
-            let sig = std::path::PathBuf::from(format!("{}.minisig", i.bundle.display()));
-            steps.push(upload("bundle-signature", &sig, &format!("{remote}.minisig"))?);
-            steps.push(upload("bundle-pubkey", k, &format!("{REMOTE_BUNDLE}/bundle.pub"))?);
-            format!("--pubkey {REMOTE_BUNDLE}/bundle.pub")
-        }
-        None => "--allow-unsigned".into(),
-    };
-    steps.push(Arc::new(Shell::new(
-        "bundle-unpack",
-        Some(&unpacked),
-        &format!(
-            "/usr/local/bin/kubexm-install unpack --bundle {r} {trust} --root /var/lib/kubexm 2>&1 && rm -f {r} {r}.minisig",
-            r = q(&remote)
-        ),
-    )));
-    let unit = crate::registry_unit(
-        "/usr/local/bin/kubexm-install",
-        &remote_dir,
-        &format!("0.0.0.0:{port}"),
-        "/etc/kubexm/pki/registry.crt",
-        "/etc/kubexm/pki/registry.key",
-    )?;
-    steps.push(Arc::new(PutFiles {
-        name: "registry-service".into(),
-        files: vec![
-            ("/etc/kubexm/pki/registry.crt".into(), cert.cert_pem.into_bytes(), 0o644),
-            ("/etc/kubexm/pki/registry.key".into(), cert.key_pem.into_bytes(), 0o600),
-            ("/etc/systemd/system/kubexm-registry.service".into(), unit.into_bytes(), 0o644),
-        ],
-        then: Some("systemctl daemon-reload && systemctl enable -q kubexm-registry && systemctl restart kubexm-registry".into()),
-    }));
-    let probe = format!("curl -sf --cacert {HOST_CA} https://{addr}:{port}/v2/ >/dev/null");
-    steps.push(Arc::new(Shell::new(
-        "registry-ready",
-        Some(&probe),
-        &format!("systemctl start kubexm-registry; for i in $(seq 30); do {probe} && exit 0; sleep 1; done; systemctl status kubexm-registry --no-pager | tail -5; exit 1"),
-    )));
-    Ok(Module {
-        name: "registry".into(),
-        tasks: vec![Task {
-            name: "registry".into(),
-            hosts: vec![host],
-            steps,
-            after: vec![],
-        }],
-    })
-}
-
-/// containerd on every node from the bundle's binaries for its arch, with
-/// runc, crictl and the CNI plugins; `config.toml` with `config_path`, a
-/// `hosts.toml` per upstream registry pointing at the bundle's registry, the
-/// sandbox image from the bundle, and a systemd unit.
-fn containerd_module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyhow::Result<Module> {
-    if i.cluster.spec.registry.mode != kubexm_bom::config::model::RegistryMode::Local {
-        return Err(crate::DeployError::NotSupported(
-            "registry.mode external (the containerd phase needs the bundle's registry; mirror with `kubexm-install mirror` meanwhile)"
-                .into(),
-        )
-        .into());
-    }
-    let registry = registry_address(i.cluster).ok_or_else(|| anyhow::anyhow!("no registry host"))?;
-    let target = crate::hosts::Target {
-        registry: registry.clone(),
-        prefix: None,
-        flatten: false,
-        ca: Some(HOST_CA.into()),
-        plain_http: false,
-    };
-    let upstreams: std::collections::BTreeSet<String> = i.bom.images.iter().map(|im| im.reference.registry.clone()).collect();
-    let mut files: Vec<(String, Vec<u8>, u32)> = upstreams
-        .iter()
-        .map(|u| {
-            (
-                format!("/etc/containerd/certs.d/{u}/hosts.toml"),
-                crate::hosts::render(u, &target).into_bytes(),
-                0o644,
-            )
-        })
-        .collect();
-    // The registry itself, for manifests whose images were rewritten to it.
-    files.push((
-        format!("/etc/containerd/certs.d/{registry}/hosts.toml"),
-        format!(
-            "# Written by kubexm: the kubexm registry, trusted by its CA.\nserver = \"https://{registry}\"\n\n[host.\"https://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{HOST_CA}\"\n"
-        )
-        .into_bytes(),
-        0o644,
-    ));
-    let sandbox = i
-        .bom
-        .images
-        .iter()
-        .find(|im| im.reference.repository.ends_with("/pause") || im.reference.repository == "pause")
-        .map(|im| im.reference.to_string())
-        .ok_or_else(|| anyhow::anyhow!("the bundle has no pause image for the sandbox"))?;
-    let version = i
-        .bom
-        .files
-        .iter()
-        .find(|f| f.component == "containerd")
-        .map(|f| f.version.clone())
-        .unwrap_or_default();
-    files.push((
-        "/etc/containerd/config.toml".into(),
-        render(
-            "containerd-config.toml",
-            CONTAINERD_CONFIG,
-            &[("SANDBOX_IMAGE", &sandbox), ("VERSION", &version)],
-            &[],
-        )?
-        .into_bytes(),
-        0o644,
-    ));
-    files.push((
-        "/etc/systemd/system/containerd.service".into(),
-        CONTAINERD_UNIT.as_bytes().to_vec(),
-        0o644,
-    ));
-    let mut tasks = Vec::new();
-    for h in hosts {
-        let mut steps: Vec<Arc<dyn Step>> = Vec::new();
-        for component in ["runc", "cni-plugins", "crictl", "containerd"] {
-            let file = i.bundle_file(h, component)?;
-            steps.extend(install_component(file, i.bundle_dir, i.file_server));
-        }
-        steps.push(Arc::new(PutFiles {
-            name: "containerd-config".into(),
-            files: files.clone(),
-            then: Some("systemctl daemon-reload && systemctl enable -q containerd && systemctl restart containerd".into()),
-        }));
-        steps.push(Arc::new(Shell::new(
-            "containerd-running",
-            Some("systemctl is-active -q containerd"),
-            "systemctl start containerd",
-        )));
-        tasks.push(Task {
-            name: format!("containerd-{h}"),
-            hosts: vec![h.clone()],
-            steps,
-            after: if after_registry {
-                vec![("registry".into(), Scope::AllHosts)]
-            } else {
-                vec![]
-            },
-        });
-    }
-    Ok(Module {
-        name: "containerd".into(),
-        tasks,
-    })
 }
 
 const RESET: &str = include_str!("../../manifests/templates/reset.sh");

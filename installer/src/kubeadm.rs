@@ -22,6 +22,7 @@ use crate::engine::files::{PutFiles, RunWith};
 use crate::engine::plan::{Check, Module, Scope, Step, StepError, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::Transport;
+use crate::phases::etcd::ETCD_PKI;
 use crate::pki;
 use futures_util::future::BoxFuture;
 
@@ -36,7 +37,6 @@ const JOIN_V1BETA3: &str = include_str!("../../manifests/templates/kubeadm/join-
 pub const CONFIG_DIR: &str = "/etc/kubexm/kubeadm";
 /// kubeadm's output, redacted, root only.
 const LOG_DIR: &str = "/var/log/kubexm";
-const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
 /// The bootstrap token and certificate key are reused this long, then renewed
 /// (kubeadm deletes uploaded certificates after two hours).
 const CREDENTIALS_FOR_SECS: u64 = 100 * 60;

@@ -1,6 +1,9 @@
 //! Deployment phases, one folder or file each; a mode is a file beside its
 //! siblings (`endpoint/haproxy_keepalived.rs`, `endpoint/local_proxy.rs`).
-//! (Moving the remaining phases here from `deploy.rs`, `kubeadm.rs` and
+//! (Moving the kubeadm and addon phases here from `kubeadm.rs` and
 //! `addons.rs` is under way.)
 
+pub mod containerd;
 pub mod endpoint;
+pub mod etcd;
+pub mod registry;

@@ -1,0 +1,117 @@
+//! The containerd phase: containerd, runc, crictl and the CNI plugins on
+//! every node, pulling through the bundle's registry.
+
+use std::sync::Arc;
+
+use crate::context::{HOST_CA, Inputs, install_component, registry_address};
+use crate::engine::files::PutFiles;
+use crate::engine::plan::{Module, Scope, Step, Task};
+use crate::engine::steps::Shell;
+use crate::template::render;
+
+const CONTAINERD_CONFIG: &str = include_str!("../../../manifests/templates/containerd-config.toml");
+const CONTAINERD_UNIT: &str = include_str!("../../../manifests/templates/containerd.service");
+
+/// containerd on every node from the bundle's binaries for its arch, with
+/// runc, crictl and the CNI plugins; `config.toml` with `config_path`, a
+/// `hosts.toml` per upstream registry pointing at the bundle's registry, the
+/// sandbox image from the bundle, and a systemd unit.
+pub fn module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyhow::Result<Module> {
+    if i.cluster.spec.registry.mode != kubexm_bom::config::model::RegistryMode::Local {
+        return Err(crate::DeployError::NotSupported(
+            "registry.mode external (the containerd phase needs the bundle's registry; mirror with `kubexm-install mirror` meanwhile)"
+                .into(),
+        )
+        .into());
+    }
+    let registry = registry_address(i.cluster).ok_or_else(|| anyhow::anyhow!("no registry host"))?;
+    let target = crate::hosts::Target {
+        registry: registry.clone(),
+        prefix: None,
+        flatten: false,
+        ca: Some(HOST_CA.into()),
+        plain_http: false,
+    };
+    let upstreams: std::collections::BTreeSet<String> = i.bom.images.iter().map(|im| im.reference.registry.clone()).collect();
+    let mut files: Vec<(String, Vec<u8>, u32)> = upstreams
+        .iter()
+        .map(|u| {
+            (
+                format!("/etc/containerd/certs.d/{u}/hosts.toml"),
+                crate::hosts::render(u, &target).into_bytes(),
+                0o644,
+            )
+        })
+        .collect();
+    // The registry itself, for manifests whose images were rewritten to it.
+    files.push((
+        format!("/etc/containerd/certs.d/{registry}/hosts.toml"),
+        format!(
+            "# Written by kubexm: the kubexm registry, trusted by its CA.\nserver = \"https://{registry}\"\n\n[host.\"https://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{HOST_CA}\"\n"
+        )
+        .into_bytes(),
+        0o644,
+    ));
+    let sandbox = i
+        .bom
+        .images
+        .iter()
+        .find(|im| im.reference.repository.ends_with("/pause") || im.reference.repository == "pause")
+        .map(|im| im.reference.to_string())
+        .ok_or_else(|| anyhow::anyhow!("the bundle has no pause image for the sandbox"))?;
+    let version = i
+        .bom
+        .files
+        .iter()
+        .find(|f| f.component == "containerd")
+        .map(|f| f.version.clone())
+        .unwrap_or_default();
+    files.push((
+        "/etc/containerd/config.toml".into(),
+        render(
+            "containerd-config.toml",
+            CONTAINERD_CONFIG,
+            &[("SANDBOX_IMAGE", &sandbox), ("VERSION", &version)],
+            &[],
+        )?
+        .into_bytes(),
+        0o644,
+    ));
+    files.push((
+        "/etc/systemd/system/containerd.service".into(),
+        CONTAINERD_UNIT.as_bytes().to_vec(),
+        0o644,
+    ));
+    let mut tasks = Vec::new();
+    for h in hosts {
+        let mut steps: Vec<Arc<dyn Step>> = Vec::new();
+        for component in ["runc", "cni-plugins", "crictl", "containerd"] {
+            let file = i.bundle_file(h, component)?;
+            steps.extend(install_component(file, i.bundle_dir, i.file_server));
+        }
+        steps.push(Arc::new(PutFiles {
+            name: "containerd-config".into(),
+            files: files.clone(),
+            then: Some("systemctl daemon-reload && systemctl enable -q containerd && systemctl restart containerd".into()),
+        }));
+        steps.push(Arc::new(Shell::new(
+            "containerd-running",
+            Some("systemctl is-active -q containerd"),
+            "systemctl start containerd",
+        )));
+        tasks.push(Task {
+            name: format!("containerd-{h}"),
+            hosts: vec![h.clone()],
+            steps,
+            after: if after_registry {
+                vec![("registry".into(), Scope::AllHosts)]
+            } else {
+                vec![]
+            },
+        });
+    }
+    Ok(Module {
+        name: "containerd".into(),
+        tasks,
+    })
+}

@@ -1,0 +1,113 @@
+//! The etcd phase, binary mode: per member our certificates, the binaries
+//! for its arch and a systemd unit; then the whole cluster healthy over TLS.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::context::{Inputs, address_of, install_component};
+use crate::engine::files::PutFiles;
+use crate::engine::plan::{Module, Scope, Task};
+use crate::engine::steps::Shell;
+use crate::pki;
+use crate::template::render;
+
+/// Where etcd's certificates live on every member (and the control plane).
+pub const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
+const ETCD_UNIT: &str = include_str!("../../../manifests/templates/kubexm-etcd.service");
+
+/// etcd in binary mode: per member our certificates, the binaries for its
+/// arch, a systemd unit; then the whole cluster healthy over TLS.
+pub fn module(i: &Inputs) -> anyhow::Result<Module> {
+    let members = i.cluster.spec.role_groups.etcd.clone();
+    let ca = i.pki.ca("etcd", "kubexm etcd CA")?;
+    let ca_pem = ca.cert_pem.clone();
+    let initial: Vec<String> = members
+        .iter()
+        .map(|m| format!("{m}=https://{}:2380", address_of(i.cluster, m)))
+        .collect();
+    let client = i.pki.cert(&ca, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
+    let mut tasks = Vec::new();
+    for m in &members {
+        let addr = address_of(i.cluster, m);
+        let names = vec![m.clone(), addr.clone(), "127.0.0.1".into(), "localhost".into()];
+        let server = i.pki.cert(&ca, &format!("{m}-server"), m, &names, pki::Usage::ServerAndClient)?;
+        let peer = i.pki.cert(&ca, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
+        let arch = i.arch_of(m);
+        let file = i.bundle_file(m, "etcd")?;
+        let unit = render(
+            "kubexm-etcd.service",
+            ETCD_UNIT,
+            &[
+                ("NAME", m),
+                ("ADDRESS", &addr),
+                ("INITIAL_CLUSTER", &initial.join(",")),
+                ("DATA_DIR", &i.cluster.spec.etcd.data_dir.display().to_string()),
+                ("PKI", ETCD_PKI),
+                ("UNSUPPORTED_ARCH", if arch == "amd64" { "" } else { &arch }),
+            ],
+            &[],
+        )?;
+        let mut steps = install_component(file, i.bundle_dir, i.file_server);
+        steps.push(Arc::new(PutFiles {
+            name: "etcd-pki".into(),
+            files: vec![
+                (format!("{ETCD_PKI}/ca.crt"), ca_pem.clone(), 0o644),
+                (format!("{ETCD_PKI}/server.crt"), server.cert_pem.clone().into_bytes(), 0o644),
+                (format!("{ETCD_PKI}/server.key"), server.key_pem.clone().into_bytes(), 0o600),
+                (format!("{ETCD_PKI}/peer.crt"), peer.cert_pem.clone().into_bytes(), 0o644),
+                (format!("{ETCD_PKI}/peer.key"), peer.key_pem.clone().into_bytes(), 0o600),
+                (format!("{ETCD_PKI}/client.crt"), client.cert_pem.clone().into_bytes(), 0o644),
+                (format!("{ETCD_PKI}/client.key"), client.key_pem.clone().into_bytes(), 0o600),
+            ],
+            then: None,
+        }));
+        steps.push(Arc::new(PutFiles {
+            name: "etcd-unit".into(),
+            files: vec![("/etc/systemd/system/kubexm-etcd.service".into(), unit.into_bytes(), 0o644)],
+            then: Some("systemctl daemon-reload && systemctl enable -q kubexm-etcd && systemctl restart --no-block kubexm-etcd".into()),
+        }));
+        // Started without waiting: a member is ready only once a quorum runs.
+        steps.push(Arc::new(Shell::new(
+            "etcd-start",
+            Some(
+                "systemctl is-enabled -q kubexm-etcd && systemctl show -p ActiveState --value kubexm-etcd | grep -Eqx 'active|activating'",
+            ),
+            "systemctl start --no-block kubexm-etcd",
+        )));
+        tasks.push(Task {
+            name: format!("etcd-{m}"),
+            hosts: vec![m.clone()],
+            steps,
+            after: vec![],
+        });
+    }
+    let endpoints: Vec<String> = members
+        .iter()
+        .map(|m| format!("https://{}:2379", address_of(i.cluster, m)))
+        .collect();
+    let ctl = format!(
+        "ETCDCTL_API=3 etcdctl --endpoints={} --cacert={ETCD_PKI}/ca.crt --cert={ETCD_PKI}/client.crt --key={ETCD_PKI}/client.key",
+        endpoints.join(",")
+    );
+    let health = Shell {
+        name: "etcd-healthy".into(),
+        check: Some(format!("{ctl} endpoint health >/dev/null 2>&1")),
+        apply: format!(
+            "for i in $(seq 60); do {ctl} endpoint health 2>&1 && exit 0; sleep 2; done; {ctl} endpoint health; systemctl status kubexm-etcd --no-pager | tail -5; exit 1"
+        ),
+        timeout: Duration::from_secs(180),
+    };
+    let after: Vec<(String, Scope)> = members.iter().map(|m| (format!("etcd-{m}"), Scope::AllHosts)).collect();
+    if let Some(first) = members.first() {
+        tasks.push(Task {
+            name: "etcd-health".into(),
+            hosts: vec![first.clone()],
+            steps: vec![Arc::new(health)],
+            after,
+        });
+    }
+    Ok(Module {
+        name: "etcd".into(),
+        tasks,
+    })
+}

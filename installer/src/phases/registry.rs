@@ -1,0 +1,123 @@
+//! The registry phase: the bundle's registry as a systemd service on the
+//! registry host.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::context::{HOST_CA, Inputs, address_of, registry_host};
+use crate::engine::files::{PutFiles, Unless, Upload};
+use crate::engine::plan::{Module, Step, Task};
+use crate::engine::steps::Shell;
+use crate::engine::transport::shell_quote as q;
+use crate::pki;
+
+/// Where the registry host keeps the installer and the bundle.
+const REMOTE_BUNDLE: &str = "/var/lib/kubexm/upload";
+
+/// The bundle's registry as a systemd service on the registry host: the
+/// installer binary and the bundle (verified and unpacked there), TLS from
+/// the installer's registry CA.
+pub fn module(i: &Inputs) -> anyhow::Result<Module> {
+    let host = registry_host(i.cluster)
+        .ok_or_else(|| crate::DeployError::Config("no registry host: set roleGroups.registry or control-plane".into()))?;
+    let arch = i.arches.get(&host).cloned().unwrap_or_default();
+    let mine = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    if arch != mine {
+        return Err(crate::DeployError::Config(format!(
+            "registry host {host} is {arch}, but this installer is {mine}: it runs the registry there; \
+             set roleGroups.registry to a {mine} host"
+        ))
+        .into());
+    }
+    let addr = address_of(i.cluster, &host);
+    let port = i.cluster.spec.registry.port;
+    let ca = i.pki.ca("registry", "kubexm registry CA")?;
+    let cert = i.pki.cert(
+        &ca,
+        &format!("{host}-registry"),
+        &host,
+        &[addr.clone(), host.clone()],
+        pki::Usage::Server,
+    )?;
+    let bundle_name = i
+        .bundle
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "bundle.tar.zst".into());
+    let remote = format!("{REMOTE_BUNDLE}/{bundle_name}");
+    let id = i
+        .bundle_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let remote_dir = format!("/var/lib/kubexm/bundles/{id}");
+    let unpacked = format!("test -f {remote_dir}/bundle.yaml");
+    // The uploaded bundle is a temporary file: removed once unpacked.
+    let upload = |name: &str, local: &Path, dest: &str| -> anyhow::Result<Arc<dyn Step>> {
+        Ok(Arc::new(Unless {
+            check: unpacked.clone(),
+            inner: Arc::new(Upload::new(name, local, dest, 0o644)?),
+        }))
+    };
+    let mut steps: Vec<Arc<dyn Step>> = vec![
+        Arc::new(Upload::new(
+            "installer-binary",
+            i.installer,
+            "/usr/local/bin/kubexm-install",
+            0o755,
+        )?),
+        upload("bundle", i.bundle, &remote)?,
+    ];
+    let trust = match i.pubkey {
+        Some(k) => {
+            let sig = std::path::PathBuf::from(format!("{}.minisig", i.bundle.display()));
+            steps.push(upload("bundle-signature", &sig, &format!("{remote}.minisig"))?);
+            steps.push(upload("bundle-pubkey", k, &format!("{REMOTE_BUNDLE}/bundle.pub"))?);
+            format!("--pubkey {REMOTE_BUNDLE}/bundle.pub")
+        }
+        None => "--allow-unsigned".into(),
+    };
+    steps.push(Arc::new(Shell::new(
+        "bundle-unpack",
+        Some(&unpacked),
+        &format!(
+            "/usr/local/bin/kubexm-install unpack --bundle {r} {trust} --root /var/lib/kubexm 2>&1 && rm -f {r} {r}.minisig",
+            r = q(&remote)
+        ),
+    )));
+    let unit = crate::registry_unit(
+        "/usr/local/bin/kubexm-install",
+        &remote_dir,
+        &format!("0.0.0.0:{port}"),
+        "/etc/kubexm/pki/registry.crt",
+        "/etc/kubexm/pki/registry.key",
+    )?;
+    steps.push(Arc::new(PutFiles {
+        name: "registry-service".into(),
+        files: vec![
+            ("/etc/kubexm/pki/registry.crt".into(), cert.cert_pem.into_bytes(), 0o644),
+            ("/etc/kubexm/pki/registry.key".into(), cert.key_pem.into_bytes(), 0o600),
+            ("/etc/systemd/system/kubexm-registry.service".into(), unit.into_bytes(), 0o644),
+        ],
+        then: Some("systemctl daemon-reload && systemctl enable -q kubexm-registry && systemctl restart kubexm-registry".into()),
+    }));
+    let probe = format!("curl -sf --cacert {HOST_CA} https://{addr}:{port}/v2/ >/dev/null");
+    steps.push(Arc::new(Shell::new(
+        "registry-ready",
+        Some(&probe),
+        &format!("systemctl start kubexm-registry; for i in $(seq 30); do {probe} && exit 0; sleep 1; done; systemctl status kubexm-registry --no-pager | tail -5; exit 1"),
+    )));
+    Ok(Module {
+        name: "registry".into(),
+        tasks: vec![Task {
+            name: "registry".into(),
+            hosts: vec![host],
+            steps,
+            after: vec![],
+        }],
+    })
+}
