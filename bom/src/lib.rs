@@ -14,6 +14,7 @@ pub mod image;
 pub mod mirror;
 pub mod net;
 pub mod resolve;
+pub mod topology;
 pub mod yaml;
 
 pub use bom::{Bom, ChartItem, ChartSource, Checksum, DebItem, FileItem, ImageItem, ManifestItem, OsRepoItem};

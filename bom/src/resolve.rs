@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::bom::{Bom, ChartItem, ChartSource, Checksum, FileItem, ImageItem, ManifestItem, OsRepoItem};
 use crate::catalog::{Catalog, render};
-use crate::config::defaults::{network_addon, storage_addon};
 use crate::config::model::{Cluster, DeployMode, EndpointMode, EtcdMode};
 use crate::image::ImageRef;
 use crate::mirror::Mirrors;
@@ -130,27 +129,10 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
     }
 
     // Addons: manifests (images found at build time), charts, fixed images.
-    let mut addons: Vec<(&str, String)> = Vec::new();
-    if let Some(v) = &spec.network.version {
-        addons.push((network_addon(spec.network.plugin), v.clone()));
-    }
-    let toggles = [
-        ("multus", spec.network.multus.enabled, &spec.network.multus.version),
-        ("nodelocaldns", spec.dns.nodelocaldns.enabled, &spec.dns.nodelocaldns.version),
-        (
-            "metallb",
-            spec.load_balancer_service.metallb.enabled,
-            &spec.load_balancer_service.metallb.version,
-        ),
-    ];
-    for (name, on, v) in toggles {
-        if let (true, Some(v)) = (on, v) {
-            addons.push((name, v.clone()));
-        }
-    }
-    if let (Some(name), Some(v)) = (storage_addon(spec.storage.provider), &spec.storage.version) {
-        addons.push((name, v.clone()));
-    }
+    let mut addons: Vec<(&str, String)> = crate::topology::enabled_addons(spec)
+        .into_iter()
+        .filter_map(|a| a.version.map(|v| (a.name, v)))
+        .collect();
     if spec.control_plane_endpoint.mode == EndpointMode::KubeVip
         && let Some(a) = catalog.addon("kube-vip")
     {

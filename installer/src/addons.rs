@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubexm_bom::config::Cluster;
-use kubexm_bom::config::model::{NetworkPlugin, StorageProvider};
 use kubexm_bom::image::ImageRef;
+use kubexm_bom::topology::{AddonPhase, enabled_addons};
 
 use crate::context::Inputs;
 use crate::engine::files::RunWith;
@@ -105,30 +105,19 @@ fn settings(addon: &str, text: &str, c: &Cluster) -> String {
 
 /// The addons of a phase that cluster.yaml turns on, in apply order.
 pub fn enabled(c: &Cluster, phase: &str) -> anyhow::Result<Vec<&'static str>> {
-    let s = &c.spec;
-    Ok(match phase {
-        "cni" => vec![match s.network.plugin {
-            NetworkPlugin::Calico => "calico",
-            NetworkPlugin::Flannel => "flannel",
-            other => return Err(crate::DeployError::NotSupported(format!("network plugin {other:?}")).into()),
-        }],
-        _ => {
-            let mut v = Vec::new();
-            if s.dns.nodelocaldns.enabled {
-                v.push("nodelocaldns");
-            }
-            if s.load_balancer_service.metallb.enabled {
-                v.push("metallb");
-            }
-            match s.storage.provider {
-                StorageProvider::OpenebsLocalpv => v.push("openebs-localpv"),
-                StorageProvider::None => {}
-                other => return Err(crate::DeployError::NotSupported(format!("storage provider {other:?}")).into()),
-            }
-            v
+    let want = if phase == "cni" { AddonPhase::Cni } else { AddonPhase::Addons };
+    let mut out = Vec::new();
+    for a in enabled_addons(&c.spec).into_iter().filter(|a| a.phase == want) {
+        if !APPLIED.contains(&a.name) {
+            return Err(crate::DeployError::NotSupported(format!("the {} addon", a.name)).into());
         }
-    })
+        out.push(a.name);
+    }
+    Ok(out)
 }
+
+/// The addons this release applies (the rest are refused by validation first).
+const APPLIED: &[&str] = &["calico", "flannel", "nodelocaldns", "metallb", "openebs-localpv"];
 
 /// The manifests of one addon, rendered: (file name, text).
 pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(String, String)>> {
