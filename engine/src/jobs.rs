@@ -13,6 +13,7 @@ use crate::plan::{Module, Pipeline, Step, Task};
 use crate::progress::ProgressMode;
 use crate::run::{self, EngineOptions, Policy};
 use crate::state::{Outcome, State};
+use crate::store::Store;
 
 /// Options for connecting to the cluster's hosts.
 #[derive(Debug, Clone)]
@@ -105,7 +106,7 @@ pub fn summary(ex: &Execution) -> serde_json::Value {
 /// host that cannot be reached stops the job before anything runs.
 pub async fn execute(
     cluster: &Cluster,
-    state: Arc<State>,
+    state: Arc<dyn Store>,
     kind: &str,
     connect: &ConnectOptions,
     engine: &EngineOptions,
@@ -113,11 +114,11 @@ pub async fn execute(
     pipeline: impl FnOnce(Vec<String>) -> anyhow::Result<Pipeline>,
 ) -> anyhow::Result<Execution> {
     let (targets, _) = inventory::targets(cluster)?;
-    let job = state.begin_job(&cluster.metadata.name, kind)?;
+    let job = state.begin_job(&cluster.metadata.name, kind).await?;
     let (transports, failures) = inventory::connect_all(&targets, state.clone(), connect.accept_new_host_key, connect.concurrency).await;
     let connect_errors: Vec<String> = failures.iter().map(|e| e.to_string()).collect();
     if !connect_errors.is_empty() && engine.policy == Policy::FailFast {
-        let _ = state.finish_job(job, "failed");
+        state.finish_job(job, "failed").await?;
         return Ok(Execution {
             job,
             report: run::Report::default(),
@@ -130,9 +131,9 @@ pub async fn execute(
         .filter(|n| transports.contains_key(n))
         .collect();
     let plan = pipeline(hosts)?.plan()?;
-    let report = run::run(&plan, &transports, &state, &cluster.metadata.name, job, engine, stop).await;
+    let report = run::run(&plan, &transports, state.as_ref(), &cluster.metadata.name, job, engine, stop).await;
     if !connect_errors.is_empty() {
-        let _ = state.finish_job(job, "failed");
+        state.finish_job(job, "failed").await?;
     }
     Ok(Execution {
         job,
@@ -145,7 +146,7 @@ pub async fn execute(
 /// of its own, accepting new host keys: for test and bench drivers.
 pub fn run_steps_blocking(
     cluster: &Cluster,
-    state: Arc<State>,
+    state: Arc<dyn Store>,
     kind: &str,
     steps: Vec<Arc<dyn Step>>,
     concurrency: usize,
@@ -173,7 +174,7 @@ pub fn run_steps_blocking(
 }
 
 /// Connects to every host and gathers its facts, as a recorded job.
-pub async fn facts(cluster: &Cluster, state: Arc<State>, opts: &ConnectOptions, stop: Arc<AtomicBool>) -> anyhow::Result<FactsReport> {
+pub async fn facts(cluster: &Cluster, state: Arc<dyn Store>, opts: &ConnectOptions, stop: Arc<AtomicBool>) -> anyhow::Result<FactsReport> {
     let out = Arc::new(Mutex::new(BTreeMap::new()));
     let eo = EngineOptions {
         concurrency: opts.concurrency,

@@ -1,8 +1,8 @@
 //! kubexm-engine: runs plans of idempotent steps on hosts. A
 //! [`transport::Transport`] per host (SSH for real, a recording fake in unit
 //! tests), plans assembled into one DAG ([`plan`]), a scheduler that runs
-//! them in parallel and resumes ([`run`]), an SQLite state database
-//! ([`state`]), host facts ([`facts`]) gathered concurrently, and the generic
+//! them in parallel and resumes ([`run`]), its jobs and results behind the
+//! async [`store::Store`] (SQLite now: [`state`]), host facts ([`facts`]) gathered concurrently, and the generic
 //! steps every trigger builds on ([`steps`], [`files`]).
 //!
 //! It knows no phase and no installer: the installer, and every later
@@ -20,4 +20,5 @@ pub mod run;
 pub mod ssh;
 pub mod state;
 pub mod steps;
+pub mod store;
 pub mod transport;

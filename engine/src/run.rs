@@ -23,7 +23,8 @@ use tokio::task::JoinSet;
 
 use crate::plan::{Check, Plan, StepError};
 use crate::progress::{Progress, ProgressMode};
-use crate::state::{Outcome, Record, State};
+use crate::state::{Outcome, Record};
+use crate::store::Store;
 use crate::transport::Transport;
 
 /// What to do after a failure.
@@ -99,7 +100,7 @@ fn now_ms() -> i64 {
 pub async fn run(
     plan: &Plan,
     transports: &HashMap<String, Arc<dyn Transport>>,
-    state: &State,
+    state: &dyn Store,
     cluster: &str,
     job: i64,
     opts: &EngineOptions,
@@ -111,7 +112,7 @@ pub async fn run(
         .map(|n| (n, g.neighbors_directed(n, Direction::Incoming).count()))
         .collect();
     let mut report = Report::default();
-    let done_before = match state.done_nodes(cluster) {
+    let done_before = match state.done_nodes(cluster).await {
         Ok(d) => d,
         Err(e) => {
             report.state_error = Some(format!("reading what earlier runs did: {e}"));
@@ -219,7 +220,7 @@ pub async fn run(
                 }
             })
             .collect();
-        if let Err(e) = state.record_many(job, &records) {
+        if let Err(e) = state.record_many(job, &records).await {
             report.state_error.get_or_insert(format!("recording step results: {e}"));
         }
         for (n, outcome, log, _, _) in &finished {
@@ -309,7 +310,7 @@ pub async fn run(
             log: why,
         });
     }
-    if let Err(e) = state.record_many(job, &records) {
+    if let Err(e) = state.record_many(job, &records).await {
         report.state_error.get_or_insert(format!("recording the steps not done: {e}"));
     }
     for r in records {
@@ -327,7 +328,7 @@ pub async fn run(
     } else {
         "failed"
     };
-    if let Err(e) = state.finish_job(job, status) {
+    if let Err(e) = state.finish_job(job, status).await {
         report.state_error.get_or_insert(format!("recording the job's end: {e}"));
     }
     progress.end();

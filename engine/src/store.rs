@@ -1,0 +1,53 @@
+//! Where the engine keeps jobs and step results, behind one async trait so
+//! every trigger (the CLI, API workers) and every backend share the engine:
+//! embedded SQLite ([`State`]) now; a PostgreSQL store with job queueing
+//! implements the same trait later. Pinned host keys come with it
+//! ([`KnownHosts`]).
+
+use std::collections::HashSet;
+
+use futures_util::future::BoxFuture;
+
+use crate::ssh::KnownHosts;
+use crate::state::{JobRecord, Record, State, StateError, StepRecord};
+
+pub trait Store: KnownHosts + Send + Sync {
+    /// Starts a job of `kind` for `cluster`; returns its id.
+    fn begin_job<'a>(&'a self, cluster: &'a str, kind: &'a str) -> BoxFuture<'a, Result<i64, StateError>>;
+    /// Ends a job with `status` (succeeded, failed, interrupted).
+    fn finish_job<'a>(&'a self, job: i64, status: &'a str) -> BoxFuture<'a, Result<(), StateError>>;
+    /// Records step results, all or none.
+    fn record_many<'a>(&'a self, job: i64, records: &'a [Record<'a>]) -> BoxFuture<'a, Result<(), StateError>>;
+    /// Every node some earlier job of `cluster` completed.
+    fn done_nodes<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<HashSet<String>, StateError>>;
+    /// A job by id, or the latest.
+    fn job(&self, id: Option<i64>) -> BoxFuture<'_, Result<Option<JobRecord>, StateError>>;
+    /// A job's step results.
+    fn steps(&self, job: i64) -> BoxFuture<'_, Result<Vec<StepRecord>, StateError>>;
+    /// `log` with every secret the store knows replaced.
+    fn redact(&self, log: &str) -> String;
+}
+
+impl Store for State {
+    fn begin_job<'a>(&'a self, cluster: &'a str, kind: &'a str) -> BoxFuture<'a, Result<i64, StateError>> {
+        Box::pin(async move { State::begin_job(self, cluster, kind) })
+    }
+    fn finish_job<'a>(&'a self, job: i64, status: &'a str) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move { State::finish_job(self, job, status) })
+    }
+    fn record_many<'a>(&'a self, job: i64, records: &'a [Record<'a>]) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move { State::record_many(self, job, records) })
+    }
+    fn done_nodes<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<HashSet<String>, StateError>> {
+        Box::pin(async move { State::done_nodes(self, cluster) })
+    }
+    fn job(&self, id: Option<i64>) -> BoxFuture<'_, Result<Option<JobRecord>, StateError>> {
+        Box::pin(async move { State::job(self, id) })
+    }
+    fn steps(&self, job: i64) -> BoxFuture<'_, Result<Vec<StepRecord>, StateError>> {
+        Box::pin(async move { State::steps(self, job) })
+    }
+    fn redact(&self, log: &str) -> String {
+        State::redact(self, log)
+    }
+}
