@@ -5,6 +5,8 @@
 //! documented in the README ("Exit codes"). The table lives here so that
 //! `kubexm-bundle` and `kubexm-install` can never disagree about it.
 
+pub mod progress;
+
 use std::process::ExitCode;
 
 use kubexm_bom::catalog::CatalogError;

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use kubexm_bom::config::Cluster;
 
+use crate::events::EventSink;
 use crate::facts::{GatherStep, HostFacts};
 use crate::inventory;
 use crate::plan::{Module, Pipeline, Step, Task};
-use crate::progress::ProgressMode;
 use crate::run::{self, EngineOptions, Policy};
 use crate::state::{Outcome, State};
 use crate::store::Store;
@@ -174,12 +174,18 @@ pub fn run_steps_blocking(
 }
 
 /// Connects to every host and gathers its facts, as a recorded job.
-pub async fn facts(cluster: &Cluster, state: Arc<dyn Store>, opts: &ConnectOptions, stop: Arc<AtomicBool>) -> anyhow::Result<FactsReport> {
+pub async fn facts(
+    cluster: &Cluster,
+    state: Arc<dyn Store>,
+    opts: &ConnectOptions,
+    events: Option<Arc<dyn EventSink>>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<FactsReport> {
     let out = Arc::new(Mutex::new(BTreeMap::new()));
     let eo = EngineOptions {
         concurrency: opts.concurrency,
         policy: Policy::ContinueOtherHosts,
-        progress: ProgressMode::for_stderr(),
+        events,
         ..Default::default()
     };
     let sink = out.clone();

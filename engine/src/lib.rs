@@ -9,13 +9,13 @@
 //! trigger (API workers, day-2 operations), assemble pipelines from their
 //! own phases and hand them to this crate.
 
+pub mod events;
 pub mod facts;
 pub mod fake;
 pub mod files;
 pub mod inventory;
 pub mod jobs;
 pub mod plan;
-pub mod progress;
 pub mod run;
 pub mod ssh;
 pub mod state;

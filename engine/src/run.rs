@@ -21,8 +21,8 @@ use petgraph::Direction;
 use petgraph::graph::NodeIndex;
 use tokio::task::JoinSet;
 
+use crate::events::{Emitter, Event, EventSink, PhaseSize};
 use crate::plan::{Check, Plan, StepError};
-use crate::progress::{Progress, ProgressMode};
 use crate::state::{Outcome, Record};
 use crate::store::Store;
 use crate::transport::Transport;
@@ -34,14 +34,15 @@ pub enum Policy {
     ContinueOtherHosts,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EngineOptions {
     /// Hosts worked on at once.
     pub concurrency: usize,
     pub policy: Policy,
     /// Attempts for a step whose transport failed transiently.
     pub attempts: u32,
-    pub progress: ProgressMode,
+    /// Where the run's events go (progress on a terminal, a job database).
+    pub events: Option<Arc<dyn EventSink>>,
 }
 
 impl Default for EngineOptions {
@@ -50,7 +51,7 @@ impl Default for EngineOptions {
             concurrency: 20,
             policy: Policy::FailFast,
             attempts: 3,
-            progress: ProgressMode::Off,
+            events: None,
         }
     }
 }
@@ -134,7 +135,25 @@ pub async fn run(
     let mut why_blocked: HashMap<NodeIndex, String> = HashMap::new();
     let mut finished_nodes: HashSet<NodeIndex> = HashSet::new();
     let mut failed = false;
-    let progress = Progress::new(plan, opts.progress);
+    let events = Emitter::new(opts.events.clone(), job);
+    events.emit(|| Event::JobStarted { phases: phases(plan) });
+    let step_event = |n: NodeIndex, outcome: Option<Outcome>| {
+        let node = &g[n];
+        let (node_id, module, host) = (node.id.clone(), node.module.clone(), node.host.clone());
+        match outcome {
+            None => Event::StepStarted {
+                node: node_id,
+                module,
+                host,
+            },
+            Some(outcome) => Event::StepFinished {
+                node: node_id,
+                module,
+                host,
+                outcome,
+            },
+        }
+    };
     for n in g.node_indices().filter(|n| indegree[n] == 0) {
         let host = g[n].host.as_str();
         pending.entry(host).or_default().push_back(n);
@@ -169,7 +188,7 @@ pub async fn run(
                 continue;
             };
             busy.insert(host);
-            progress.started(node);
+            events.emit(|| step_event(n, None));
             let step = node.step.clone();
             let done = done_before.contains(&node.id);
             let attempts = opts.attempts.max(1);
@@ -228,7 +247,7 @@ pub async fn run(
             let node = &g[n];
             let host = node.host.as_str();
             busy.remove(host);
-            progress.finished(node, outcome);
+            events.emit(|| step_event(n, Some(outcome)));
             report.results.push(NodeResult {
                 id: node.id.clone(),
                 host: node.host.clone(),
@@ -299,7 +318,7 @@ pub async fn run(
             None if blocked.contains(n) => "not done: an earlier step it depends on failed",
             None => "not done: the run stopped before it",
         };
-        progress.finished(node, Outcome::NotRun);
+        events.emit(|| step_event(*n, Some(Outcome::NotRun)));
         records.push(Record {
             node: &node.id,
             module: &node.module,
@@ -331,8 +350,30 @@ pub async fn run(
     if let Err(e) = state.finish_job(job, status).await {
         report.state_error.get_or_insert(format!("recording the job's end: {e}"));
     }
-    progress.end();
+    events.emit(|| Event::JobFinished { status: status.into() });
     report
+}
+
+/// The plan's phases (modules, in order of first appearance) and their nodes per host.
+fn phases(plan: &Plan) -> Vec<PhaseSize> {
+    let mut index: HashMap<&str, (usize, HashMap<&str, usize>)> = HashMap::new();
+    let mut out: Vec<PhaseSize> = Vec::new();
+    for node in plan.graph.node_weights() {
+        let (i, hosts) = index.entry(node.module.as_str()).or_insert_with(|| {
+            out.push(PhaseSize {
+                module: node.module.clone(),
+                nodes_per_host: Vec::new(),
+            });
+            (out.len() - 1, HashMap::new())
+        });
+        let list = &mut out[*i].nodes_per_host;
+        let at = *hosts.entry(node.host.as_str()).or_insert_with(|| {
+            list.push((node.host.clone(), 0));
+            list.len() - 1
+        });
+        list[at].1 += 1;
+    }
+    out
 }
 
 /// The text of a panic's payload.

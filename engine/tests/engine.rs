@@ -533,3 +533,47 @@ async fn a_failed_state_write_is_dropped_by_the_scheduler() {
     // The run stopped: the step after it never ran.
     assert!(!log.calls().iter().any(|(_, c)| c == "apply s3"), "{:?}", log.calls());
 }
+
+/// The engine prints nothing: it emits numbered events, which a printer or
+/// a job database consumes.
+#[tokio::test]
+async fn events_are_numbered_in_order_from_job_start_to_job_end() {
+    use kubexm_engine::events::{Collect, Event};
+    let hs = hosts(2);
+    let p = single(&hs, &["s1", "s2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Arc::new(Collect::default());
+    let r = go(
+        &p,
+        &transports(&hs, &Log::default(), failing_on("h2", "apply s1"), Duration::ZERO),
+        &state(&dir),
+        EngineOptions {
+            policy: Policy::ContinueOtherHosts,
+            events: Some(sink.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(!r.ok());
+    let events = sink.0.lock().unwrap().clone();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    assert!(matches!(&events[0].event, Event::JobStarted { phases } if phases.len() == 1 && phases[0].nodes_per_host.len() == 2));
+    assert!(matches!(&events.last().unwrap().event, Event::JobFinished { status } if status == "failed"));
+    let finished = |node: &str| {
+        events.iter().find_map(|e| match &e.event {
+            Event::StepFinished { node: n, outcome, .. } if n == node => Some((e.seq, *outcome)),
+            _ => None,
+        })
+    };
+    let started = |node: &str| {
+        events
+            .iter()
+            .find(|e| matches!(&e.event, Event::StepStarted { node: n, .. } if n == node))
+            .map(|e| e.seq)
+    };
+    assert!(started("m/t/s1@h1").unwrap() < finished("m/t/s1@h1").unwrap().0);
+    assert_eq!(finished("m/t/s1@h2").unwrap().1, Outcome::Failed);
+    assert_eq!(finished("m/t/s2@h2").unwrap().1, Outcome::NotRun);
+    assert_eq!(started("m/t/s2@h2"), None, "a step not run never started");
+}

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use kubexm_cli::{Class, classified};
 
 use super::{EngineSettings, engine_context};
-use crate::engine::{jobs, progress::ProgressMode, run};
+use crate::engine::{jobs, run};
 use crate::{deploy, serve, unpack};
 
 /// What `install` is asked to do (flags, validated by the binary).
@@ -174,7 +174,13 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
         accept_new_host_key: args.engine.accept_new_host_key,
         concurrency: args.engine.concurrency,
     };
-    let facts = rt.block_on(jobs::facts(&cluster, state.clone(), &connect, stop.clone()))?;
+    let facts = rt.block_on(jobs::facts(
+        &cluster,
+        state.clone(),
+        &connect,
+        args.engine.events.clone(),
+        stop.clone(),
+    ))?;
     if !facts.errors.is_empty() {
         server.abort();
         return Err(classified(
@@ -211,7 +217,7 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     let eo = run::EngineOptions {
         concurrency: args.engine.concurrency,
         policy: run::Policy::FailFast,
-        progress: ProgressMode::for_stderr(),
+        events: args.engine.events.clone(),
         ..Default::default()
     };
     let ex = rt.block_on(jobs::execute(&cluster, state, "install", &connect, &eo, stop, |_| Ok(pipeline)));

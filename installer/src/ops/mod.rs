@@ -1,7 +1,7 @@
 //! Operations: one per command, shared by every trigger (the CLI today;
 //! API workers and day-2 commands later). Each takes typed options and
-//! returns a report; none prints. Progress goes through the engine's
-//! progress lines on stderr.
+//! returns a report; none prints. Progress goes out as the engine's events,
+//! to the sink the caller gives (the CLI's printer).
 
 pub mod install;
 pub mod packages;
@@ -13,10 +13,11 @@ use std::sync::atomic::AtomicBool;
 
 use kubexm_cli::{Class, classified};
 
+use crate::engine::events::EventSink;
 use crate::engine::state::State;
 
 /// How an operation runs its engine job.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EngineSettings {
     /// The state database.
     pub state: PathBuf,
@@ -24,6 +25,19 @@ pub struct EngineSettings {
     pub accept_new_host_key: bool,
     /// Hosts worked on at once.
     pub concurrency: usize,
+    /// Where the job's events go (the CLI's progress printer).
+    pub events: Option<Arc<dyn EventSink>>,
+}
+
+impl std::fmt::Debug for EngineSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineSettings")
+            .field("state", &self.state)
+            .field("accept_new_host_key", &self.accept_new_host_key)
+            .field("concurrency", &self.concurrency)
+            .field("events", &self.events.is_some())
+            .finish()
+    }
 }
 
 /// The state database, a Ctrl-C flag and a runtime for an engine job.

@@ -8,7 +8,7 @@ use kubexm_cli::{Class, classified};
 
 use super::{EngineSettings, engine_context};
 use crate::engine::plan::Pipeline;
-use crate::engine::{jobs, progress::ProgressMode, run, state::Outcome};
+use crate::engine::{jobs, run, state::Outcome};
 
 #[derive(Debug, Clone)]
 pub struct PackagesOptions {
@@ -77,7 +77,7 @@ pub fn packages(o: &PackagesOptions) -> anyhow::Result<PackagesReport> {
     let eo = run::EngineOptions {
         concurrency: o.engine.concurrency,
         policy: run::Policy::ContinueOtherHosts,
-        progress: ProgressMode::for_stderr(),
+        events: o.engine.events.clone(),
         ..Default::default()
     };
     let ex = rt.block_on(jobs::execute(&cluster, state, "os-packages", &connect, &eo, stop, &pipeline))?;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use kubexm_cli::{Class, classified};
 
 use super::{EngineSettings, engine_context};
-use crate::engine::{jobs, progress::ProgressMode, run};
+use crate::engine::{jobs, run};
 
 /// What `reset` did.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub fn reset(file: &Path, catalog: &[PathBuf], yes: bool, root: &Path, engine: &
     let eo = run::EngineOptions {
         concurrency: engine.concurrency,
         policy: run::Policy::ContinueOtherHosts,
-        progress: ProgressMode::for_stderr(),
+        events: engine.events.clone(),
         ..Default::default()
     };
     let ex = rt.block_on(jobs::execute(&cluster, state, "reset", &connect, &eo, stop, |_| Ok(pipeline)))?;

@@ -194,7 +194,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 accept_new_host_key: engine.accept_new_host_key,
                 concurrency: engine.concurrency,
             };
-            let r = rt.block_on(kubexm_installer::engine::jobs::facts(&cluster, state, &opts, stop))?;
+            let r = rt.block_on(kubexm_installer::engine::jobs::facts(
+                &cluster,
+                state,
+                &opts,
+                engine.settings().events,
+                stop,
+            ))?;
             match output {
                 Output::Json => println!(
                     "{}",
@@ -322,6 +328,8 @@ impl EngineArgs {
             state: self.state.clone(),
             accept_new_host_key: self.accept_new_host_key,
             concurrency: self.concurrency,
+            // The one printer: bars on a terminal, lines otherwise.
+            events: Some(std::sync::Arc::new(kubexm_cli::progress::Printer::for_stderr())),
         }
     }
 }
