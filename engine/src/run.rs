@@ -25,7 +25,7 @@ use crate::events::{Emitter, Event, EventSink, PhaseSize};
 use crate::plan::{Check, Plan, StepError};
 use crate::state::{Outcome, Record};
 use crate::store::Store;
-use crate::transport::Transport;
+use crate::transport::{Transport, TransportError};
 
 /// What to do after a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -408,7 +408,16 @@ async fn execute(step: &dyn crate::plan::Step, t: &dyn Transport, done_before: b
                 tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
             }
             Err(StepError::Transport(e)) if e.lost() => return (Outcome::Failed, format!("{LOST_MARK}{e}")),
-            Err(e) => return (Outcome::Failed, e.to_string()),
+            Err(e) => {
+                if t.going_away().await {
+                    let lost = TransportError::Lost {
+                        host: t.host().to_string(),
+                        why: format!("it was shutting down; the step had failed with: {e}"),
+                    };
+                    return (Outcome::Failed, format!("{LOST_MARK}{lost}"));
+                }
+                return (Outcome::Failed, e.to_string());
+            }
         }
     }
     (Outcome::Failed, last)

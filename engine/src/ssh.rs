@@ -348,6 +348,23 @@ impl Transport for Ssh {
         Box::pin(self.exec_within(command, false, timeout))
     }
 
+    fn going_away(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            if self.handle.is_closed() {
+                return true;
+            }
+            // A host being powered off still answers for a moment, while
+            // systemd stops services and cleans /tmp under the running step.
+            match self
+                .exec_within("systemctl is-system-running 2>/dev/null; true", false, Duration::from_secs(5))
+                .await
+            {
+                Ok(out) => out.stdout.trim() == "stopping" || self.handle.is_closed(),
+                Err(e) => e.lost() || self.handle.is_closed(),
+            }
+        })
+    }
+
     fn put<'a>(&'a self, data: &'a [u8], path: &'a str, mode: u32) -> BoxFuture<'a, Result<(), TransportError>> {
         Box::pin(async move {
             let fail = |why: String| TransportError::Upload {

@@ -66,6 +66,12 @@ pub trait Transport: Send + Sync {
     fn run<'a>(&'a self, command: &'a str, timeout: Duration) -> BoxFuture<'a, Result<CmdOutput, TransportError>>;
     /// Writes `data` to `path` with `mode`, whole or not at all, and checks its sha256 on the host.
     fn put<'a>(&'a self, data: &'a [u8], path: &'a str, mode: u32) -> BoxFuture<'a, Result<(), TransportError>>;
+    /// After a step failed: whether the host is going away (shutting down,
+    /// or the connection already lost), which explains the failure better
+    /// than the step's own error. Asked only after failures.
+    fn going_away(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { false })
+    }
 }
 
 /// Quotes a string for a POSIX shell.
