@@ -247,46 +247,33 @@ fn decompress<R: Read>(
     tx: SyncSender<io::Result<Vec<u8>>>,
     skip: &AtomicBool,
 ) -> Result<Option<String>, VerifyError> {
-    let io_err = |source| VerifyError::Io {
+    let verifier = signature.map(|s| s.verifier(name)).transpose()?;
+    let mut tee = BufReader::with_capacity(CHUNK, Tee { inner: source, verifier });
+    // A stream that is not zstd reaches the parser as a read error; the
+    // signature check below still runs, so a bad signature is what is reported.
+    let pumped = zstd::stream::read::Decoder::with_buffer(&mut tee).and_then(|mut dec| {
+        while !skip.load(Ordering::Relaxed) {
+            let mut chunk = vec![0u8; CHUNK];
+            let n = read_full(&mut dec, &mut chunk)?;
+            if n == 0 {
+                break;
+            }
+            chunk.truncate(n);
+            if tx.send(Ok(chunk)).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = pumped {
+        let _ = tx.send(Err(io::Error::other(format!("not a zstd stream: {e}"))));
+    }
+    drop(tx);
+    let Some(sig) = signature else { return Ok(None) };
+    io::copy(&mut tee, &mut io::sink()).map_err(|source| VerifyError::Io {
         path: name.to_string(),
         source,
-    };
-    let verifier = signature.map(|s| s.verifier(name)).transpose()?;
-    let tee = BufReader::with_capacity(CHUNK, Tee { inner: source, verifier });
-    let mut tee = match zstd::stream::read::Decoder::with_buffer(tee) {
-        Ok(mut dec) => {
-            while !skip.load(Ordering::Relaxed) {
-                let mut chunk = vec![0u8; CHUNK];
-                let n = match read_full(&mut dec, &mut chunk) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        let _ = tx.send(Err(io::Error::other(format!("not a zstd stream: {e}"))));
-                        break;
-                    }
-                };
-                if n == 0 {
-                    break;
-                }
-                chunk.truncate(n);
-                if tx.send(Ok(chunk)).is_err() {
-                    break;
-                }
-            }
-            dec.finish()
-        }
-        Err(e) => {
-            let _ = tx.send(Err(io::Error::other(format!("not a zstd stream: {e}"))));
-            return Err(VerifyError::Format {
-                bundle: name.to_string(),
-                why: format!("not a zstd stream: {e}"),
-            });
-        }
-    };
-    drop(tx);
-    let (Some(sig), Some(_)) = (signature, &tee.get_ref().verifier) else {
-        return Ok(None);
-    };
-    io::copy(&mut tee, &mut io::sink()).map_err(io_err)?;
+    })?;
     let Some(mut v) = tee.into_inner().verifier else {
         return Ok(None);
     };

@@ -127,7 +127,7 @@ pub async fn run(
     let mut queued: HashSet<&str> = HashSet::new();
     let mut busy: HashSet<&str> = HashSet::new();
     let mut blocked: HashSet<NodeIndex> = HashSet::new();
-    let mut running: JoinSet<(NodeIndex, Outcome, String, i64, i64)> = JoinSet::new();
+    let mut running: JoinSet<Done> = JoinSet::new();
     // Which node each running task is, to name a step that panicked.
     let mut tasks: HashMap<tokio::task::Id, (NodeIndex, i64)> = HashMap::new();
     // Hosts that became unreachable, and why each blocked node was not run.
@@ -194,8 +194,15 @@ pub async fn run(
             let attempts = opts.attempts.max(1);
             let task = running.spawn(async move {
                 let started = now_ms();
-                let (outcome, log) = execute(step.as_ref(), t.as_ref(), done, attempts).await;
-                (n, outcome, log, started, now_ms() - started)
+                let (outcome, log, host_lost) = execute(step.as_ref(), t.as_ref(), done, attempts).await;
+                Done {
+                    n,
+                    outcome,
+                    log,
+                    host_lost,
+                    started,
+                    duration_ms: now_ms() - started,
+                }
             });
             tasks.insert(task.id(), (n, now_ms()));
         }
@@ -220,30 +227,37 @@ pub async fn run(
                     } else {
                         "it was cancelled".into()
                     };
-                    Some((n, Outcome::Failed, format!("the step panicked: {why}"), started, now_ms() - started))
+                    Some(Done {
+                        n,
+                        outcome: Outcome::Failed,
+                        log: format!("the step panicked: {why}"),
+                        host_lost: false,
+                        started,
+                        duration_ms: now_ms() - started,
+                    })
                 }
             })
             .collect();
         let records: Vec<Record> = finished
             .iter()
-            .map(|(n, outcome, log, started, duration_ms)| {
-                let node = &g[*n];
+            .map(|d| {
+                let node = &g[d.n];
                 Record {
                     node: &node.id,
                     module: &node.module,
                     host: &node.host,
-                    outcome: *outcome,
-                    started: *started,
-                    duration_ms: *duration_ms,
-                    log: log.strip_prefix(LOST_MARK).unwrap_or(log),
+                    outcome: d.outcome,
+                    started: d.started,
+                    duration_ms: d.duration_ms,
+                    log: &d.log,
                 }
             })
             .collect();
         if let Err(e) = state.record_many(job, &records).await {
             report.state_error.get_or_insert(format!("recording step results: {e}"));
         }
-        for (n, outcome, log, _, _) in &finished {
-            let (n, outcome) = (*n, *outcome);
+        for d in &finished {
+            let (n, outcome) = (d.n, d.outcome);
             let node = &g[n];
             let host = node.host.as_str();
             busy.remove(host);
@@ -252,11 +266,11 @@ pub async fn run(
                 id: node.id.clone(),
                 host: node.host.clone(),
                 outcome,
-                log: state.redact(log.strip_prefix(LOST_MARK).unwrap_or(log)),
+                log: state.redact(&d.log),
             });
             finished_nodes.insert(n);
             if outcome == Outcome::Failed {
-                let lost_host = log.starts_with(LOST_MARK);
+                let lost_host = d.host_lost;
                 let mut roots = vec![n];
                 if !lost_host {
                     failed = true;
@@ -298,8 +312,8 @@ pub async fn run(
             }
         }
         // A host may have work now because of another host's step.
-        for (n, _, _, _, _) in &finished {
-            for next in g.neighbors_directed(*n, Direction::Outgoing) {
+        for d in &finished {
+            for next in g.neighbors_directed(d.n, Direction::Outgoing) {
                 let h = g[next].host.as_str();
                 if !busy.contains(h) && pending.get(h).is_some_and(|q| !q.is_empty()) && queued.insert(h) {
                     waiting.push_back(h);
@@ -385,12 +399,20 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "(no message)".into())
 }
 
-/// Starts the log of a node whose host became unreachable (removed before
-/// the log is reported).
-const LOST_MARK: &str = "\u{0}lost\u{0}";
+/// A node's run, as the scheduler gets it back.
+struct Done {
+    n: NodeIndex,
+    outcome: Outcome,
+    log: String,
+    /// It failed because its host became unreachable.
+    host_lost: bool,
+    started: i64,
+    duration_ms: i64,
+}
 
 /// check, then apply if needed; transient transport errors are retried.
-async fn execute(step: &dyn crate::plan::Step, t: &dyn Transport, done_before: bool, attempts: u32) -> (Outcome, String) {
+/// Returns the outcome, the log, and whether the host became unreachable.
+async fn execute(step: &dyn crate::plan::Step, t: &dyn Transport, done_before: bool, attempts: u32) -> (Outcome, String, bool) {
     let mut last = String::new();
     for attempt in 1..=attempts {
         let result: Result<(Outcome, String), StepError> = async {
@@ -402,23 +424,23 @@ async fn execute(step: &dyn crate::plan::Step, t: &dyn Transport, done_before: b
         }
         .await;
         match result {
-            Ok((o, log)) => return (o, log),
+            Ok((o, log)) => return (o, log, false),
             Err(StepError::Transport(e)) if e.transient() && attempt < attempts => {
                 last = e.to_string();
                 tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
             }
-            Err(StepError::Transport(e)) if e.lost() => return (Outcome::Failed, format!("{LOST_MARK}{e}")),
+            Err(StepError::Transport(e)) if e.lost() => return (Outcome::Failed, e.to_string(), true),
             Err(e) => {
                 if t.going_away().await {
                     let lost = TransportError::Lost {
                         host: t.host().to_string(),
                         why: format!("it was shutting down; the step had failed with: {e}"),
                     };
-                    return (Outcome::Failed, format!("{LOST_MARK}{lost}"));
+                    return (Outcome::Failed, lost.to_string(), true);
                 }
-                return (Outcome::Failed, e.to_string());
+                return (Outcome::Failed, e.to_string(), false);
             }
         }
     }
-    (Outcome::Failed, last)
+    (Outcome::Failed, last, false)
 }

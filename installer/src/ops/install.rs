@@ -170,10 +170,7 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
             anyhow::anyhow!("the file server did not start on {file_server}; is the port free and the address this machine's?"),
         ));
     }
-    let connect = jobs::ConnectOptions {
-        accept_new_host_key: args.engine.accept_new_host_key,
-        concurrency: args.engine.concurrency,
-    };
+    let connect = args.engine.connect();
     let facts = rt.block_on(jobs::facts(
         &cluster,
         state.clone(),
@@ -214,12 +211,7 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     }
     let arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
     let pipeline = plan_for(&arches)?;
-    let eo = run::EngineOptions {
-        concurrency: args.engine.concurrency,
-        policy: run::Policy::FailFast,
-        events: args.engine.events.clone(),
-        ..Default::default()
-    };
+    let eo = args.engine.options(run::Policy::FailFast);
     let ex = rt.block_on(jobs::execute(&cluster, state, "install", &connect, &eo, stop, |_| Ok(pipeline)));
     server.abort();
     let ex = ex?;

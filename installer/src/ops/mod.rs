@@ -15,6 +15,7 @@ use kubexm_cli::{Class, classified};
 
 use crate::engine::events::EventSink;
 use crate::engine::state::State;
+use crate::engine::{jobs, run};
 
 /// How an operation runs its engine job.
 #[derive(Clone)]
@@ -27,6 +28,26 @@ pub struct EngineSettings {
     pub concurrency: usize,
     /// Where the job's events go (the CLI's progress printer).
     pub events: Option<Arc<dyn EventSink>>,
+}
+
+impl EngineSettings {
+    /// How hosts are connected to.
+    pub fn connect(&self) -> jobs::ConnectOptions {
+        jobs::ConnectOptions {
+            accept_new_host_key: self.accept_new_host_key,
+            concurrency: self.concurrency,
+        }
+    }
+
+    /// How the engine runs a job under `policy`.
+    pub fn options(&self, policy: run::Policy) -> run::EngineOptions {
+        run::EngineOptions {
+            concurrency: self.concurrency,
+            policy,
+            events: self.events.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 impl std::fmt::Debug for EngineSettings {

@@ -70,16 +70,8 @@ pub fn packages(o: &PackagesOptions) -> anyhow::Result<PackagesReport> {
         });
     }
     let (state, stop, rt) = engine_context(&cluster, &o.engine)?;
-    let connect = jobs::ConnectOptions {
-        accept_new_host_key: o.engine.accept_new_host_key,
-        concurrency: o.engine.concurrency,
-    };
-    let eo = run::EngineOptions {
-        concurrency: o.engine.concurrency,
-        policy: run::Policy::ContinueOtherHosts,
-        events: o.engine.events.clone(),
-        ..Default::default()
-    };
+    let connect = o.engine.connect();
+    let eo = o.engine.options(run::Policy::ContinueOtherHosts);
     let ex = rt.block_on(jobs::execute(&cluster, state, "os-packages", &connect, &eo, stop, &pipeline))?;
     let mut text = String::new();
     for r in &ex.report.results {

@@ -33,16 +33,8 @@ pub fn reset(file: &Path, catalog: &[PathBuf], yes: bool, root: &Path, engine: &
         });
     }
     let (state, stop, rt) = engine_context(&cluster, engine)?;
-    let connect = jobs::ConnectOptions {
-        accept_new_host_key: engine.accept_new_host_key,
-        concurrency: engine.concurrency,
-    };
-    let eo = run::EngineOptions {
-        concurrency: engine.concurrency,
-        policy: run::Policy::ContinueOtherHosts,
-        events: engine.events.clone(),
-        ..Default::default()
-    };
+    let connect = engine.connect();
+    let eo = engine.options(run::Policy::ContinueOtherHosts);
     let ex = rt.block_on(jobs::execute(&cluster, state, "reset", &connect, &eo, stop, |_| Ok(pipeline)))?;
     if !ex.ok() {
         let errors = ex.errors();

@@ -20,19 +20,18 @@ fn main() -> ExitCode {
 }
 
 fn trust(t: &TrustArgs) -> unpack::Trust {
-    match (&t.pubkey, t.allow_unsigned) {
-        (Some(k), _) => unpack::Trust::PublicKey(k.clone()),
-        (None, _) => {
-            eprintln!(
-                "WARNING: --allow-unsigned: this bundle's origin is NOT verified. Anyone who could change it could run code on every node."
-            );
+    match &t.pubkey {
+        Some(k) => unpack::Trust::PublicKey(k.clone()),
+        None => {
+            warn_unsigned();
             unpack::Trust::Unsigned
         }
     }
 }
 
-fn unpack_err(e: unpack::UnpackError) -> anyhow::Error {
-    e.classified()
+/// The loud warning every command taking a bundle gives under --allow-unsigned.
+fn warn_unsigned() {
+    eprintln!("WARNING: --allow-unsigned: this bundle's origin is NOT verified. Anyone who could change it could run code on every node.");
 }
 
 /// `host:port/prefix` → (`host:port`, `prefix`).
@@ -48,7 +47,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let Some(command) = cli.command else { return install(cli.install) };
     match command {
         Command::Unpack { bundle, trust: t, output } => {
-            let u = unpack::unpack(&bundle, &trust(&t), &t.root).map_err(unpack_err)?;
+            let u = unpack::unpack(&bundle, &trust(&t), &t.root).map_err(unpack::UnpackError::classified)?;
             match output {
                 Output::Json => println!(
                     "{}",
@@ -137,7 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 None
             };
-            let u = unpack::unpack(&bundle, &trust(&t), &t.root).map_err(unpack_err)?;
+            let u = unpack::unpack(&bundle, &trust(&t), &t.root).map_err(unpack::UnpackError::classified)?;
             let (registry, prefix) = split_registry(&registry);
             let opts = mirror::MirrorOptions {
                 bundle_dir: u.dir,
@@ -190,10 +189,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             let (state, stop, rt) = ops::engine_context(&cluster, &engine.settings())?;
-            let opts = kubexm_installer::engine::jobs::ConnectOptions {
-                accept_new_host_key: engine.accept_new_host_key,
-                concurrency: engine.concurrency,
-            };
+            let opts = engine.settings().connect();
             let r = rt.block_on(kubexm_installer::engine::jobs::facts(
                 &cluster,
                 state,
@@ -337,12 +333,7 @@ impl EngineArgs {
 /// The install: one operation, its report printed.
 fn install(args: InstallArgs) -> anyhow::Result<()> {
     if args.pubkey.is_none() && args.allow_unsigned {
-        // The same loud warning as every other command taking a bundle.
-        let _ = trust(&TrustArgs {
-            pubkey: None,
-            allow_unsigned: true,
-            root: args.root.clone(),
-        });
+        warn_unsigned();
     }
     let opts = ops::install::InstallOptions {
         bundle: args.bundle,
