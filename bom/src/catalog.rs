@@ -37,7 +37,7 @@ pub enum CatalogError {
 }
 
 /// The merged catalog.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Catalog {
     /// Arches the catalog has binaries for, in BOM order.
@@ -48,10 +48,15 @@ pub struct Catalog {
     pub addons: BTreeMap<String, Addon>,
     #[serde(default)]
     pub os: OsCatalog,
+    /// Where this catalog came from when it is not the built-in one with
+    /// `--catalog` files: e.g. a bundle's lock, which holds only what the
+    /// bundle was built for. Names it in hints; never serialized.
+    #[serde(skip)]
+    pub origin: Option<String>,
 }
 
 /// OS releases with package repositories, and the packages each role needs.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OsCatalog {
     #[serde(default)]
@@ -62,7 +67,7 @@ pub struct OsCatalog {
 }
 
 /// One OS release's archive.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OsRelease {
     /// Package format; `deb` is the only one so far.
@@ -98,7 +103,7 @@ impl OsRelease {
 }
 
 /// A downloadable component (kubeadm, etcd, containerd, ...).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Component {
     /// URL template with `{version}` and `{arch}`.
@@ -129,7 +134,7 @@ pub struct InstallEntry {
 }
 
 /// What a Kubernetes minor pairs with.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Minor {
     pub kubeadm_api_version: String,
@@ -142,7 +147,7 @@ pub struct Minor {
 }
 
 /// A CNI plugin or addon, installed from upstream manifests (or a chart).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Addon {
     pub kind: String,
@@ -211,6 +216,68 @@ impl Catalog {
                 message: format!("{path}: {}", e.inner()),
             }
         })
+    }
+
+    /// The part of this catalog a bundle built for `cluster` (resolved into
+    /// `bom`) carries in its lock, so that the offline side validates and
+    /// completes the same config without a catalog of its own: the
+    /// Kubernetes minor (with its kubeadm API), each component and addon at
+    /// the versions the bundle holds, and the OS releases it carries.
+    pub fn locked_for(&self, cluster: &crate::config::Cluster, bom: &crate::Bom) -> Catalog {
+        let spec = &cluster.spec;
+        let mut components = BTreeMap::new();
+        for f in &bom.files {
+            let Some(c) = self.components.get(&f.component) else { continue };
+            let entry = components.entry(f.component.clone()).or_insert_with(|| Component {
+                versions: BTreeMap::new(),
+                ..c.clone()
+            });
+            // The digests the bundle verified, arch by arch.
+            let held = entry.versions.entry(f.version.clone()).or_default();
+            if let crate::Checksum::Sha256(h) = &f.checksum {
+                held.insert(f.arch.clone(), h.clone());
+            }
+        }
+        let minor = Self::minor_of(&spec.kubernetes.version);
+        let addons = crate::topology::enabled_addons(spec)
+            .into_iter()
+            .filter_map(|a| {
+                let version = a.version?;
+                let addon = self.addons.get(a.name)?;
+                Some((
+                    a.name.to_string(),
+                    Addon {
+                        default: version.clone(),
+                        versions: vec![version],
+                        ..addon.clone()
+                    },
+                ))
+            })
+            .collect();
+        let releases = spec.bundle.os_packages.as_ref().map(|o| o.releases.clone()).unwrap_or_default();
+        Catalog {
+            arches: bom.arches.clone(),
+            components,
+            default: spec.kubernetes.version.clone(),
+            minors: self
+                .minors
+                .iter()
+                .filter(|(k, _)| **k == minor)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            addons,
+            os: OsCatalog {
+                releases: self
+                    .os
+                    .releases
+                    .iter()
+                    .filter(|(k, _)| releases.contains(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                roles: self.os.roles.clone(),
+            },
+            origin: None,
+        }
     }
 
     pub fn default_kubernetes(&self) -> &str {
@@ -286,6 +353,32 @@ pub fn render(template: &str, version: &str, arch: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bundles_locked_catalog_completes_the_same_config_and_refuses_another_version() -> Result<(), Box<dyn std::error::Error>> {
+        let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", env!("CARGO_MANIFEST_DIR")))?;
+        let full = Catalog::builtin()?;
+        let cluster = crate::config::load_str(&text, "ha.yaml", &full)?;
+        let bom = crate::resolve::resolve(&cluster, &full, &Default::default())?;
+        let mut locked = full.locked_for(&cluster, &bom);
+        // It travels as YAML in bundle.yaml and reads back the same.
+        let back: Catalog = serde_saphyr::from_str(&serde_saphyr::to_string(&locked)?)?;
+        assert_eq!(back, locked);
+        assert_eq!(locked.minors.len(), 1);
+        assert!(
+            locked
+                .minor("v1.33.4")
+                .is_some_and(|m| m.kubeadm_api_version.starts_with("kubeadm.k8s.io/"))
+        );
+        // The offline side completes the config exactly as the builder did.
+        assert_eq!(crate::config::load_str(&text, "ha.yaml", &locked)?, cluster);
+        locked.origin = Some("k.tar.zst".into());
+        let other = text.replace("version: v1.33.4", "version: v1.33.1");
+        let err = crate::config::load_str(&other, "ha.yaml", &locked).unwrap_err().to_string();
+        assert!(err.contains("Kubernetes v1.33.1 is not in the catalog"), "{err}");
+        assert!(err.contains("the bundle carries only what it was built for"), "{err}");
+        Ok(())
+    }
 
     #[test]
     fn builtin_catalog_reads() {

@@ -202,6 +202,7 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
         created_by: concat!("kubexm-bundle ", env!("CARGO_PKG_VERSION")).into(),
         config_digest: format!("sha256:{}", sha256_hex(&config_bytes)),
         lock: bom.clone(),
+        catalog: Some(catalog.locked_for(&cluster, &bom)),
         members: kubexm_bundle::pack::listing(&members),
     };
     let yaml_sha = sha256_hex(

@@ -23,6 +23,12 @@ pub struct BundleManifest {
     pub config_digest: String,
     /// The resolved BOM with every digest pinned.
     pub lock: Bom,
+    /// The slice of the catalog the bundle was built with (the Kubernetes
+    /// minor and its kubeadm API, the component and addon versions it holds):
+    /// the offline side validates and completes cluster.yaml against it and
+    /// needs no catalog of its own. Bundles built before it existed lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<kubexm_bom::catalog::Catalog>,
     /// Every other member, in archive order.
     pub members: Vec<Member>,
 }

@@ -45,6 +45,7 @@ pub fn manifest(members: Vec<Member>) -> BundleManifest {
         name: "t".into(),
         created_by: "test".into(),
         config_digest: "sha256:00".into(),
+        catalog: None,
         lock,
         members,
     }

@@ -216,15 +216,29 @@ def main():
     write(os.path.join(files, f"github.com/opencontainers/runc/releases/download/{RUNC}/runc.sha256sum"), ("\n".join(runc_sums) + "\n").encode())
 
     for rel, workloads in MANIFESTS.items():
-        write(os.path.join(files, rel), manifest(workloads).encode())
+        write(os.path.join(files, rel), manifest(workloads, rel).encode())
     charts(files)
     images(os.path.join(out, "images"), busybox, out)
     catalog(out, digests)
 
 
-def manifest(workloads):
+# The text upstream's manifests hold where kubexm fills in cluster.yaml's
+# settings (manifests/addon-patches.yaml), shaped and indented as upstream
+# has it, so a patch that would miss the real manifest misses these too.
+UPSTREAM_TEXT = {
+    "calico.yaml": "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: calico-node-settings\n  namespace: kube-system\nspec:\n  template:\n    spec:\n      containers:\n        - name: calico-node\n          env:\n            - name: CALICO_NETWORKING_BACKEND\n              value: \"bird\"\n            # The default IPv4 pool to create on startup if none exists. Pod IPs will be\n            # chosen from this range. Changing this value after installation will have\n            # no effect. This should fall within `--cluster-cidr`.\n            # - name: CALICO_IPV4POOL_CIDR\n            #   value: \"192.168.0.0/16\"\n",
+    "kube-flannel.yml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kube-flannel-cfg\n  namespace: kube-flannel\ndata:\n  net-conf.json: |\n    {\n      \"Network\": \"10.244.0.0/16\",\n      \"EnableNFTables\": false,\n      \"Backend\": {\n        \"Type\": \"vxlan\"\n      }\n    }\n",
+    "nodelocaldns.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: node-local-dns\n  namespace: kube-system\ndata:\n  Corefile: |\n    __PILLAR__DNS__DOMAIN__:53 {\n        errors\n        cache {\n                success 9984 30\n                denial 9984 5\n        }\n        reload\n        loop\n        bind __PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__\n        forward . __PILLAR__DNS__SERVER__ {\n                force_tcp\n        }\n        health __PILLAR__LOCAL__DNS__:8080\n        }\n",
+    "openebs-lite-sc.yaml": "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: openebs-hostpath\n  annotations:\n    openebs.io/cas-type: local\n    cas.openebs.io/config: |\n      - name: StorageType\n        value: \"hostpath\"\n      - name: BasePath\n        value: \"/var/openebs/local/\"\nprovisioner: openebs.io/local\nreclaimPolicy: Delete\nvolumeBindingMode: WaitForFirstConsumer\n",
+}
+
+
+def manifest(workloads, rel=""):
     docs = ["# kubexm lab fixture: a small stand-in for the upstream manifest at this path.\n"
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kubexm-lab-fixture\n  namespace: kube-system\ndata:\n  note: lab fixture\n"]
+    extra = UPSTREAM_TEXT.get(rel.rsplit("/", 1)[-1])
+    if extra:
+        docs.append(extra)
     for kind, name, ns, init, containers in workloads:
         lines = [f"apiVersion: apps/v1\nkind: {kind}\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n"
                  f"  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n"]

@@ -1,9 +1,8 @@
-//! What every phase reads, in one place: the inputs of a deployment plan
-//! (config, lock, bundle, file server, PKI, host arches, phases) and the
-//! topology helpers phases share (addresses, first control-plane node,
-//! registry host), plus the step that puts a bundle component on a host.
-//! Phases import this module, never each other's files or the pipeline
-//! that assembles them (`deploy`).
+//! What every phase reads, in one place: the [`Context`] of a deployment
+//! plan (config and its topology, computed once in `kubexm_bom::topology`;
+//! lock, bundle, file server, PKI, host arches, phases), plus the step that
+//! puts a bundle component on a host. Phases import this module, never each
+//! other's files or the pipeline that assembles them (`pipelines`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubexm_bom::config::Cluster;
+use kubexm_bom::topology::Topology;
 use kubexm_bom::{Bom, FileItem};
 
 use crate::engine::files::Unless;
@@ -19,24 +19,13 @@ use crate::engine::steps::{Distribute, FileCopy, Shell};
 use crate::engine::transport::shell_quote as q;
 use crate::pki;
 
-/// Where the registry CA goes on every host.
-pub const HOST_CA: &str = "/etc/kubexm/pki/registry-ca.crt";
-
-/// The first control-plane node: where kubeadm inits and addons are applied.
-pub fn first_control_plane(cluster: &Cluster) -> anyhow::Result<String> {
-    cluster
-        .spec
-        .role_groups
-        .control_plane
-        .first()
-        .cloned()
-        .ok_or_else(|| crate::DeployError::Config("roleGroups.control-plane is empty".into()).into())
-}
+pub use crate::paths::HOST_CA;
+use crate::paths::{HOST_FILES, INSTALLED};
 
 /// A component from the bundle on a host: its archive fetched from the file
 /// server (sha256 checked), then each `install` entry extracted into place.
 pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) -> Vec<Arc<dyn Step>> {
-    let stash = format!("/var/lib/kubexm/files/{}", file.path.trim_start_matches("files/"));
+    let stash = format!("{HOST_FILES}/{}", file.path.trim_start_matches("files/"));
     let fetch = Distribute {
         name: format!("{}-fetch", file.component),
         files: vec![FileCopy {
@@ -51,7 +40,7 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
         }],
         ca: Some(HOST_CA.into()),
     };
-    let stamp = format!("/var/lib/kubexm/installed/{}", file.component);
+    let stamp = format!("{INSTALLED}/{}", file.component);
     let mut apply = String::from("set -e\n");
     for e in &file.install {
         if e.from.ends_with('/') {
@@ -78,7 +67,7 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
     let id = format!("{} {} {}", file.version, file.arch, fetch.files[0].sha256);
     // The downloaded archive is a temporary file: gone once installed.
     apply.push_str(&format!(
-        "mkdir -p /var/lib/kubexm/installed\necho {} > {}\nrm -f {}\n",
+        "mkdir -p {INSTALLED}\necho {} > {}\nrm -f {}\n",
         q(&id),
         q(&stamp),
         q(&stash)
@@ -106,15 +95,35 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
     ]
 }
 
-impl Inputs<'_> {
-    /// The arch of `host` (from facts; amd64 when unknown, as in a dry run).
-    pub fn arch_of(&self, host: &str) -> String {
-        self.arches.get(host).cloned().unwrap_or_else(|| "amd64".into())
+impl Context<'_> {
+    /// The arch of `host`: from facts, or from the config in a dry run.
+    pub fn arch_of(&self, host: &str) -> anyhow::Result<&str> {
+        self.arches.get(host).map(String::as_str).ok_or_else(|| {
+            crate::DeployError::Config(format!(
+                "{host}: its arch is unknown (no facts); set hosts[].arch in cluster.yaml or let the install gather facts"
+            ))
+            .into()
+        })
+    }
+
+    /// The Kubernetes CA and join credentials (made when a kubeadm phase is chosen).
+    pub fn kube(&self) -> anyhow::Result<&crate::kube_pki::KubePki> {
+        self.kube
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("the Kubernetes PKI was not prepared for this plan"))
+    }
+
+    /// The registry service (`host`, `address:port`), or what to do without one.
+    pub fn registry(&self) -> anyhow::Result<&kubexm_bom::topology::RegistryAt> {
+        self.topo
+            .registry
+            .as_ref()
+            .ok_or_else(|| crate::DeployError::Config("no registry host: set roleGroups.registry (registry.mode: local)".into()).into())
     }
 
     /// The bundle's `component` for `host`'s arch, or what to do when it is missing.
     pub fn bundle_file(&self, host: &str, component: &str) -> anyhow::Result<&FileItem> {
-        let arch = self.arch_of(host);
+        let arch = self.arch_of(host)?;
         self.bom
             .files
             .iter()
@@ -128,9 +137,12 @@ impl Inputs<'_> {
     }
 }
 
-/// Everything a deployment plan needs besides the config.
-pub struct Inputs<'a> {
+/// Everything a deployment plan reads, built once per run.
+pub struct Context<'a> {
     pub cluster: &'a Cluster,
+    /// The config's topology: addresses, first control-plane node,
+    /// registry, endpoint, cluster DNS, addons.
+    pub topo: Topology,
     pub bom: &'a Bom,
     pub bundle_dir: &'a Path,
     /// The file server as hosts reach it.
@@ -139,40 +151,21 @@ pub struct Inputs<'a> {
     pub ca_pem: &'a [u8],
     /// The installer's PKI (`<root>/pki`), or placeholders in a dry run.
     pub pki: &'a pki::Pki,
+    /// The Kubernetes CA and join credentials, when a kubeadm phase runs.
+    pub kube: Option<crate::kube_pki::KubePki>,
     /// Members of the bundle read in memory (a dry run, which unpacks
     /// nothing); otherwise they are read from `bundle_dir`.
     pub members: Option<&'a BTreeMap<String, Vec<u8>>>,
-    /// Host name → arch (from facts).
-    pub arches: &'a BTreeMap<String, String>,
+    /// Host name → arch (from facts; from the config in a dry run).
+    pub arches: BTreeMap<String, String>,
     pub phases: &'a [String],
     /// The bundle file, its signature and public key (none if unsigned), for the registry host.
     pub bundle: &'a Path,
     pub pubkey: Option<&'a Path>,
     /// The installer binary, which the registry host runs as its registry service.
     pub installer: &'a Path,
-    /// The kubeadm config API of the Kubernetes version (from the catalog).
+    /// The kubeadm config API of the Kubernetes version (from the bundle's lock).
     pub kubeadm_api: &'a str,
     /// Where the admin kubeconfig is written for the user.
     pub kubeconfig: &'a Path,
-}
-
-/// The registry host: `roleGroups.registry`, else the first control-plane node.
-pub fn registry_host(cluster: &Cluster) -> Option<String> {
-    let g = &cluster.spec.role_groups;
-    g.registry.first().or_else(|| g.control_plane.first()).cloned()
-}
-
-/// `address:port` of the registry service nodes pull from.
-pub fn registry_address(cluster: &Cluster) -> Option<String> {
-    registry_host(cluster).map(|h| format!("{}:{}", address_of(cluster, &h), cluster.spec.registry.port))
-}
-
-pub fn address_of(cluster: &Cluster, host: &str) -> String {
-    cluster
-        .spec
-        .hosts
-        .iter()
-        .find(|h| h.name == host)
-        .map(|h| h.internal_address.clone().unwrap_or_else(|| h.address.clone()))
-        .unwrap_or_default()
 }

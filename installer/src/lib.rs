@@ -4,17 +4,17 @@
 //! server ([`serve`], TLS from the installer's CA in [`pki`]) or push its
 //! images into a site registry ([`mirror`]), write containerd `hosts.toml`
 //! files that send nodes to it ([`hosts`]), and deploy the cluster over SSH
-//! in phases ([`deploy`] and the phase modules, run by the [`engine`]).
+//! in phases ([`pipelines`] of [`phases`], run by the [`engine`]).
 
-pub mod addons;
 pub mod context;
-pub mod deploy;
 pub mod hosts;
-pub mod kubeadm;
+pub mod kube_pki;
 pub mod mirror;
 pub mod ops;
 pub mod os_packages;
+pub mod paths;
 pub mod phases;
+pub mod pipelines;
 pub mod pki;
 pub mod serve;
 pub mod template;
@@ -56,7 +56,7 @@ pub fn classify(err: anyhow::Error) -> anyhow::Error {
 }
 
 /// The installer's state root (`/var/lib/kubexm`).
-pub const ROOT: &str = "/var/lib/kubexm";
+pub use paths::ROOT;
 
 /// The systemd unit that keeps the registry serving after the installer exits.
 /// Placeholders: `{{BINARY}}`, `{{BUNDLE_DIR}}`, `{{LISTEN}}`, `{{CERT}}`, `{{KEY}}`.

@@ -51,10 +51,7 @@ pub struct AptInstall {
     pub ca: Option<String>,
 }
 
-/// Where other apt sources wait while the step runs.
-const ASIDE: &str = "/etc/apt/kubexm-aside";
-const LIST: &str = "/etc/apt/sources.list.d/kubexm-bundle.list";
-const LISTS: &str = "/var/lib/kubexm/apt-lists";
+use crate::paths::{APT_ASIDE as ASIDE, APT_LIST as LIST, APT_LISTS as LISTS};
 
 impl AptInstall {
     fn script(&self) -> String {

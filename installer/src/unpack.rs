@@ -58,7 +58,7 @@ impl UnpackError {
     /// I/O, everything else a verification failure.
     pub fn classified(self) -> anyhow::Error {
         let class = match &self {
-            UnpackError::Io { .. } => kubexm_cli::Class::Io,
+            UnpackError::Io { .. } | UnpackError::Verify(verify::VerifyError::Io { .. }) => kubexm_cli::Class::Io,
             _ => kubexm_cli::Class::Verify,
         };
         kubexm_cli::classified(class, self)

@@ -73,3 +73,40 @@ fn facts_dry_run_prints_the_plan_and_touches_no_host() {
 fn manifest_dir() -> String {
     std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")
 }
+
+#[test]
+fn a_bundle_built_before_the_lock_carried_the_catalog_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("old.tar.zst");
+    let mut old = kubexm_bundle::testing::manifest(vec![]);
+    old.catalog = None;
+    old.created_by = "kubexm-bundle 0.0.9".into();
+    let yaml = old.to_yaml().unwrap();
+    kubexm_bundle::testing::raw_archive(&bundle, &[("bundle.yaml", yaml.as_bytes(), tar::EntryType::Regular)]).unwrap();
+    let ha = format!("{}/../examples/ha.yaml", manifest_dir());
+    let out = Command::cargo_bin("kubexm-install")
+        .unwrap()
+        .args(["-f", &ha, "--allow-unsigned", "--dry-run", "--bundle"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("built by an older kubexm-bundle (kubexm-bundle 0.0.9)") && err.contains("rebuild it with this kubexm-bundle"),
+        "{err}"
+    );
+}
+
+#[test]
+fn catalog_is_no_longer_taken_by_the_installer() {
+    let ha = format!("{}/../examples/ha.yaml", manifest_dir());
+    let out = Command::cargo_bin("kubexm-install")
+        .unwrap()
+        .args(["-f", &ha, "--bundle", "k.tar.zst", "--catalog", "c.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the bundle's lock carries what it needs"), "{err}");
+}

@@ -293,14 +293,12 @@ pub fn unpack_command(bundle: &Path, pubkey: &Path, root: &Path) -> Command {
     c
 }
 
-/// `kubexm-install --bundle -f CONFIG` with the lab catalog, the root and
+/// `kubexm-install --bundle -f CONFIG` (the bundle's lock carries the lab catalog), the root and
 /// state under `dir`, served on the lab gateway, optionally some phases only.
 pub fn install_command(lab: &Lab, config: &Path, bundle: &Path, pubkey: &Path, dir: &Path, phases: Option<&str>) -> Command {
     let mut c = Command::new(bin("kubexm-install"));
     c.arg("-f")
         .arg(config)
-        .arg("--catalog")
-        .arg(&lab.desc.fixture.catalog)
         .arg("--bundle")
         .arg(bundle)
         .arg("--pubkey")

@@ -143,7 +143,8 @@ impl Default for BundleSpec {
 ///
 /// Runs on a config that passed validation, so every version it looks up
 /// exists in the catalog; anything it cannot fill stays as the user wrote it.
-pub fn complete(cluster: &mut Cluster, catalog: &Catalog) {
+/// Without a catalog only the host and role defaults are filled.
+pub fn complete(cluster: &mut Cluster, catalog: Option<&Catalog>) {
     let spec = &mut cluster.spec;
     let d = spec.host_defaults.clone();
     for host in &mut spec.hosts {
@@ -171,6 +172,7 @@ pub fn complete(cluster: &mut Cluster, catalog: &Catalog) {
     if spec.registry.mode == RegistryMode::Local && spec.role_groups.registry.is_empty() {
         spec.role_groups.registry = spec.role_groups.control_plane.iter().take(1).cloned().collect();
     }
+    let Some(catalog) = catalog else { return };
     if spec.kubernetes.version.is_empty() {
         spec.kubernetes.version = catalog.default_kubernetes().to_string();
     }

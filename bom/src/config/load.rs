@@ -35,6 +35,17 @@ pub enum LoadError {
 
 /// Reads, validates and completes a config file.
 pub fn load_file(path: &Path, catalog: &Catalog) -> Result<Cluster, LoadError> {
+    load_file_with(path, Some(catalog))
+}
+
+/// Reads and validates a config file for an operation that only reaches its
+/// hosts (reset, facts): everything is checked except what needs a catalog
+/// (versions, arches, OS releases), and versions are not filled in.
+pub fn load_file_hosts(path: &Path) -> Result<Cluster, LoadError> {
+    load_file_with(path, None)
+}
+
+fn load_file_with(path: &Path, catalog: Option<&Catalog>) -> Result<Cluster, LoadError> {
     let file = path.display().to_string();
     let read_err = |source| LoadError::Read {
         file: file.clone(),
@@ -52,7 +63,7 @@ pub fn load_file(path: &Path, catalog: &Catalog) -> Result<Cluster, LoadError> {
         });
     }
     match String::from_utf8(bytes) {
-        Ok(text) => load_str(&text, &file, catalog),
+        Ok(text) => load_str_with(&text, &file, catalog),
         Err(e) => {
             let at = e.utf8_error().valid_up_to();
             let prefix = String::from_utf8_lossy(&e.as_bytes()[..at]);
@@ -71,6 +82,10 @@ pub fn load_file(path: &Path, catalog: &Catalog) -> Result<Cluster, LoadError> {
 
 /// Reads, validates and completes config text; `file` names it in messages.
 pub fn load_str(text: &str, file: &str, catalog: &Catalog) -> Result<Cluster, LoadError> {
+    load_str_with(text, file, Some(catalog))
+}
+
+fn load_str_with(text: &str, file: &str, catalog: Option<&Catalog>) -> Result<Cluster, LoadError> {
     if text.len() as u64 > MAX_CONFIG_BYTES {
         return Err(LoadError::TooLarge {
             file: file.into(),

@@ -13,8 +13,10 @@ use crate::diag::{Diagnostic, Kind, did_you_mean};
 use crate::image::ImageRef;
 use crate::net::{Cidr, is_dns_label, is_host_address};
 
-/// Runs every rule; returns every problem.
-pub fn check(c: &Cluster, catalog: &Catalog) -> Vec<Diagnostic> {
+/// Runs every rule; returns every problem. Without a catalog (operations
+/// that only reach hosts, such as reset) versions, arches and OS releases
+/// are not checked.
+pub fn check(c: &Cluster, catalog: Option<&Catalog>) -> Vec<Diagnostic> {
     let mut r = Rules { out: Vec::new(), catalog };
     r.document(c);
     r.hosts(&c.spec);
@@ -31,7 +33,7 @@ pub fn check(c: &Cluster, catalog: &Catalog) -> Vec<Diagnostic> {
 
 struct Rules<'a> {
     out: Vec<Diagnostic>,
-    catalog: &'a Catalog,
+    catalog: Option<&'a Catalog>,
 }
 
 impl Rules<'_> {
@@ -187,11 +189,20 @@ impl Rules<'_> {
         }
     }
 
+    /// What to add to a "not in the catalog" hint: where more versions come from.
+    fn more(&self) -> &'static str {
+        match self.catalog.and_then(|c| c.origin.as_deref()) {
+            Some(_) => "the bundle carries only what it was built for: use that, or rebuild the bundle with kubexm-bundle",
+            None => "or add it with --catalog FILE",
+        }
+    }
+
     fn arch(&mut self, p: &str, arch: &str) {
-        if !self.catalog.arches.iter().any(|a| a == arch) {
-            let known = self.catalog.arches.join(", ");
+        let Some(catalog) = self.catalog else { return };
+        if !catalog.arches.iter().any(|a| a == arch) {
+            let known = catalog.arches.join(", ");
             let mut msg = format!("arch `{arch}` has no binaries in the catalog (known: {known})");
-            if let Some(m) = did_you_mean(arch, self.catalog.arches.iter().map(String::as_str)) {
+            if let Some(m) = did_you_mean(arch, catalog.arches.iter().map(String::as_str)) {
                 msg.push_str(&format!("; did you mean `{m}`?"));
             }
             self.err(p, msg);
@@ -398,23 +409,21 @@ impl Rules<'_> {
     }
 
     fn versions(&mut self, s: &Spec) {
+        let Some(catalog) = self.catalog else { return };
         let v = &s.kubernetes.version;
-        if !v.is_empty() && !self.catalog.kubernetes_versions().contains(v) {
-            let known = self.catalog.kubernetes_versions();
+        if !v.is_empty() && !catalog.kubernetes_versions().contains(v) {
+            let known = catalog.kubernetes_versions();
             let minor = Catalog::minor_of(v);
             let same_minor: Vec<_> = known.iter().filter(|k| Catalog::minor_of(k) == minor).cloned().collect();
             let hint = if same_minor.is_empty() {
-                format!(
-                    "known minors: {}",
-                    self.catalog.minors.keys().cloned().collect::<Vec<_>>().join(", ")
-                )
+                format!("known minors: {}", catalog.minors.keys().cloned().collect::<Vec<_>>().join(", "))
             } else {
                 format!("{minor} versions the catalog has: {}", same_minor.join(", "))
             };
             self.hinted(
                 "spec.kubernetes.version",
                 format!("Kubernetes {v} is not in the catalog"),
-                format!("{hint}; or add it with --catalog FILE"),
+                format!("{hint}; {}", self.more()),
             );
         }
         let etcd = s.etcd.version.as_deref().filter(|_| s.etcd.mode == EtcdMode::Binary);
@@ -424,13 +433,13 @@ impl Rules<'_> {
             ("spec.containerRuntime.version", "containerd", runtime),
         ] {
             let Some(version) = version else { continue };
-            let Some(comp) = self.catalog.component(component) else { continue };
+            let Some(comp) = catalog.component(component) else { continue };
             if !comp.versions.contains_key(version) {
                 let known: Vec<_> = comp.versions.keys().rev().take(6).cloned().collect();
                 self.hinted(
                     path,
                     format!("{component} {version} is not in the catalog"),
-                    format!("newest known: {}; or add it with --catalog FILE", known.join(", ")),
+                    format!("newest known: {}; {}", known.join(", "), self.more()),
                 );
             }
         }
@@ -443,14 +452,14 @@ impl Rules<'_> {
     }
 
     fn addon_version(&mut self, path: &str, addon: &str, version: Option<&str>) {
-        let (Some(v), Some(a)) = (version, self.catalog.addon(addon)) else {
+        let (Some(v), Some(a)) = (version, self.catalog.and_then(|c| c.addon(addon))) else {
             return;
         };
         if !a.versions.iter().any(|k| k == v) {
             self.hinted(
                 path,
                 format!("{addon} {v} is not in the catalog"),
-                format!("known: {}; or add it with --catalog FILE", a.versions.join(", ")),
+                format!("known: {}; {}", a.versions.join(", "), self.more()),
             );
         }
     }
@@ -603,7 +612,7 @@ impl Rules<'_> {
             );
         }
         for (i, r) in os.releases.iter().enumerate() {
-            if !self.catalog.os.releases.contains_key(r) {
+            if self.catalog.is_some_and(|c| !c.os.releases.contains_key(r)) {
                 self.hinted(
                     format!("{p}.releases[{i}]"),
                     format!("unknown OS release `{r}`"),
@@ -635,7 +644,12 @@ impl Rules<'_> {
     }
 
     fn os_release_names(&self) -> String {
-        self.catalog.os.releases.keys().cloned().collect::<Vec<_>>().join(", ")
+        self.catalog
+            .into_iter()
+            .flat_map(|c| c.os.releases.keys())
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 

@@ -3,21 +3,21 @@
 //! engine job. `dry_run` plans from the verified bundle in memory and
 //! writes nothing.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use kubexm_cli::{Class, classified};
 
 use super::{EngineSettings, engine_context};
+use crate::context::Context;
 use crate::engine::{jobs, run};
-use crate::{deploy, serve, unpack};
+use crate::pipelines::install as pipeline;
+use crate::{serve, unpack};
 
 /// What `install` is asked to do (flags, validated by the binary).
 #[derive(Debug, Clone)]
 pub struct InstallOptions {
     pub bundle: Option<PathBuf>,
     pub file: Option<PathBuf>,
-    pub catalog: Vec<PathBuf>,
     /// The bundle's public key; `None` with `allow_unsigned`.
     pub pubkey: Option<PathBuf>,
     pub allow_unsigned: bool,
@@ -47,28 +47,6 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
             anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
         ));
     };
-    let files: Vec<&std::path::Path> = args.catalog.iter().map(PathBuf::as_path).collect();
-    let catalog = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
-    let cluster = kubexm_bom::config::load_file(&file, &catalog)?;
-    let asked: Vec<String> = if args.phases.is_empty() {
-        deploy::PHASES.iter().map(|p| p.to_string()).collect()
-    } else {
-        args.phases.clone()
-    };
-    let (phases, missing) = deploy::select(&asked).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
-    if !missing.is_empty() {
-        return Err(classified(
-            Class::Unsupported,
-            anyhow::anyhow!(
-                "{}: config valid (cluster {}); phase(s) {} are not supported yet, and nothing was touched. \
-                 This release deploys --phases {}",
-                file.display(),
-                cluster.metadata.name,
-                missing.join(", "),
-                deploy::IMPLEMENTED.join(",")
-            ),
-        ));
-    }
     let Some(bundle) = &args.bundle else {
         return Err(classified(
             Class::Usage,
@@ -81,6 +59,39 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
             anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
         ));
     }
+    // The config is checked against the catalog the bundle carries before
+    // anything is unpacked (bundle.yaml is its first member); the verified
+    // copy read below is the one planned from.
+    let early = match kubexm_bundle::verify::read_manifest(bundle) {
+        Ok(m) => m,
+        Err(e) => {
+            // The config's own errors come first even without a readable
+            // bundle (only its versions need the bundle's catalog).
+            kubexm_bom::config::load_file_hosts(&file)?;
+            return Err(unpack::UnpackError::from(e).classified());
+        }
+    };
+    let cluster = kubexm_bom::config::load_file(&file, &super::lock_catalog(&early, bundle)?)?;
+    let asked: Vec<String> = if args.phases.is_empty() {
+        pipeline::PHASES.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.phases.clone()
+    };
+    let (phases, missing) = pipeline::select(&asked).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
+    if !missing.is_empty() {
+        return Err(classified(
+            Class::Unsupported,
+            anyhow::anyhow!(
+                "{}: config valid (cluster {}); phase(s) {} are not supported yet, and nothing was touched. \
+                 This release deploys --phases {}",
+                file.display(),
+                cluster.metadata.name,
+                missing.join(", "),
+                pipeline::IMPLEMENTED.join(",")
+            ),
+        ));
+    }
+    let topo = kubexm_bom::topology::Topology::of(&cluster).map_err(|e| classified(Class::Config, anyhow::Error::from(e)))?;
     let t = match &args.pubkey {
         Some(k) => unpack::Trust::PublicKey(k.clone()),
         None => unpack::Trust::Unsigned,
@@ -88,13 +99,21 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     // A dry run verifies the bundle and plans from it in memory: it writes
     // nothing anywhere (no unpack, no PKI, no state); values made at apply
     // time print as <generated>.
-    let (bom, bundle_dir, members) = if args.dry_run {
+    let (manifest, bundle_dir, members) = if args.dry_run {
         let p = unpack::read_for_plan(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
-        (p.manifest.lock, p.dir, Some(p.members))
+        (p.manifest, p.dir, Some(p.members))
     } else {
         let u = unpack::unpack(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
-        (u.manifest.lock, u.dir, None)
+        (u.manifest, u.dir, None)
     };
+    if manifest != early {
+        return Err(classified(
+            Class::Verify,
+            anyhow::anyhow!("{}: the bundle changed while it was read; run again", bundle.display()),
+        ));
+    }
+    let catalog = super::lock_catalog(&manifest, bundle)?;
+    let bom = manifest.lock;
     let pki_dir = args.root.join("pki");
     let pki = if args.dry_run {
         crate::pki::Pki::DryRun
@@ -113,37 +132,54 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     let kubeadm_api = catalog
         .minor(&cluster.spec.kubernetes.version)
         .map(|m| m.kubeadm_api_version.clone())
-        .ok_or_else(|| anyhow::anyhow!("the catalog has no kubeadm API for Kubernetes {}", cluster.spec.kubernetes.version))?;
+        .ok_or_else(|| {
+            classified(
+                Class::Config,
+                anyhow::anyhow!(
+                    "{}: the bundle's lock has no kubeadm API for Kubernetes {}; rebuild it with this kubexm-bundle",
+                    bundle.display(),
+                    cluster.spec.kubernetes.version
+                ),
+            )
+        })?;
     let kubeconfig = args
         .kubeconfig
         .clone()
         .unwrap_or_else(|| args.root.join(format!("{}.kubeconfig", cluster.metadata.name)));
-    let plan_for = |arches: &BTreeMap<String, String>| {
-        deploy::pipeline(&deploy::Inputs {
-            bundle,
-            pubkey: args.pubkey.as_deref(),
-            installer: &installer,
-            cluster: &cluster,
-            bom: &bom,
-            bundle_dir: &bundle_dir,
-            file_server: &file_server,
-            ca_pem: &ca_pem,
-            pki: &pki,
-            members: members.as_ref(),
-            arches,
-            phases: &phases,
-            kubeadm_api: &kubeadm_api,
-            kubeconfig: &kubeconfig,
-        })
+    let kube = if phases.iter().any(|p| p == "control-plane" || p == "workers") {
+        Some(crate::kube_pki::KubePki::ensure(&pki)?)
+    } else {
+        None
     };
-    if args.dry_run {
-        let arches = cluster
+    // The context, built once; a real run fills in the arches from facts.
+    let mut ctx = Context {
+        bundle,
+        pubkey: args.pubkey.as_deref(),
+        installer: &installer,
+        cluster: &cluster,
+        topo,
+        bom: &bom,
+        bundle_dir: &bundle_dir,
+        file_server: &file_server,
+        ca_pem: &ca_pem,
+        pki: &pki,
+        kube,
+        members: members.as_ref(),
+        arches: cluster
             .spec
             .hosts
             .iter()
-            .map(|h| (h.name.clone(), h.arch.clone().unwrap_or_else(|| "amd64".into())))
-            .collect();
-        return Ok(InstallReport::Plan(plan_for(&arches)?.plan()?.describe()));
+            .filter_map(|h| Some((h.name.clone(), h.arch.clone()?)))
+            .collect(),
+        phases: &phases,
+        kubeadm_api: &kubeadm_api,
+        kubeconfig: &kubeconfig,
+    };
+    if args.dry_run {
+        for h in &cluster.spec.hosts {
+            ctx.arches.entry(h.name.clone()).or_insert_with(|| "amd64".into());
+        }
+        return Ok(InstallReport::Plan(pipeline::pipeline(&ctx)?.plan()?.describe()));
     }
     let (state, stop, rt) = engine_context(&cluster, &args.engine)?;
     // The file server runs for the install's duration.
@@ -190,7 +226,7 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
         ));
     }
     if phases.iter().any(|p| p == "preflight") {
-        let mut refused = deploy::preflight(&cluster, &bom, &facts.facts, &phases);
+        let mut refused = crate::phases::preflight::refusals(&cluster, &bom, &facts.facts, &phases);
         refused.extend(crate::endpoint::preflight(&cluster));
         if cluster.spec.preflight.leftovers == kubexm_bom::config::model::LeftoverPolicy::Warn {
             for f in facts.facts.iter().filter(|f| f.managed.is_empty() && !f.leftovers.is_empty()) {
@@ -209,8 +245,8 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
             ));
         }
     }
-    let arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
-    let pipeline = plan_for(&arches)?;
+    ctx.arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
+    let pipeline = pipeline::pipeline(&ctx)?;
     let eo = args.engine.options(run::Policy::FailFast);
     let ex = rt.block_on(jobs::execute(&cluster, state, "install", &connect, &eo, stop, |_| Ok(pipeline)));
     server.abort();
@@ -233,13 +269,18 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
         phases.join(", "),
         cluster.spec.hosts.len(),
         ex.job,
-        summary(&cluster, &phases, &kubeconfig)
+        summary(&cluster, &ctx.topo, &phases, &kubeconfig)
     )))
 }
 
 /// What the user has now, after a successful install.
-fn summary(cluster: &kubexm_bom::config::Cluster, phases: &[String], kubeconfig: &std::path::Path) -> String {
-    use crate::{addons, endpoint};
+fn summary(
+    cluster: &kubexm_bom::config::Cluster,
+    topo: &kubexm_bom::topology::Topology,
+    phases: &[String],
+    kubeconfig: &std::path::Path,
+) -> String {
+    use kubexm_bom::topology::AddonPhase;
     let g = &cluster.spec.role_groups;
     let has = |p: &str| phases.iter().any(|x| x == p);
     let mut s = String::new();
@@ -253,7 +294,7 @@ fn summary(cluster: &kubexm_bom::config::Cluster, phases: &[String], kubeconfig:
             "  control plane: {} (endpoint {}, mode {})
 ",
             g.control_plane.join(", "),
-            endpoint::endpoint(cluster),
+            topo.endpoint,
             serde_json::to_value(cluster.spec.control_plane_endpoint.mode)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
@@ -276,9 +317,9 @@ fn summary(cluster: &kubexm_bom::config::Cluster, phases: &[String], kubeconfig:
             g.worker.join(", ")
         ));
     }
-    for phase in ["cni", "addons"] {
+    for (phase, want) in [("cni", AddonPhase::Cni), ("addons", AddonPhase::Addons)] {
         if has(phase)
-            && let Ok(list) = addons::enabled(cluster, phase)
+            && let Ok(list) = crate::phases::addons::enabled(topo, want)
             && !list.is_empty()
         {
             s.push_str(&format!(
@@ -288,7 +329,7 @@ fn summary(cluster: &kubexm_bom::config::Cluster, phases: &[String], kubeconfig:
             ));
         }
     }
-    if let Some(r) = crate::deploy::registry_address(cluster).filter(|_| has("registry")) {
+    if let Some(r) = topo.registry.as_ref().map(|r| &r.address).filter(|_| has("registry")) {
         s.push_str(&format!(
             "  registry: https://{r} (CA /etc/kubexm/pki/registry-ca.crt on every host)
 "
@@ -299,7 +340,7 @@ fn summary(cluster: &kubexm_bom::config::Cluster, phases: &[String], kubeconfig:
             "  kubeconfig: {} (server {}); try: kubectl --kubeconfig {} get nodes
 ",
             kubeconfig.display(),
-            endpoint::external_server(cluster),
+            topo.external_server,
             kubeconfig.display()
         ));
     }

@@ -1,11 +1,25 @@
 //! Operations: one per command, shared by every trigger (the CLI today;
 //! API workers and day-2 commands later). Each takes typed options and
-//! returns a report; none prints. Progress goes out as the engine's events,
+//! returns a report; none prints. Engine jobs (install, reset, packages,
+//! facts) and status live here; unpack, serve, mirror and hosts-toml are
+//! the library functions of their modules, re-exported under their
+//! command's name. Progress goes out as the engine's events,
 //! to the sink the caller gives (the CLI's printer).
 
+pub mod facts;
 pub mod install;
 pub mod packages;
 pub mod reset;
+pub mod status;
+
+/// `hosts-toml`: containerd `hosts.toml` files for a registry ([`crate::hosts::write_all`]).
+pub use crate::hosts::write_all as hosts_toml;
+/// `mirror`: the bundle's images into a site registry ([`crate::mirror::mirror`]).
+pub use crate::mirror::mirror;
+/// `serve`: the bundle as a registry and file server ([`crate::serve::run`]).
+pub use crate::serve::run as serve;
+/// `unpack`: verify a bundle and unpack it under the root ([`crate::unpack::unpack`]).
+pub use crate::unpack::unpack;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,6 +73,28 @@ impl std::fmt::Debug for EngineSettings {
             .field("events", &self.events.is_some())
             .finish()
     }
+}
+
+/// The catalog a bundle's lock carries, which the offline side validates
+/// and completes cluster.yaml against (it needs no catalog of its own); a
+/// bundle built before the lock carried it is refused.
+pub fn lock_catalog(
+    manifest: &kubexm_bundle::manifest::BundleManifest,
+    bundle: &std::path::Path,
+) -> anyhow::Result<kubexm_bom::catalog::Catalog> {
+    let Some(catalog) = &manifest.catalog else {
+        return Err(classified(
+            Class::Config,
+            anyhow::anyhow!(
+                "{}: this bundle was built by an older kubexm-bundle ({}) and its lock carries no catalog; rebuild it with this kubexm-bundle",
+                bundle.display(),
+                manifest.created_by
+            ),
+        ));
+    };
+    let mut catalog = catalog.clone();
+    catalog.origin = Some(bundle.display().to_string());
+    Ok(catalog)
 }
 
 /// The state database, a Ctrl-C flag and a runtime for an engine job.

@@ -13,7 +13,6 @@ use crate::engine::{jobs, run, state::Outcome};
 #[derive(Debug, Clone)]
 pub struct PackagesOptions {
     pub file: PathBuf,
-    pub catalog: Vec<PathBuf>,
     /// An unpacked bundle (`<root>/bundles/<id>`).
     pub bundle_dir: PathBuf,
     /// The file server serving it, as hosts reach it.
@@ -33,12 +32,10 @@ pub struct PackagesReport {
 }
 
 pub fn packages(o: &PackagesOptions) -> anyhow::Result<PackagesReport> {
-    let files: Vec<&std::path::Path> = o.catalog.iter().map(PathBuf::as_path).collect();
-    let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
-    let cluster = kubexm_bom::config::load_file(&o.file, &cat)?;
     let mpath = o.bundle_dir.join(kubexm_bundle::manifest::MANIFEST_NAME);
     let manifest = kubexm_bundle::manifest::BundleManifest::from_yaml(&fs_err::read_to_string(&mpath)?)
         .map_err(|e| classified(Class::Io, anyhow::anyhow!("{}: {e}", mpath.display())))?;
+    let cluster = kubexm_bom::config::load_file(&o.file, &super::lock_catalog(&manifest, &o.bundle_dir)?)?;
     let repos = manifest.lock.os_repos;
     if repos.is_empty() {
         return Err(classified(

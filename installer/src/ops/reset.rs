@@ -1,6 +1,6 @@
 //! `reset`: stop and remove what kubexm installed on every host.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kubexm_cli::{Class, classified};
 
@@ -17,11 +17,9 @@ pub enum ResetReport {
 }
 
 /// Resets the cluster of `file` on its hosts (with `yes`), or returns the plan.
-pub fn reset(file: &Path, catalog: &[PathBuf], yes: bool, root: &Path, engine: &EngineSettings) -> anyhow::Result<ResetReport> {
-    let files: Vec<&std::path::Path> = catalog.iter().map(PathBuf::as_path).collect();
-    let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
-    let cluster = kubexm_bom::config::load_file(file, &cat)?;
-    let pipeline = crate::deploy::reset_pipeline(&cluster)?;
+pub fn reset(file: &Path, yes: bool, root: &Path, engine: &EngineSettings) -> anyhow::Result<ResetReport> {
+    let cluster = kubexm_bom::config::load_file_hosts(file)?;
+    let pipeline = crate::pipelines::reset::pipeline(&cluster)?;
     if !yes {
         return Ok(ResetReport::NotConfirmed {
             plan: pipeline.plan()?.describe(),

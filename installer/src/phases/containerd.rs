@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::context::{HOST_CA, Inputs, install_component, registry_address};
+use crate::context::{Context, HOST_CA, install_component};
 use crate::engine::files::PutFiles;
 use crate::engine::plan::{Module, Scope, Step, Task};
 use crate::engine::steps::Shell;
@@ -16,7 +16,7 @@ const CONTAINERD_UNIT: &str = include_str!("../../../manifests/templates/contain
 /// runc, crictl and the CNI plugins; `config.toml` with `config_path`, a
 /// `hosts.toml` per upstream registry pointing at the bundle's registry, the
 /// sandbox image from the bundle, and a systemd unit.
-pub fn module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyhow::Result<Module> {
+pub fn module(i: &Context) -> anyhow::Result<Module> {
     if i.cluster.spec.registry.mode != kubexm_bom::config::model::RegistryMode::Local {
         return Err(crate::DeployError::NotSupported(
             "registry.mode external (the containerd phase needs the bundle's registry; mirror with `kubexm-install mirror` meanwhile)"
@@ -24,7 +24,9 @@ pub fn module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyhow::Res
         )
         .into());
     }
-    let registry = registry_address(i.cluster).ok_or_else(|| anyhow::anyhow!("no registry host"))?;
+    let registry = i.registry()?.address.clone();
+    let hosts: Vec<String> = i.cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
+    let after_registry = i.phases.iter().any(|p| p == "registry");
     let target = crate::hosts::Target {
         registry: registry.clone(),
         prefix: None,
@@ -83,7 +85,7 @@ pub fn module(i: &Inputs, hosts: &[String], after_registry: bool) -> anyhow::Res
         0o644,
     ));
     let mut tasks = Vec::new();
-    for h in hosts {
+    for h in &hosts {
         let mut steps: Vec<Arc<dyn Step>> = Vec::new();
         for component in ["runc", "cni-plugins", "crictl", "containerd"] {
             let file = i.bundle_file(h, component)?;

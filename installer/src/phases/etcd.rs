@@ -4,35 +4,31 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::context::{Inputs, address_of, install_component};
+use crate::context::{Context, install_component};
 use crate::engine::files::PutFiles;
 use crate::engine::plan::{Module, Scope, Task};
 use crate::engine::steps::Shell;
 use crate::pki;
 use crate::template::render;
 
-/// Where etcd's certificates live on every member (and the control plane).
-pub const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
+use crate::paths::ETCD_PKI;
 const ETCD_UNIT: &str = include_str!("../../../manifests/templates/kubexm-etcd.service");
 
 /// etcd in binary mode: per member our certificates, the binaries for its
 /// arch, a systemd unit; then the whole cluster healthy over TLS.
-pub fn module(i: &Inputs) -> anyhow::Result<Module> {
+pub fn module(i: &Context) -> anyhow::Result<Module> {
     let members = i.cluster.spec.role_groups.etcd.clone();
     let ca = i.pki.ca("etcd", "kubexm etcd CA")?;
     let ca_pem = ca.cert_pem.clone();
-    let initial: Vec<String> = members
-        .iter()
-        .map(|m| format!("{m}=https://{}:2380", address_of(i.cluster, m)))
-        .collect();
+    let initial: Vec<String> = members.iter().map(|m| format!("{m}=https://{}:2380", i.topo.address(m))).collect();
     let client = i.pki.cert(&ca, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
     let mut tasks = Vec::new();
     for m in &members {
-        let addr = address_of(i.cluster, m);
+        let addr = i.topo.address(m).to_string();
         let names = vec![m.clone(), addr.clone(), "127.0.0.1".into(), "localhost".into()];
         let server = i.pki.cert(&ca, &format!("{m}-server"), m, &names, pki::Usage::ServerAndClient)?;
         let peer = i.pki.cert(&ca, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
-        let arch = i.arch_of(m);
+        let arch = i.arch_of(m)?;
         let file = i.bundle_file(m, "etcd")?;
         let unit = render(
             "kubexm-etcd.service",
@@ -43,7 +39,7 @@ pub fn module(i: &Inputs) -> anyhow::Result<Module> {
                 ("INITIAL_CLUSTER", &initial.join(",")),
                 ("DATA_DIR", &i.cluster.spec.etcd.data_dir.display().to_string()),
                 ("PKI", ETCD_PKI),
-                ("UNSUPPORTED_ARCH", if arch == "amd64" { "" } else { &arch }),
+                ("UNSUPPORTED_ARCH", if arch == "amd64" { "" } else { arch }),
             ],
             &[],
         )?;
@@ -81,10 +77,7 @@ pub fn module(i: &Inputs) -> anyhow::Result<Module> {
             after: vec![],
         });
     }
-    let endpoints: Vec<String> = members
-        .iter()
-        .map(|m| format!("https://{}:2379", address_of(i.cluster, m)))
-        .collect();
+    let endpoints: Vec<String> = members.iter().map(|m| format!("https://{}:2379", i.topo.address(m))).collect();
     let ctl = format!(
         "ETCDCTL_API=3 etcdctl --endpoints={} --cacert={ETCD_PKI}/ca.crt --cert={ETCD_PKI}/client.crt --key={ETCD_PKI}/client.key",
         endpoints.join(",")

@@ -4,23 +4,21 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::context::{HOST_CA, Inputs, address_of, registry_host};
+use crate::context::{Context, HOST_CA};
 use crate::engine::files::{PutFiles, Unless, Upload};
 use crate::engine::plan::{Module, Step, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
 use crate::pki;
 
-/// Where the registry host keeps the installer and the bundle.
-const REMOTE_BUNDLE: &str = "/var/lib/kubexm/upload";
+use crate::paths::{HOST_BUNDLES, REGISTRY_CERT, REGISTRY_KEY, REGISTRY_UPLOAD as REMOTE_BUNDLE, ROOT};
 
 /// The bundle's registry as a systemd service on the registry host: the
 /// installer binary and the bundle (verified and unpacked there), TLS from
 /// the installer's registry CA.
-pub fn module(i: &Inputs) -> anyhow::Result<Module> {
-    let host = registry_host(i.cluster)
-        .ok_or_else(|| crate::DeployError::Config("no registry host: set roleGroups.registry or control-plane".into()))?;
-    let arch = i.arches.get(&host).cloned().unwrap_or_default();
+pub fn module(i: &Context) -> anyhow::Result<Module> {
+    let host = i.registry()?.host.clone();
+    let arch = i.arch_of(&host)?;
     let mine = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -33,7 +31,7 @@ pub fn module(i: &Inputs) -> anyhow::Result<Module> {
         ))
         .into());
     }
-    let addr = address_of(i.cluster, &host);
+    let addr = i.topo.address(&host).to_string();
     let port = i.cluster.spec.registry.port;
     let ca = i.pki.ca("registry", "kubexm registry CA")?;
     let cert = i.pki.cert(
@@ -54,7 +52,7 @@ pub fn module(i: &Inputs) -> anyhow::Result<Module> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let remote_dir = format!("/var/lib/kubexm/bundles/{id}");
+    let remote_dir = format!("{HOST_BUNDLES}/{id}");
     let unpacked = format!("test -f {remote_dir}/bundle.yaml");
     // The uploaded bundle is a temporary file: removed once unpacked.
     let upload = |name: &str, local: &Path, dest: &str| -> anyhow::Result<Arc<dyn Step>> {
@@ -85,7 +83,7 @@ pub fn module(i: &Inputs) -> anyhow::Result<Module> {
         "bundle-unpack",
         Some(&unpacked),
         &format!(
-            "/usr/local/bin/kubexm-install unpack --bundle {r} {trust} --root /var/lib/kubexm 2>&1 && rm -f {r} {r}.minisig",
+            "/usr/local/bin/kubexm-install unpack --bundle {r} {trust} --root {ROOT} 2>&1 && rm -f {r} {r}.minisig",
             r = q(&remote)
         ),
     )));
@@ -93,14 +91,14 @@ pub fn module(i: &Inputs) -> anyhow::Result<Module> {
         "/usr/local/bin/kubexm-install",
         &remote_dir,
         &format!("0.0.0.0:{port}"),
-        "/etc/kubexm/pki/registry.crt",
-        "/etc/kubexm/pki/registry.key",
+        REGISTRY_CERT,
+        REGISTRY_KEY,
     )?;
     steps.push(Arc::new(PutFiles {
         name: "registry-service".into(),
         files: vec![
-            ("/etc/kubexm/pki/registry.crt".into(), cert.cert_pem.into_bytes(), 0o644),
-            ("/etc/kubexm/pki/registry.key".into(), cert.key_pem.into_bytes(), 0o600),
+            (REGISTRY_CERT.into(), cert.cert_pem.into_bytes(), 0o644),
+            (REGISTRY_KEY.into(), cert.key_pem.into_bytes(), 0o600),
             ("/etc/systemd/system/kubexm-registry.service".into(), unit.into_bytes(), 0o644),
         ],
         then: Some("systemctl daemon-reload && systemctl enable -q kubexm-registry && systemctl restart kubexm-registry".into()),

@@ -357,8 +357,6 @@ fn whole_install_on_four_hosts_one_arm64_a_failure_a_rerun_and_reset() {
         c.arg("reset")
             .arg("-f")
             .arg(&lab.desc.cluster)
-            .arg("--catalog")
-            .arg(&lab.desc.fixture.catalog)
             .arg("--root")
             .arg(dir.path().join("root"))
             .arg("--state")

@@ -29,8 +29,6 @@ fn facts_command(lab: &Lab, config: &Path, state: &Path, extra: &[&str]) -> Comm
     c.arg("facts")
         .arg("-f")
         .arg(config)
-        .arg("--catalog")
-        .arg(&lab.desc.fixture.catalog)
         .arg("--state")
         .arg(state)
         .args(["-o", "json"])

@@ -104,8 +104,6 @@ fn repositories_are_built_served_and_installed_on_amd64_and_arm64() {
         Command::new(bin("kubexm-install"))
             .args(["packages", "-f"])
             .arg(&cfg)
-            .arg("--catalog")
-            .arg(&lab.desc.fixture.catalog)
             .args(["--bundle-dir", &bdir, "--file-server", &format!("http://{addr}"), "--state"])
             .arg(state)
             .output()

@@ -20,6 +20,10 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub install: InstallArgs,
+    /// No longer taken: the bundle's lock carries what the offline side needs
+    /// from the catalog. Refused with that message.
+    #[arg(long = "catalog", value_name = "FILE", global = true, hide = true)]
+    pub catalog: Vec<PathBuf>,
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -33,9 +37,6 @@ pub struct InstallArgs {
     /// The cluster config (cluster.yaml).
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// Extend or override the built-in catalog with this file. Repeatable.
-    #[arg(long = "catalog", value_name = "FILE")]
-    pub catalog: Vec<PathBuf>,
     /// The bundle's minisign public key.
     #[arg(long, value_name = "FILE")]
     pub pubkey: Option<PathBuf>,
@@ -167,8 +168,6 @@ pub enum Command {
     Facts {
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
-        #[arg(long = "catalog", value_name = "FILE")]
-        catalog: Vec<PathBuf>,
         #[command(flatten)]
         engine: EngineArgs,
         /// Print the plan and touch no host.
@@ -184,9 +183,6 @@ pub enum Command {
     Packages {
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
-        /// Extend or override the built-in catalog with this file. Repeatable.
-        #[arg(long = "catalog", value_name = "FILE")]
-        catalog: Vec<PathBuf>,
         /// The unpacked bundle (its lock lists the repositories).
         #[arg(long, value_name = "DIR")]
         bundle_dir: PathBuf,
@@ -207,9 +203,6 @@ pub enum Command {
     Reset {
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
-        /// Extend or override the built-in catalog with this file. Repeatable.
-        #[arg(long = "catalog", value_name = "FILE")]
-        catalog: Vec<PathBuf>,
         /// Really reset: this deletes the cluster, including its etcd data.
         #[arg(long)]
         yes: bool,

@@ -2,7 +2,6 @@
 //! call, output or an error with its documented exit code.
 
 use std::io::Read;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -43,7 +42,23 @@ fn split_registry(r: &str) -> (String, Option<String>) {
     }
 }
 
+/// What `facts` gathered, as printed.
+struct Gathered {
+    job: i64,
+    facts: Vec<kubexm_installer::engine::facts::HostFacts>,
+    errors: Vec<String>,
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if !cli.catalog.is_empty() {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!(
+                "--catalog is not taken by kubexm-install: the bundle's lock carries what it needs from the catalog; \
+                 pass --catalog to kubexm-bundle when building the bundle"
+            ),
+        ));
+    }
     let Some(command) = cli.command else { return install(cli.install) };
     match command {
         Command::Unpack { bundle, trust: t, output } => {
@@ -166,37 +181,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Facts {
             file,
-            catalog,
             engine,
             dry_run,
             graph,
             output,
         } => {
-            let files: Vec<&std::path::Path> = catalog.iter().map(PathBuf::as_path).collect();
-            let cat = kubexm_bom::catalog::Catalog::with_overrides(&files)?;
-            let cluster = kubexm_bom::config::load_file(&file, &cat)?;
-            if dry_run || graph.is_some() {
-                let hosts = cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
-                let plan = kubexm_installer::engine::jobs::facts_pipeline(hosts, Default::default()).plan()?;
-                if let Some(g) = &graph {
-                    let tmp = g.with_extension("dot.tmp");
-                    fs_err::write(&tmp, plan.to_dot())?;
-                    fs_err::rename(&tmp, g)?;
-                }
-                if dry_run {
-                    print!("{}", plan.describe());
+            let report = ops::facts::facts(&ops::facts::FactsOptions {
+                file,
+                dry_run,
+                graph,
+                engine: engine.settings(),
+            })?;
+            let r = match report {
+                ops::facts::FactsReport::Plan(plan) => {
+                    print!("{plan}");
                     return Ok(());
                 }
-            }
-            let (state, stop, rt) = ops::engine_context(&cluster, &engine.settings())?;
-            let opts = engine.settings().connect();
-            let r = rt.block_on(kubexm_installer::engine::jobs::facts(
-                &cluster,
-                state,
-                &opts,
-                engine.settings().events,
-                stop,
-            ))?;
+                ops::facts::FactsReport::Gathered { job, facts, errors } => Gathered { job, facts, errors },
+            };
             match output {
                 Output::Json => println!(
                     "{}",
@@ -237,7 +239,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Packages {
             file,
-            catalog,
             bundle_dir,
             file_server,
             host_ca,
@@ -246,7 +247,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let opts = ops::packages::PackagesOptions {
                 file,
-                catalog,
                 bundle_dir,
                 file_server,
                 host_ca,
@@ -260,13 +260,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(e) => Err(classified(Class::Host, anyhow::anyhow!(e))),
             }
         }
-        Command::Reset {
-            file,
-            catalog,
-            yes,
-            root,
-            engine,
-        } => match ops::reset::reset(&file, &catalog, yes, &root, &engine.settings())? {
+        Command::Reset { file, yes, root, engine } => match ops::reset::reset(&file, yes, &root, &engine.settings())? {
             ops::reset::ResetReport::NotConfirmed { plan, refusal } => {
                 print!("{plan}");
                 Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
@@ -277,14 +271,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Command::Status { job, state } => {
-            if !state.exists() {
-                return Err(classified(
-                    Class::Io,
-                    anyhow::anyhow!("no state database at {}; pass --state", state.display()),
-                ));
-            }
-            let st = kubexm_installer::engine::state::State::open(&state, vec![])?;
-            print!("{}", kubexm_installer::engine::jobs::describe(&st, job)?);
+            print!("{}", ops::status::status(&state, job)?);
             Ok(())
         }
         Command::HostsToml {
@@ -338,7 +325,6 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
     let opts = ops::install::InstallOptions {
         bundle: args.bundle,
         file: args.file,
-        catalog: args.catalog,
         pubkey: args.pubkey,
         allow_unsigned: args.allow_unsigned,
         root: args.root,

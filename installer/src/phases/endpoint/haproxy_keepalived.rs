@@ -5,19 +5,20 @@
 use std::sync::Arc;
 
 use kubexm_bom::config::Cluster;
+use kubexm_bom::topology::Topology;
 
 use super::{haproxy_cfg, haproxy_steps};
-use crate::context::address_of;
 use crate::engine::files::PutFiles;
 use crate::engine::plan::Task;
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
+use crate::paths::KEEPALIVED_IN;
 use crate::template::render;
 
 const KEEPALIVED: &str = include_str!("../../../../manifests/templates/keepalived.conf");
 
 /// haproxy and keepalived on each loadbalancer host.
-pub fn tasks(cluster: &Cluster) -> anyhow::Result<Vec<Task>> {
+pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
     let e = &cluster.spec.control_plane_endpoint;
     let g = &cluster.spec.role_groups;
     let mut tasks = Vec::new();
@@ -26,16 +27,17 @@ pub fn tasks(cluster: &Cluster) -> anyhow::Result<Vec<Task>> {
     })?;
     let cfg = haproxy_cfg(
         cluster,
+        topo,
         &format!("the control-plane endpoint {vip}:{}", e.port),
         &format!("*:{}", e.port),
     )?;
     for (n, lb) in g.loadbalancer.iter().enumerate() {
-        let addr = address_of(cluster, lb);
+        let addr = topo.address(lb);
         let peers: Vec<String> = g
             .loadbalancer
             .iter()
             .filter(|p| *p != lb)
-            .map(|p| format!("        {}", address_of(cluster, p)))
+            .map(|p| format!("        {}", topo.address(p)))
             .collect();
         // The interface is found on the host (sed below).
         let conf = render(
@@ -46,7 +48,7 @@ pub fn tasks(cluster: &Cluster) -> anyhow::Result<Vec<Task>> {
                 ("VIP", &vip),
                 ("ROUTER_ID", &e.virtual_router_id.to_string()),
                 ("PRIORITY", &(150u32.saturating_sub(10 * n as u32).max(60)).to_string()),
-                ("ADDRESS", &addr),
+                ("ADDRESS", addr),
                 ("PEERS", &peers.join("\n")),
             ],
             &["INTERFACE"],
@@ -57,12 +59,12 @@ pub fn tasks(cluster: &Cluster) -> anyhow::Result<Vec<Task>> {
         };
         let render = format!(
             "iface={iface}; [ -n \"$iface\" ] || {{ echo 'no interface routes to the VIP {vip}; set controlPlaneEndpoint.interface' >&2; exit 1; }}; \
-             sed \"s/{{{{INTERFACE}}}}/$iface/g\" /etc/kubexm/keepalived.conf.in"
+             sed \"s/{{{{INTERFACE}}}}/$iface/g\" {KEEPALIVED_IN}"
         );
         let mut steps = haproxy_steps(cfg.clone());
         steps.push(Arc::new(PutFiles {
             name: "keepalived-template".into(),
-            files: vec![("/etc/kubexm/keepalived.conf.in".into(), conf.into_bytes(), 0o644)],
+            files: vec![(KEEPALIVED_IN.into(), conf.into_bytes(), 0o644)],
             then: None,
         }));
         steps.push(Arc::new(Shell::new(

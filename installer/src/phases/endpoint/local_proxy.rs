@@ -3,14 +3,15 @@
 //! it joins.
 
 use kubexm_bom::config::Cluster;
+use kubexm_bom::topology::Topology;
 
 use super::{haproxy_cfg, haproxy_steps};
 use crate::engine::plan::Task;
 
 /// haproxy on 127.0.0.1 on each proxied worker.
-pub fn tasks(cluster: &Cluster) -> anyhow::Result<Vec<Task>> {
+pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
     let mut tasks = Vec::new();
-    let cfg = haproxy_cfg(cluster, "the local API proxy (endpoint mode D)", "127.0.0.1:6443")?;
+    let cfg = haproxy_cfg(cluster, topo, "the local API proxy (endpoint mode D)", "127.0.0.1:6443")?;
     for w in cluster.local_proxy_hosts() {
         tasks.push(Task {
             name: format!("local-proxy-{w}"),

@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use kubexm_bom::config::Cluster;
 use kubexm_bom::config::model::EndpointMode;
+use kubexm_bom::topology::Topology;
 
-use crate::context::address_of;
+use crate::context::Context;
 use crate::engine::files::PutFiles;
 use crate::engine::plan::{Module, Step, Task};
 use crate::engine::steps::Shell;
@@ -28,50 +29,16 @@ const HAPROXY: &str = include_str!("../../../../manifests/templates/haproxy.cfg"
 /// The marker on the `/etc/hosts` line kubexm owns.
 pub const HOSTS_MARK: &str = "# kubexm control-plane endpoint";
 
-/// `domain:port`, what kubeadm and kubeconfigs use.
-pub fn endpoint(cluster: &Cluster) -> String {
-    let e = &cluster.spec.control_plane_endpoint;
-    format!("{}:{}", e.domain, e.port)
-}
-
-/// The address `domain` resolves to on `host`.
-pub fn resolves_to(cluster: &Cluster, host: &str) -> String {
-    let e = &cluster.spec.control_plane_endpoint;
-    match e.mode {
-        EndpointMode::LocalProxy => {
-            if cluster.spec.role_groups.control_plane.iter().any(|c| c == host) {
-                address_of(cluster, host)
-            } else {
-                "127.0.0.1".into()
-            }
-        }
-        _ => e.address.clone().unwrap_or_else(|| {
-            cluster
-                .spec
-                .role_groups
-                .control_plane
-                .first()
-                .map(|c| address_of(cluster, c))
-                .unwrap_or_default()
-        }),
+/// The address `domain` resolves to on `host`: in mode D 127.0.0.1 on
+/// proxied workers and the node's own address on control-plane nodes, else
+/// the VIP (or the first control-plane node).
+pub fn resolves_to(cluster: &Cluster, topo: &Topology, host: &str) -> String {
+    let cp = cluster.spec.role_groups.control_plane.iter().any(|c| c == host);
+    match cluster.spec.control_plane_endpoint.mode {
+        EndpointMode::LocalProxy if cp => topo.address(host).to_string(),
+        EndpointMode::LocalProxy => "127.0.0.1".into(),
+        _ => topo.endpoint_address.clone(),
     }
-}
-
-/// An address other machines (the user's) reach the API servers at.
-pub fn external_server(cluster: &Cluster) -> String {
-    let e = &cluster.spec.control_plane_endpoint;
-    let host = match (e.mode, &e.address) {
-        (EndpointMode::LocalProxy, _) | (_, None) => cluster
-            .spec
-            .role_groups
-            .control_plane
-            .first()
-            .map(|c| address_of(cluster, c))
-            .unwrap_or_default(),
-        (_, Some(a)) => a.clone(),
-    };
-    let port = if e.mode == EndpointMode::LocalProxy { 6443 } else { e.port };
-    format!("https://{host}:{port}")
 }
 
 /// What preflight refuses about the endpoint.
@@ -96,13 +63,13 @@ pub fn preflight(cluster: &Cluster) -> Vec<String> {
     out
 }
 
-pub(super) fn haproxy_cfg(cluster: &Cluster, purpose: &str, bind: &str) -> Result<String, crate::template::Unfilled> {
+pub(super) fn haproxy_cfg(cluster: &Cluster, topo: &Topology, purpose: &str, bind: &str) -> Result<String, crate::template::Unfilled> {
     let servers: Vec<String> = cluster
         .spec
         .role_groups
         .control_plane
         .iter()
-        .map(|c| format!("    server {c} {}:6443", address_of(cluster, c)))
+        .map(|c| format!("    server {c} {}:6443", topo.address(c)))
         .collect();
     render(
         "haproxy.cfg",
@@ -128,12 +95,16 @@ pub(super) fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
 }
 
 /// The loadbalancer phase for the configured mode (A or D).
-pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
+pub fn module(ctx: &Context) -> anyhow::Result<Module> {
+    plan(ctx.cluster, &ctx.topo)
+}
+
+fn plan(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Module> {
     let e = &cluster.spec.control_plane_endpoint;
     let mut tasks = Vec::new();
     // The endpoint's name on every host.
     for h in &cluster.spec.hosts {
-        let line = format!("{} {} {HOSTS_MARK}", resolves_to(cluster, &h.name), e.domain);
+        let line = format!("{} {} {HOSTS_MARK}", resolves_to(cluster, topo, &h.name), e.domain);
         tasks.push(Task {
             name: format!("endpoint-name-{}", h.name),
             hosts: vec![h.name.clone()],
@@ -150,8 +121,8 @@ pub fn module(cluster: &Cluster) -> anyhow::Result<Module> {
         });
     }
     match e.mode {
-        EndpointMode::HaproxyKeepalived => tasks.extend(haproxy_keepalived::tasks(cluster)?),
-        EndpointMode::LocalProxy => tasks.extend(local_proxy::tasks(cluster)?),
+        EndpointMode::HaproxyKeepalived => tasks.extend(haproxy_keepalived::tasks(cluster, topo)?),
+        EndpointMode::LocalProxy => tasks.extend(local_proxy::tasks(cluster, topo)?),
         other => return Err(crate::DeployError::NotSupported(format!("control-plane endpoint mode {other:?}")).into()),
     }
     Ok(Module {
@@ -176,15 +147,16 @@ mod tests {
     #[test]
     fn local_proxy_resolves_to_loopback_on_workers_and_self_on_control_plane() -> Result<(), Box<dyn std::error::Error>> {
         let c = cluster("local-proxy")?;
+        let t = Topology::of(&c)?;
         assert_eq!(c.local_proxy_hosts(), ["c", "d"]);
-        assert_eq!(resolves_to(&c, "c"), "127.0.0.1");
-        assert_eq!(resolves_to(&c, "b"), "10.0.0.2");
-        let cfg = haproxy_cfg(&c, "x", "127.0.0.1:6443")?;
+        assert_eq!(resolves_to(&c, &t, "c"), "127.0.0.1");
+        assert_eq!(resolves_to(&c, &t, "b"), "10.0.0.2");
+        let cfg = haproxy_cfg(&c, &t, "x", "127.0.0.1:6443")?;
         assert!(
             cfg.contains("server a 10.0.0.1:6443") && cfg.contains("server b 10.0.0.2:6443"),
             "{cfg}"
         );
-        let m = module(&c)?;
+        let m = plan(&c, &t)?;
         assert_eq!(m.tasks.iter().filter(|t| t.name.starts_with("local-proxy-")).count(), 2);
         Ok(())
     }
@@ -192,9 +164,10 @@ mod tests {
     #[test]
     fn mode_a_uses_the_vip_and_unicast_peers() -> Result<(), Box<dyn std::error::Error>> {
         let c = cluster("haproxy-keepalived")?;
-        assert_eq!(resolves_to(&c, "a"), "10.0.0.100");
-        assert_eq!(external_server(&c), "https://10.0.0.100:6443");
-        let m = module(&c)?;
+        let t = Topology::of(&c)?;
+        assert_eq!(resolves_to(&c, &t, "a"), "10.0.0.100");
+        assert_eq!(t.external_server, "https://10.0.0.100:6443");
+        let m = plan(&c, &t)?;
         assert_eq!(m.tasks.iter().filter(|t| t.name.starts_with("loadbalancer-")).count(), 2);
         assert!(preflight(&c).is_empty());
         Ok(())

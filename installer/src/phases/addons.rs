@@ -3,35 +3,29 @@
 //! control-plane node. Every image reference the bundle holds is rewritten to
 //! the registry (`<registry>/<upstream-host>/<repository>`), and the settings
 //! each upstream manifest leaves to the installer (pod CIDR, DNS addresses,
-//! storage path) are filled in from cluster.yaml.
+//! storage path) are filled in from cluster.yaml by the patches declared in
+//! `manifests/addon-patches.yaml`, each failing the plan when the text it
+//! expects is not there. Two phases share this file: `cni` ([`cni`]) and
+//! `addons` ([`module`]).
 
-use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kubexm_bom::config::Cluster;
 use kubexm_bom::image::ImageRef;
-use kubexm_bom::topology::{AddonPhase, enabled_addons};
+use kubexm_bom::topology::AddonPhase;
+use serde::Deserialize;
 
-use crate::context::Inputs;
+use crate::context::Context;
 use crate::engine::files::RunWith;
 use crate::engine::plan::{Module, Task};
 use crate::engine::transport::shell_quote as q;
 
-const METALLB_POOL: &str = include_str!("../../manifests/templates/metallb-pools.yaml");
-/// Where applied manifests are kept on the first control-plane node.
-pub const DIR: &str = "/etc/kubexm/addons";
-const KUBECTL: &str = "kubectl --kubeconfig /etc/kubernetes/admin.conf";
+use crate::paths::{ADDONS_DIR as DIR, ADMIN_CONF, APPLIED as APPLIED_STAMPS};
 
-/// The cluster DNS service address: the tenth of the service CIDR.
-pub fn cluster_dns_ip(service_cidr: &str) -> String {
-    let base = service_cidr.split('/').next().unwrap_or_default();
-    match base.parse::<Ipv4Addr>() {
-        Ok(a) => Ipv4Addr::from(u32::from(a) + 10).to_string(),
-        Err(_) => "10.96.0.10".into(),
-    }
-}
+const METALLB_POOL: &str = include_str!("../../../manifests/templates/metallb-pools.yaml");
+const PATCHES: &str = include_str!("../../../manifests/addon-patches.yaml");
 
 /// Rewrites every `image:` whose reference the bundle holds to `registry`.
 /// Returns the text and the references left alone (not in the bundle).
@@ -75,39 +69,77 @@ pub fn rewrite_images(text: &str, bundle: &BTreeSet<String>, registry: &str) -> 
     (out, foreign)
 }
 
-/// Fills in what an upstream manifest leaves to the installer.
-fn settings(addon: &str, text: &str, c: &Cluster) -> String {
+/// One declared patch of an upstream manifest (`manifests/addon-patches.yaml`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Patch {
+    find: String,
+    replace: String,
+    #[serde(default)]
+    when: Option<String>,
+    #[serde(default)]
+    within: Option<String>,
+    #[serde(default)]
+    once: bool,
+}
+
+/// The declared patches, by addon.
+fn patches() -> anyhow::Result<BTreeMap<String, Vec<Patch>>> {
+    serde_saphyr::from_str(PATCHES).map_err(|e| anyhow::anyhow!("manifests/addon-patches.yaml: {e}"))
+}
+
+/// Fills in what an addon's upstream manifests (file name, text) leave to
+/// the installer; a patch whose text none of them holds fails, naming it.
+fn settings(addon: &str, manifests: &mut [(String, String)], c: &Cluster, cluster_dns: &str) -> anyhow::Result<()> {
     let k = &c.spec.kubernetes;
-    match addon {
-        "calico" => text.replace(
-            "# - name: CALICO_IPV4POOL_CIDR\n            #   value: \"192.168.0.0/16\"",
-            &format!("- name: CALICO_IPV4POOL_CIDR\n              value: \"{}\"", k.pod_cidr),
-        ),
-        "flannel" => text.replace("\"Network\": \"10.244.0.0/16\"", &format!("\"Network\": \"{}\"", k.pod_cidr)),
-        "nodelocaldns" => text
-            .replace("__PILLAR__LOCAL__DNS__", &c.spec.dns.nodelocaldns.ip)
-            .replace("__PILLAR__DNS__DOMAIN__", &k.dns_domain)
-            .replace("__PILLAR__DNS__SERVER__", &cluster_dns_ip(&k.service_cidr)),
-        "openebs-localpv" => {
-            let mut t = text.replace("/var/openebs/local", &c.spec.storage.base_path.display().to_string());
-            if c.spec.storage.default_class && t.contains("kind: StorageClass") {
-                t = t.replacen(
-                    "  annotations:\n",
-                    "  annotations:\n    storageclass.kubernetes.io/is-default-class: \"true\"\n",
-                    1,
-                );
-            }
-            t
+    let path = c.spec.storage.base_path.display().to_string();
+    let values = [
+        ("POD_CIDR", k.pod_cidr.as_str()),
+        ("DNS_DOMAIN", k.dns_domain.as_str()),
+        ("CLUSTER_DNS", cluster_dns),
+        ("NODELOCALDNS_IP", c.spec.dns.nodelocaldns.ip.as_str()),
+        ("STORAGE_PATH", path.as_str()),
+    ];
+    for p in patches()?.remove(addon).unwrap_or_default() {
+        let on = match p.when.as_deref() {
+            None => true,
+            Some("storage.defaultClass") => c.spec.storage.default_class,
+            Some(other) => anyhow::bail!("manifests/addon-patches.yaml: {addon}: unknown `when: {other}`"),
+        };
+        if !on {
+            continue;
         }
-        _ => text.to_string(),
+        let replace = crate::template::render(&format!("addon-patches.yaml ({addon})"), &p.replace, &values, &[])?;
+        let mut found = false;
+        for (_, text) in manifests.iter_mut() {
+            if p.within.as_ref().is_some_and(|w| !text.contains(w.as_str())) || !text.contains(&p.find) {
+                continue;
+            }
+            found = true;
+            *text = if p.once {
+                text.replacen(&p.find, &replace, 1)
+            } else {
+                text.replace(&p.find, &replace)
+            };
+        }
+        if !found {
+            let names: Vec<&str> = manifests.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(crate::DeployError::Config(format!(
+                "{addon}: none of its manifests ({}) holds {:?}, which kubexm replaces to apply cluster.yaml's settings; \
+                 the upstream manifest changed: update manifests/addon-patches.yaml",
+                names.join(", "),
+                p.find
+            ))
+            .into());
+        }
     }
+    Ok(())
 }
 
 /// The addons of a phase that cluster.yaml turns on, in apply order.
-pub fn enabled(c: &Cluster, phase: &str) -> anyhow::Result<Vec<&'static str>> {
-    let want = if phase == "cni" { AddonPhase::Cni } else { AddonPhase::Addons };
+pub fn enabled(topo: &kubexm_bom::topology::Topology, want: AddonPhase) -> anyhow::Result<Vec<&'static str>> {
     let mut out = Vec::new();
-    for a in enabled_addons(&c.spec).into_iter().filter(|a| a.phase == want) {
+    for a in topo.addons.iter().filter(|a| a.phase == want) {
         if !APPLIED.contains(&a.name) {
             return Err(crate::DeployError::NotSupported(format!("the {} addon", a.name)).into());
         }
@@ -120,9 +152,9 @@ pub fn enabled(c: &Cluster, phase: &str) -> anyhow::Result<Vec<&'static str>> {
 const APPLIED: &[&str] = &["calico", "flannel", "nodelocaldns", "metallb", "openebs-localpv"];
 
 /// The manifests of one addon, rendered: (file name, text).
-pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(String, String)>> {
+pub fn render(i: &Context, addon: &str, registry: &str) -> anyhow::Result<Vec<(String, String)>> {
     let bundle: BTreeSet<String> = i.bom.images.iter().map(|im| im.reference.to_string()).collect();
-    let mut out = Vec::new();
+    let mut upstream = Vec::new();
     let items: Vec<_> = i.bom.manifests.iter().filter(|m| m.addon == addon).collect();
     if items.is_empty() {
         return Err(crate::DeployError::Config(format!(
@@ -138,7 +170,13 @@ pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(St
                 .ok_or_else(|| anyhow::anyhow!("the bundle has no member {}", m.path))?,
             None => fs_err::read_to_string(i.bundle_dir.join(&m.path))?,
         };
-        let (text, foreign) = rewrite_images(&settings(addon, &text, i.cluster), &bundle, registry);
+        let base = m.path.rsplit('/').next().unwrap_or("manifest.yaml");
+        upstream.push((format!("{n:02}-{base}"), text));
+    }
+    settings(addon, &mut upstream, i.cluster, &i.topo.cluster_dns)?;
+    let mut out = Vec::new();
+    for ((name, text), m) in upstream.into_iter().zip(&items) {
+        let (text, foreign) = rewrite_images(&text, &bundle, registry);
         for image in foreign {
             // Not in the bundle, so not pullable inside the air gap.
             tracing::warn!(
@@ -146,8 +184,7 @@ pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(St
                 m.path
             );
         }
-        let base = m.path.rsplit('/').next().unwrap_or("manifest.yaml");
-        out.push((format!("{n:02}-{base}"), text));
+        out.push((name, text));
     }
     if addon == "metallb" {
         let pools: Vec<String> = i
@@ -179,30 +216,41 @@ pub fn render(i: &Inputs, addon: &str, registry: &str) -> anyhow::Result<Vec<(St
     Ok(out)
 }
 
-/// The `cni` or `addons` phase on the first control-plane node.
-pub fn module(i: &Inputs, phase: &str, registry: &str) -> anyhow::Result<Module> {
-    let first = crate::context::first_control_plane(i.cluster)?;
+/// The `cni` phase: the network plugin (and multus) on the first control-plane node.
+pub fn cni(i: &Context) -> anyhow::Result<Module> {
+    phase(i, "cni", AddonPhase::Cni)
+}
+
+/// The `addons` phase: NodeLocalDNS, MetalLB, the storage provider.
+pub fn module(i: &Context) -> anyhow::Result<Module> {
+    phase(i, "addons", AddonPhase::Addons)
+}
+
+fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
+    let first = i.topo.first_control_plane.clone();
+    let registry = i.registry()?.address.clone();
+    let kubectl = format!("kubectl --kubeconfig {ADMIN_CONF}");
     let mut tasks = Vec::new();
     let mut previous: Option<String> = None;
-    for addon in enabled(i.cluster, phase)? {
-        let files = render(i, addon, registry)?;
+    for addon in enabled(&i.topo, want)? {
+        let files = render(i, addon, &registry)?;
         let mut all = String::new();
         for (_, t) in &files {
             all.push_str(t);
         }
         let digest = kubexm_bundle::digest::sha256_hex(all.as_bytes());
-        let stamp = format!("/var/lib/kubexm/applied/{addon}");
+        let stamp = format!("{APPLIED_STAMPS}/{addon}");
         let mut cmd = String::from("set -e\n");
         for (name, _) in &files {
             if addon == "metallb" && name.ends_with("address-pools.yaml") {
                 // The pools are CRs: MetalLB's webhook must be up to take them.
                 cmd.push_str(&format!(
-                    "{KUBECTL} -n metallb-system wait --for=condition=Available deployment/controller --timeout=300s\n"
+                    "{kubectl} -n metallb-system wait --for=condition=Available deployment/controller --timeout=300s\n"
                 ));
             }
-            cmd.push_str(&format!("{KUBECTL} apply -f {}\n", q(&format!("{DIR}/{addon}/{name}"))));
+            cmd.push_str(&format!("{kubectl} apply -f {}\n", q(&format!("{DIR}/{addon}/{name}"))));
         }
-        cmd.push_str(&format!("mkdir -p /var/lib/kubexm/applied\necho {digest} > {stamp}\n"));
+        cmd.push_str(&format!("mkdir -p {APPLIED_STAMPS}\necho {digest} > {stamp}\n"));
         let name = format!("{phase}-{addon}");
         tasks.push(Task {
             name: name.clone(),
@@ -250,8 +298,26 @@ mod tests {
     }
 
     #[test]
-    fn dns_address_is_the_tenth_of_the_service_range() {
-        assert_eq!(cluster_dns_ip("10.96.0.0/12"), "10.96.0.10");
-        assert_eq!(cluster_dns_ip("10.233.0.0/18"), "10.233.0.10");
+    fn addon_patches_fill_settings_and_fail_loudly_when_upstream_changed() -> Result<(), Box<dyn std::error::Error>> {
+        let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", env!("CARGO_MANIFEST_DIR")))?;
+        let c = kubexm_bom::config::load_str(&text, "ha.yaml", &kubexm_bom::catalog::Catalog::builtin()?)?;
+        let upstream = "          env:\n            # - name: CALICO_IPV4POOL_CIDR\n            #   value: \"192.168.0.0/16\"\n";
+        let mut m = vec![("00-calico.yaml".to_string(), upstream.to_string())];
+        settings("calico", &mut m, &c, "10.96.0.10")?;
+        assert!(
+            m[0].1.contains(&format!(
+                "- name: CALICO_IPV4POOL_CIDR\n              value: \"{}\"",
+                c.spec.kubernetes.pod_cidr
+            )),
+            "{}",
+            m[0].1
+        );
+        let mut changed = vec![("00-calico.yaml".to_string(), "env: []\n".to_string())];
+        let err = settings("calico", &mut changed, &c, "10.96.0.10").unwrap_err().to_string();
+        assert!(err.contains("calico: none of its manifests (00-calico.yaml) holds"), "{err}");
+        assert!(err.contains("update manifests/addon-patches.yaml"), "{err}");
+        // Every declared patch parses and names a known switch.
+        assert!(patches()?.contains_key("openebs-localpv"));
+        Ok(())
     }
 }

@@ -1,0 +1,44 @@
+//! Every path kubexm uses, in one place: on the installer's machine (under
+//! its state root) and on the hosts. Scripts and templates name them through
+//! these constants; `reset` removes what lives under them.
+
+/// The installer's state root: unpacked bundles, PKI, the admin kubeconfig.
+pub const ROOT: &str = "/var/lib/kubexm";
+
+// On every host.
+/// kubexm's configuration and certificates.
+pub const HOST_ETC: &str = "/etc/kubexm";
+/// kubexm's state: stamps of installed components and applied addons.
+pub const HOST_STATE: &str = "/var/lib/kubexm";
+/// The registry CA every host trusts.
+pub const HOST_CA: &str = "/etc/kubexm/pki/registry-ca.crt";
+/// The registry service's certificate and key on the registry host.
+pub const REGISTRY_CERT: &str = "/etc/kubexm/pki/registry.crt";
+pub const REGISTRY_KEY: &str = "/etc/kubexm/pki/registry.key";
+/// Where the registry host receives the installer and the bundle.
+pub const REGISTRY_UPLOAD: &str = "/var/lib/kubexm/upload";
+/// Bundles unpacked on the registry host, by id.
+pub const HOST_BUNDLES: &str = "/var/lib/kubexm/bundles";
+/// Component archives fetched from the file server (removed once installed).
+pub const HOST_FILES: &str = "/var/lib/kubexm/files";
+/// One stamp per installed component: version, arch and digest.
+pub const INSTALLED: &str = "/var/lib/kubexm/installed";
+/// One stamp per applied addon: the digest of what was applied.
+pub const APPLIED: &str = "/var/lib/kubexm/applied";
+/// etcd's certificates (server, peer, client).
+pub const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
+/// kubeadm configs (they hold the token: 0600, removed at hand-over).
+pub const KUBEADM_CONFIG: &str = "/etc/kubexm/kubeadm";
+/// kubeadm's output, redacted, root only.
+pub const LOG_DIR: &str = "/var/log/kubexm";
+/// Addon manifests as applied, on the first control-plane node.
+pub const ADDONS_DIR: &str = "/etc/kubexm/addons";
+/// keepalived's config before the VRRP interface is filled in.
+pub const KEEPALIVED_IN: &str = "/etc/kubexm/keepalived.conf.in";
+/// The admin kubeconfig kubeadm writes on control-plane nodes.
+pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
+/// Other apt sources wait here while the OS packages step runs.
+pub const APT_ASIDE: &str = "/etc/apt/kubexm-aside";
+/// The bundle's apt source and its package lists.
+pub const APT_LIST: &str = "/etc/apt/sources.list.d/kubexm-bundle.list";
+pub const APT_LISTS: &str = "/var/lib/kubexm/apt-lists";

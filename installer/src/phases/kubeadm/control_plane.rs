@@ -1,0 +1,123 @@
+//! The `control-plane` phase: every etcd member answers first; then
+//! `kubeadm init` on the first control-plane node (our Kubernetes CA put in
+//! place, join credentials renewed on later runs), then the other
+//! control-plane nodes join one at a time with the certificate key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{CONFIG_DIR, Render, kubeadm, kubelet_running, node_prerequisites};
+use crate::context::Context;
+use crate::engine::files::{PutFiles, RunWith};
+use crate::engine::plan::{Module, Scope, Task};
+use crate::engine::steps::Shell;
+use crate::paths::ETCD_PKI;
+use crate::pki;
+
+/// The control-plane phase: init on the first node, then the others join in turn.
+pub fn module(i: &Context) -> anyhow::Result<Module> {
+    let k = i.kube()?;
+    let g = &i.cluster.spec.role_groups;
+    let r = Render::new(i, k);
+    let (ca, creds) = (&k.ca, &k.creds);
+    let etcd_ca = i.pki.ca("etcd", "kubexm etcd CA")?;
+    let client = i.pki.cert(&etcd_ca, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
+    let etcd_files = vec![
+        (format!("{ETCD_PKI}/ca.crt"), etcd_ca.cert_pem.clone(), 0o644),
+        (format!("{ETCD_PKI}/client.crt"), client.cert_pem.clone().into_bytes(), 0o644),
+        (format!("{ETCD_PKI}/client.key"), client.key_pem.clone().into_bytes(), 0o600),
+    ];
+    let mut tasks = Vec::new();
+    // Every etcd member answers before the control plane starts: a stopped
+    // member fails here, on its own host, not inside kubeadm.
+    let mut gates = Vec::new();
+    for m in &g.etcd {
+        let ep = format!("https://{}:2379/health", i.topo.address(m));
+        let probe = format!(
+            "curl -sf --max-time 3 --cacert {ETCD_PKI}/ca.crt --cert {ETCD_PKI}/client.crt --key {ETCD_PKI}/client.key {ep} | grep -q '\"health\":\"true\"'"
+        );
+        tasks.push(Task {
+            name: format!("etcd-ready-{m}"),
+            hosts: vec![m.clone()],
+            steps: vec![Arc::new(Shell {
+                name: "etcd-ready".into(),
+                check: Some(probe.clone()),
+                apply: format!(
+                    "for i in $(seq 10); do {probe} && exit 0; sleep 1; done; \
+                     echo \"etcd member {m} does not answer at {ep} ($(systemctl is-active kubexm-etcd)); start it (systemctl start kubexm-etcd) or re-run the etcd phase\" >&2; exit 1"
+                ),
+                timeout: Duration::from_secs(60),
+            })],
+            after: vec![],
+        });
+        gates.push((format!("etcd-ready-{m}"), Scope::AllHosts));
+    }
+    let mut previous: Option<String> = None;
+    for (n, h) in g.control_plane.iter().enumerate() {
+        let mut steps = node_prerequisites(i, h, true)?;
+        steps.push(Arc::new(PutFiles {
+            name: "etcd-client-certs".into(),
+            files: etcd_files.clone(),
+            then: None,
+        }));
+        let task = if n == 0 {
+            steps.push(Arc::new(PutFiles {
+                name: "kubernetes-ca".into(),
+                files: vec![
+                    ("/etc/kubernetes/pki/ca.crt".into(), ca.cert_pem.clone(), 0o644),
+                    ("/etc/kubernetes/pki/ca.key".into(), ca.key_pem.clone(), 0o600),
+                ],
+                then: None,
+            }));
+            let init = r.init(h)?;
+            steps.push(kubeadm(
+                "kubeadm-init",
+                "test -s /etc/kubernetes/admin.conf",
+                init.clone(),
+                "init.yaml",
+                "kubeadm init --upload-certs",
+                creds,
+            ));
+            steps.push(kubelet_running());
+            // Credentials renewed on a later run (the token lives 24 h, uploaded certificates 2 h).
+            steps.push(Arc::new(RunWith {
+                name: "join-credentials".into(),
+                check: format!("grep -qx {} {CONFIG_DIR}/tokens 2>/dev/null", creds.token_id()),
+                files: vec![(format!("{CONFIG_DIR}/init.yaml"), init.into_bytes(), 0o600)],
+                command: format!(
+                    "set -e; kubeadm token create --config {CONFIG_DIR}/init.yaml --ttl 24h0m0s >/dev/null; \
+                     kubeadm init phase upload-certs --upload-certs --config {CONFIG_DIR}/init.yaml >/dev/null; echo {} >> {CONFIG_DIR}/tokens",
+                    creds.token_id()
+                ),
+                timeout: Duration::from_secs(120),
+            }));
+            format!("kubeadm-init-{h}")
+        } else {
+            steps.push(kubeadm(
+                "kubeadm-join",
+                "test -s /etc/kubernetes/kubelet.conf && test -s /etc/kubernetes/admin.conf",
+                r.join(h, true)?,
+                "join.yaml",
+                "kubeadm join",
+                creds,
+            ));
+            steps.push(kubelet_running());
+            format!("kubeadm-join-{h}")
+        };
+        let mut after = gates.clone();
+        if let Some(p) = &previous {
+            after.push((p.clone(), Scope::AllHosts));
+        }
+        tasks.push(Task {
+            name: task.clone(),
+            hosts: vec![h.clone()],
+            steps,
+            after,
+        });
+        previous = Some(task);
+    }
+    Ok(Module {
+        name: "control-plane".into(),
+        tasks,
+    })
+}

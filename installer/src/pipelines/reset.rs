@@ -1,0 +1,39 @@
+//! The reset pipeline: every host back to before kubexm (packages stay),
+//! one idempotent step per host.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubexm_bom::config::Cluster;
+
+use crate::engine::plan::{Module, Pipeline, Step, Task};
+use crate::engine::steps::Shell;
+use crate::engine::transport::shell_quote as q;
+use crate::template::render;
+
+const RESET: &str = include_str!("../../../manifests/templates/reset.sh");
+
+/// `reset`: every host back to before kubexm (packages stay).
+pub fn pipeline(cluster: &Cluster) -> Result<Pipeline, crate::template::Unfilled> {
+    let data = q(&cluster.spec.etcd.data_dir.display().to_string());
+    let leftovers = format!(
+        "for p in /etc/kubexm /var/lib/kubexm /etc/kubernetes /etc/containerd /usr/local/bin/kubelet /usr/local/bin/etcd \
+         /etc/systemd/system/kubexm-etcd.service /etc/systemd/system/kubelet.service {data}; do [ -e \"$p\" ] && exit 1; done; \
+         ! grep -q '# kubexm control-plane endpoint' /etc/hosts"
+    );
+    let mut step = Shell::new("reset", Some(&leftovers), &render("reset.sh", RESET, &[("ETCD_DATA", &data)], &[])?);
+    step.timeout = Duration::from_secs(300);
+    let step: Arc<dyn Step> = Arc::new(step);
+    Ok(Pipeline {
+        name: "reset".into(),
+        modules: vec![Module {
+            name: "reset".into(),
+            tasks: vec![Task {
+                name: "reset".into(),
+                hosts: cluster.spec.hosts.iter().map(|h| h.name.clone()).collect(),
+                steps: vec![step],
+                after: vec![],
+            }],
+        }],
+    })
+}
