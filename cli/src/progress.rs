@@ -187,6 +187,8 @@ impl EventSink for Printer {
                 outcome,
             } => self.finished(node, module, host, *outcome),
             Event::JobFinished { .. } => self.end(),
+            // A step's output is shown by `status` and on failure, not as progress.
+            Event::LogLine { .. } => {}
         }
     }
 }

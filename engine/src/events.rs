@@ -26,6 +26,13 @@ pub enum Event {
         module: String,
         host: String,
     },
+    /// One line of a step's output (secrets redacted), emitted when the
+    /// step ends, before its `StepFinished`.
+    LogLine {
+        node: String,
+        host: String,
+        line: String,
+    },
     StepFinished {
         node: String,
         module: String,
@@ -75,6 +82,11 @@ impl Emitter {
             job,
             seq: AtomicU64::new(0),
         }
+    }
+
+    /// Whether anyone listens (so per-line work is skipped otherwise).
+    pub(crate) fn wanted(&self) -> bool {
+        self.sink.is_some()
     }
 
     pub(crate) fn emit(&self, event: impl FnOnce() -> Event) {

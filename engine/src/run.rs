@@ -261,12 +261,22 @@ pub async fn run(
             let node = &g[n];
             let host = node.host.as_str();
             busy.remove(host);
+            let log = state.redact(&d.log);
+            if events.wanted() {
+                for line in log.lines() {
+                    events.emit(|| Event::LogLine {
+                        node: node.id.clone(),
+                        host: node.host.clone(),
+                        line: line.to_string(),
+                    });
+                }
+            }
             events.emit(|| step_event(n, Some(outcome)));
             report.results.push(NodeResult {
                 id: node.id.clone(),
                 host: node.host.clone(),
                 outcome,
-                log: state.redact(&d.log),
+                log,
             });
             finished_nodes.insert(n);
             if outcome == Outcome::Failed {

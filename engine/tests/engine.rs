@@ -577,3 +577,44 @@ async fn events_are_numbered_in_order_from_job_start_to_job_end() {
     assert_eq!(finished("m/t/s2@h2").unwrap().1, Outcome::NotRun);
     assert_eq!(started("m/t/s2@h2"), None, "a step not run never started");
 }
+
+/// A step's output reaches the sink as numbered log lines (secrets
+/// redacted), between the step's start and its finish.
+#[tokio::test]
+async fn a_steps_output_arrives_as_log_line_events_before_it_finishes() {
+    use kubexm_engine::events::{Collect, Event};
+    let hs = hosts(2);
+    let p = single(&hs, &["s1", "s2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Arc::new(Collect::default());
+    let r = go(
+        &p,
+        &transports(&hs, &Log::default(), failing_on("h2", "apply s1"), Duration::ZERO),
+        &state(&dir),
+        EngineOptions {
+            policy: Policy::ContinueOtherHosts,
+            events: Some(sink.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let events = sink.0.lock().unwrap().clone();
+    let node = "m/t/s1@h2";
+    let seq_of = |f: &dyn Fn(&Event) -> bool| events.iter().find(|e| f(&e.event)).map(|e| e.seq);
+    let started = seq_of(&|e| matches!(e, Event::StepStarted { node: n, .. } if n == node)).unwrap();
+    let finished = seq_of(&|e| matches!(e, Event::StepFinished { node: n, .. } if n == node)).unwrap();
+    let lines: Vec<(u64, String)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::LogLine { node: n, line, .. } if n == node => Some((e.seq, line.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(!lines.is_empty(), "no log line for {node}: {events:?}");
+    assert!(lines.iter().all(|(s, _)| *s > started && *s < finished), "{lines:?}");
+    let log = r.results.iter().find(|x| x.id == node).unwrap().log.clone();
+    assert_eq!(
+        lines.iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>(),
+        log.lines().collect::<Vec<_>>()
+    );
+}
