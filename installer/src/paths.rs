@@ -42,3 +42,31 @@ pub const APT_ASIDE: &str = "/etc/apt/kubexm-aside";
 /// The bundle's apt source and its package lists.
 pub const APT_LIST: &str = "/etc/apt/sources.list.d/kubexm-bundle.list";
 pub const APT_LISTS: &str = "/var/lib/kubexm/apt-lists";
+/// containerd's config, its registry hosts directory and unit.
+pub const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
+pub const CONTAINERD_CERTS_D: &str = "/etc/containerd/certs.d";
+pub const CONTAINERD_UNIT: &str = "/etc/systemd/system/containerd.service";
+/// kubelet's unit and kubeadm drop-in.
+pub const KUBELET_UNIT: &str = "/etc/systemd/system/kubelet.service";
+pub const KUBELET_DROPIN: &str = "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf";
+/// The kernel settings and modules a Kubernetes node needs.
+pub const NODE_SYSCTL: &str = "/etc/sysctl.d/90-kubexm-kubernetes.conf";
+pub const NODE_MODULES: &str = "/etc/modules-load.d/kubexm-kubernetes.conf";
+/// kubeadm's directory, our Kubernetes CA in it, and the kubelet's kubeconfig.
+pub const KUBERNETES_DIR: &str = "/etc/kubernetes";
+pub const KUBERNETES_CA_CRT: &str = "/etc/kubernetes/pki/ca.crt";
+pub const KUBERNETES_CA_KEY: &str = "/etc/kubernetes/pki/ca.key";
+pub const KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
+/// kubexm's etcd unit, and the registry service's on the registry host.
+pub const ETCD_UNIT: &str = "/etc/systemd/system/kubexm-etcd.service";
+pub const REGISTRY_UNIT: &str = "/etc/systemd/system/kubexm-registry.service";
+/// The installer binary on the registry host, which serves the registry.
+pub const HOST_INSTALLER: &str = "/usr/local/bin/kubexm-install";
+/// Binaries `reset` checks are gone.
+pub const KUBELET_BIN: &str = "/usr/local/bin/kubelet";
+pub const ETCD_BIN: &str = "/usr/local/bin/etcd";
+/// haproxy's and keepalived's configs (endpoint modes A and D).
+pub const HAPROXY_CFG: &str = "/etc/haproxy/haproxy.cfg";
+pub const KEEPALIVED_CONF: &str = "/etc/keepalived/keepalived.conf";
+/// The NTP servers from cluster.yaml.
+pub const TIMESYNCD_CONF: &str = "/etc/systemd/timesyncd.conf.d/kubexm.conf";

@@ -7,6 +7,7 @@ use crate::context::{Context, HOST_CA, install_component};
 use crate::engine::files::PutFiles;
 use crate::engine::plan::{Module, Scope, Step, Task};
 use crate::engine::steps::Shell;
+use crate::paths::{CONTAINERD_CERTS_D, CONTAINERD_CONFIG as CONTAINERD_CONFIG_PATH, CONTAINERD_UNIT as CONTAINERD_UNIT_PATH};
 use crate::template::render;
 
 const CONTAINERD_CONFIG: &str = include_str!("../../../manifests/templates/containerd-config.toml");
@@ -39,7 +40,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         .iter()
         .map(|u| {
             (
-                format!("/etc/containerd/certs.d/{u}/hosts.toml"),
+                format!("{CONTAINERD_CERTS_D}/{u}/hosts.toml"),
                 crate::hosts::render(u, &target).into_bytes(),
                 0o644,
             )
@@ -47,7 +48,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         .collect();
     // The registry itself, for manifests whose images were rewritten to it.
     files.push((
-        format!("/etc/containerd/certs.d/{registry}/hosts.toml"),
+        format!("{CONTAINERD_CERTS_D}/{registry}/hosts.toml"),
         format!(
             "# Written by kubexm: the kubexm registry, trusted by its CA.\nserver = \"https://{registry}\"\n\n[host.\"https://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{HOST_CA}\"\n"
         )
@@ -69,7 +70,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         .map(|f| f.version.clone())
         .unwrap_or_default();
     files.push((
-        "/etc/containerd/config.toml".into(),
+        CONTAINERD_CONFIG_PATH.into(),
         render(
             "containerd-config.toml",
             CONTAINERD_CONFIG,
@@ -79,11 +80,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         .into_bytes(),
         0o644,
     ));
-    files.push((
-        "/etc/systemd/system/containerd.service".into(),
-        CONTAINERD_UNIT.as_bytes().to_vec(),
-        0o644,
-    ));
+    files.push((CONTAINERD_UNIT_PATH.into(), CONTAINERD_UNIT.as_bytes().to_vec(), 0o644));
     let mut tasks = Vec::new();
     for h in &hosts {
         let mut steps: Vec<Arc<dyn Step>> = Vec::new();

@@ -12,6 +12,7 @@ use crate::pki;
 use crate::template::render;
 
 use crate::paths::ETCD_PKI;
+use crate::paths::ETCD_UNIT as ETCD_UNIT_PATH;
 const ETCD_UNIT: &str = include_str!("../../../manifests/templates/kubexm-etcd.service");
 
 /// etcd in binary mode: per member our certificates, the binaries for its
@@ -59,7 +60,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         }));
         steps.push(Arc::new(PutFiles {
             name: "etcd-unit".into(),
-            files: vec![("/etc/systemd/system/kubexm-etcd.service".into(), unit.into_bytes(), 0o644)],
+            files: vec![(ETCD_UNIT_PATH.into(), unit.into_bytes(), 0o644)],
             then: Some("systemctl daemon-reload && systemctl enable -q kubexm-etcd && systemctl restart --no-block kubexm-etcd".into()),
         }));
         // Started without waiting: a member is ready only once a quorum runs.

@@ -17,6 +17,7 @@ use crate::engine::plan::{Module, Step, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
 use crate::os_packages::{repo_for, roles_of};
+use crate::paths::TIMESYNCD_CONF;
 
 /// What preflight refuses, one line per host and reason.
 pub fn refusals(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[String]) -> Vec<String> {
@@ -132,10 +133,10 @@ pub fn module(ctx: &Context) -> Module {
             steps.push(Arc::new(RunWith {
                 name: "ntp".into(),
                 check: format!(
-                    "[ \"$(cat /etc/systemd/timesyncd.conf.d/kubexm.conf 2>/dev/null)\" = {} ]",
+                    "[ \"$(cat {TIMESYNCD_CONF} 2>/dev/null)\" = {} ]",
                     q(conf.trim_end())
                 ),
-                files: vec![("/etc/systemd/timesyncd.conf.d/kubexm.conf".into(), conf.clone().into_bytes(), 0o644)],
+                files: vec![(TIMESYNCD_CONF.into(), conf.clone().into_bytes(), 0o644)],
                 command: "systemctl cat systemd-timesyncd >/dev/null 2>&1 || { echo 'no systemd-timesyncd to configure NTP with; add systemd-timesyncd to bundle.osPackages.extra' >&2; exit 1; }; \
                           systemctl enable -q systemd-timesyncd 2>/dev/null; systemctl restart systemd-timesyncd"
                     .into(),

@@ -12,6 +12,7 @@ use crate::engine::transport::shell_quote as q;
 use crate::pki;
 
 use crate::paths::{HOST_BUNDLES, REGISTRY_CERT, REGISTRY_KEY, REGISTRY_UPLOAD as REMOTE_BUNDLE, ROOT};
+use crate::paths::{HOST_INSTALLER, REGISTRY_UNIT};
 
 /// The bundle's registry as a systemd service on the registry host: the
 /// installer binary and the bundle (verified and unpacked there), TLS from
@@ -62,12 +63,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         }))
     };
     let mut steps: Vec<Arc<dyn Step>> = vec![
-        Arc::new(Upload::new(
-            "installer-binary",
-            i.installer,
-            "/usr/local/bin/kubexm-install",
-            0o755,
-        )?),
+        Arc::new(Upload::new("installer-binary", i.installer, HOST_INSTALLER, 0o755)?),
         upload("bundle", i.bundle, &remote)?,
     ];
     let trust = match i.pubkey {
@@ -83,23 +79,17 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         "bundle-unpack",
         Some(&unpacked),
         &format!(
-            "/usr/local/bin/kubexm-install unpack --bundle {r} {trust} --root {ROOT} 2>&1 && rm -f {r} {r}.minisig",
+            "{HOST_INSTALLER} unpack --bundle {r} {trust} --root {ROOT} 2>&1 && rm -f {r} {r}.minisig",
             r = q(&remote)
         ),
     )));
-    let unit = crate::registry_unit(
-        "/usr/local/bin/kubexm-install",
-        &remote_dir,
-        &format!("0.0.0.0:{port}"),
-        REGISTRY_CERT,
-        REGISTRY_KEY,
-    )?;
+    let unit = crate::registry_unit(HOST_INSTALLER, &remote_dir, &format!("0.0.0.0:{port}"), REGISTRY_CERT, REGISTRY_KEY)?;
     steps.push(Arc::new(PutFiles {
         name: "registry-service".into(),
         files: vec![
             (REGISTRY_CERT.into(), cert.cert_pem.into_bytes(), 0o644),
             (REGISTRY_KEY.into(), cert.key_pem.into_bytes(), 0o600),
-            ("/etc/systemd/system/kubexm-registry.service".into(), unit.into_bytes(), 0o644),
+            (REGISTRY_UNIT.into(), unit.into_bytes(), 0o644),
         ],
         then: Some("systemctl daemon-reload && systemctl enable -q kubexm-registry && systemctl restart kubexm-registry".into()),
     }));

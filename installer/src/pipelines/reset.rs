@@ -9,6 +9,7 @@ use kubexm_bom::config::Cluster;
 use crate::engine::plan::{Module, Pipeline, Step, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
+use crate::paths::{ETCD_BIN, ETCD_UNIT, HOST_ETC, HOST_STATE, KUBELET_BIN, KUBELET_UNIT, KUBERNETES_DIR};
 use crate::template::render;
 
 const RESET: &str = include_str!("../../../manifests/templates/reset.sh");
@@ -17,9 +18,10 @@ const RESET: &str = include_str!("../../../manifests/templates/reset.sh");
 pub fn pipeline(cluster: &Cluster) -> Result<Pipeline, crate::template::Unfilled> {
     let data = q(&cluster.spec.etcd.data_dir.display().to_string());
     let leftovers = format!(
-        "for p in /etc/kubexm /var/lib/kubexm /etc/kubernetes /etc/containerd /usr/local/bin/kubelet /usr/local/bin/etcd \
-         /etc/systemd/system/kubexm-etcd.service /etc/systemd/system/kubelet.service {data}; do [ -e \"$p\" ] && exit 1; done; \
-         ! grep -q '# kubexm control-plane endpoint' /etc/hosts"
+        "for p in {HOST_ETC} {HOST_STATE} {KUBERNETES_DIR} {containerd} {KUBELET_BIN} {ETCD_BIN} \
+         {ETCD_UNIT} {KUBELET_UNIT} {data}; do [ -e \"$p\" ] && exit 1; done; \
+         ! grep -q '# kubexm control-plane endpoint' /etc/hosts",
+        containerd = "/etc/containerd"
     );
     let mut step = Shell::new("reset", Some(&leftovers), &render("reset.sh", RESET, &[("ETCD_DATA", &data)], &[])?);
     step.timeout = Duration::from_secs(300);

@@ -12,6 +12,7 @@ use crate::engine::files::PutFiles;
 use crate::engine::plan::Task;
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
+use crate::paths::KEEPALIVED_CONF;
 use crate::paths::KEEPALIVED_IN;
 use crate::template::render;
 
@@ -70,11 +71,11 @@ pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
         steps.push(Arc::new(Shell::new(
             "keepalived",
             Some(&format!(
-                "{render} | cmp -s - /etc/keepalived/keepalived.conf && systemctl is-active -q keepalived"
+                "{render} | cmp -s - {KEEPALIVED_CONF} && systemctl is-active -q keepalived"
             )),
             &format!(
-                "set -e; mkdir -p /etc/keepalived; {render} > /etc/keepalived/keepalived.conf.tmp; \
-                 mv -f /etc/keepalived/keepalived.conf.tmp /etc/keepalived/keepalived.conf; \
+                "set -e; mkdir -p \"$(dirname {KEEPALIVED_CONF})\"; {render} > {KEEPALIVED_CONF}.tmp; \
+                 mv -f {KEEPALIVED_CONF}.tmp {KEEPALIVED_CONF}; \
                  systemctl enable -q keepalived; systemctl restart keepalived; sleep 1; systemctl is-active -q keepalived"
             ),
         )));

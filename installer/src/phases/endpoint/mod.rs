@@ -20,6 +20,7 @@ use crate::engine::files::PutFiles;
 use crate::engine::plan::{Module, Step, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
+use crate::paths::HAPROXY_CFG;
 use crate::template::render;
 
 mod haproxy_keepalived;
@@ -83,8 +84,10 @@ pub(super) fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
     vec![
         Arc::new(PutFiles {
             name: "haproxy-config".into(),
-            files: vec![("/etc/haproxy/haproxy.cfg".into(), cfg.into_bytes(), 0o644)],
-            then: Some("haproxy -c -q -f /etc/haproxy/haproxy.cfg && systemctl enable -q haproxy && systemctl restart haproxy".into()),
+            files: vec![(HAPROXY_CFG.into(), cfg.into_bytes(), 0o644)],
+            then: Some(format!(
+                "haproxy -c -q -f {HAPROXY_CFG} && systemctl enable -q haproxy && systemctl restart haproxy"
+            )),
         }),
         Arc::new(Shell::new(
             "haproxy-running",

@@ -12,6 +12,7 @@ use crate::engine::files::{PutFiles, RunWith};
 use crate::engine::plan::{Module, Scope, Task};
 use crate::engine::steps::Shell;
 use crate::paths::ETCD_PKI;
+use crate::paths::{ADMIN_CONF, KUBELET_CONF, KUBERNETES_CA_CRT, KUBERNETES_CA_KEY};
 use crate::pki;
 
 /// The control-plane phase: init on the first node, then the others join in turn.
@@ -64,15 +65,15 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             steps.push(Arc::new(PutFiles {
                 name: "kubernetes-ca".into(),
                 files: vec![
-                    ("/etc/kubernetes/pki/ca.crt".into(), ca.cert_pem.clone(), 0o644),
-                    ("/etc/kubernetes/pki/ca.key".into(), ca.key_pem.clone(), 0o600),
+                    (KUBERNETES_CA_CRT.into(), ca.cert_pem.clone(), 0o644),
+                    (KUBERNETES_CA_KEY.into(), ca.key_pem.clone(), 0o600),
                 ],
                 then: None,
             }));
             let init = r.init(h)?;
             steps.push(kubeadm(
                 "kubeadm-init",
-                "test -s /etc/kubernetes/admin.conf",
+                &format!("test -s {ADMIN_CONF}"),
                 init.clone(),
                 "init.yaml",
                 "kubeadm init --upload-certs",
@@ -95,7 +96,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         } else {
             steps.push(kubeadm(
                 "kubeadm-join",
-                "test -s /etc/kubernetes/kubelet.conf && test -s /etc/kubernetes/admin.conf",
+                &format!("test -s {KUBELET_CONF} && test -s {ADMIN_CONF}"),
                 r.join(h, true)?,
                 "join.yaml",
                 "kubeadm join",

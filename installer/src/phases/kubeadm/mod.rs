@@ -24,6 +24,7 @@ use crate::engine::plan::Step;
 use crate::engine::steps::Shell;
 use crate::kube_pki::{JoinCredentials, KubePki};
 use crate::paths::{KUBEADM_CONFIG as CONFIG_DIR, LOG_DIR};
+use crate::paths::{KUBELET_DROPIN as KUBELET_DROPIN_PATH, KUBELET_UNIT as KUBELET_UNIT_PATH, NODE_MODULES, NODE_SYSCTL};
 
 mod control_plane;
 mod kubeconfig;
@@ -168,9 +169,9 @@ fn node_prerequisites(i: &Context, host: &str, with_kubectl: bool) -> anyhow::Re
     steps.push(Arc::new(PutFiles {
         name: "kernel-settings".into(),
         files: vec![
-            ("/etc/sysctl.d/90-kubexm-kubernetes.conf".into(), SYSCTL.as_bytes().to_vec(), 0o644),
+            (NODE_SYSCTL.into(), SYSCTL.as_bytes().to_vec(), 0o644),
             (
-                "/etc/modules-load.d/kubexm-kubernetes.conf".into(),
+                NODE_MODULES.into(),
                 b"# kubexm: modules a Kubernetes node needs.\noverlay\nbr_netfilter\n".to_vec(),
                 0o644,
             ),
@@ -184,16 +185,8 @@ fn node_prerequisites(i: &Context, host: &str, with_kubectl: bool) -> anyhow::Re
     steps.push(Arc::new(PutFiles {
         name: "kubelet-unit".into(),
         files: vec![
-            (
-                "/etc/systemd/system/kubelet.service".into(),
-                KUBELET_UNIT.as_bytes().to_vec(),
-                0o644,
-            ),
-            (
-                "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf".into(),
-                KUBELET_DROPIN.as_bytes().to_vec(),
-                0o644,
-            ),
+            (KUBELET_UNIT_PATH.into(), KUBELET_UNIT.as_bytes().to_vec(), 0o644),
+            (KUBELET_DROPIN_PATH.into(), KUBELET_DROPIN.as_bytes().to_vec(), 0o644),
         ],
         then: Some("systemctl daemon-reload && systemctl enable -q kubelet".into()),
     }));

@@ -4,6 +4,7 @@
 use super::{Render, kubeadm, kubelet_running, node_prerequisites};
 use crate::context::Context;
 use crate::engine::plan::{Module, Task};
+use crate::paths::KUBELET_CONF;
 
 /// The workers phase: every worker that is not a control-plane node joins,
 /// after its local proxy (mode D) is up.
@@ -17,7 +18,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         let mut steps = node_prerequisites(i, w, false)?;
         steps.push(kubeadm(
             "kubeadm-join",
-            "test -s /etc/kubernetes/kubelet.conf",
+            &format!("test -s {KUBELET_CONF}"),
             r.join(w, false)?,
             "join.yaml",
             "kubeadm join",
