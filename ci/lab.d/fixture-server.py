@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """The lab's fixture upstream over HTTP: a directory laid out like real URLs.
 
-Usage: fixture-server.py ROOT ADDRESS PORT
+Usage: fixture-server.py ROOT ADDRESS PORT [MORE_ROOT...]
+
+A path is looked up in ROOT, then in each MORE_ROOT (real components built
+by `ci/lab prepare`, kept apart from the fixture so each is cached on its
+own).
 
 Serves GET and HEAD with single-range requests (`bytes=N-M`, `bytes=N-`),
 the way upstream CDNs do, so the builder's resume can be tested. Lab-only
@@ -21,7 +25,16 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
 
-ROOT = os.path.realpath(sys.argv[1])
+ROOTS = [os.path.realpath(r) for r in [sys.argv[1]] + sys.argv[4:]]
+
+
+def resolve(path):
+    """The file serving `path`, or None; never outside a root."""
+    for root in ROOTS:
+        full = os.path.realpath(os.path.join(root, path.lstrip("/")))
+        if full.startswith(root + os.sep) and os.path.isfile(full):
+            return full
+    return None
 LOCK = threading.Lock()
 STATS = {"requests": 0, "paths": {}, "ranged": {}}
 FAULTS = {}
@@ -75,8 +88,8 @@ class Handler(BaseHTTPRequestHandler):
                 fault["times"] -= 1
                 if fault["times"] <= 0:
                     del FAULTS[path]
-        full = os.path.realpath(os.path.join(ROOT, path.lstrip("/")))
-        if not full.startswith(ROOT + os.sep) or not os.path.isfile(full):
+        full = resolve(path)
+        if full is None:
             return self._json(404, {"error": "not found", "path": path})
         if fault and not head and "status" in fault:
             return self._json(fault["status"], {"error": "injected fault"})

@@ -171,7 +171,135 @@ fn lab_traces() -> Vec<String> {
             .filter(|l| !l.contains(" ps "))
             .map(|l| format!("process {l}")),
     );
+    let cgroups = Command::new("sh")
+        .arg("-c")
+        .arg("find /sys/fs/cgroup -maxdepth 5 -type d -name kxlab 2>/dev/null")
+        .output()
+        .unwrap();
+    t.extend(String::from_utf8_lossy(&cgroups.stdout).lines().map(|l| format!("cgroup {l}")));
+    t.extend(forward_rule().into_iter().map(|(_, l)| format!("iptables {l}")));
     t
+}
+
+/// The lab's FORWARD rule on the machine (packets it dropped, the line), if present.
+fn forward_rule() -> Option<(u64, String)> {
+    let out = Command::new("iptables")
+        .args(["-w", "-L", "FORWARD", "-v", "-x", "-n"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text.lines().find(|l| l.contains("kubexm-lab"))?.to_string();
+    let packets = line.split_whitespace().next()?.parse().ok()?;
+    Some((packets, line))
+}
+
+fn machine_sysctl(key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/")))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// What kubelet needs of a host, and lab traffic kept in the lab: each host
+/// in its own cgroup subtree with writable controllers, /dev/kmsg, the
+/// kernel parameters kubelet checks (global ones set by `up`, restored by
+/// `down`; ip_forward per host namespace), a lab nameserver, a default route
+/// to the bridge address, and nothing forwarded from the bridge elsewhere.
+#[test]
+fn hosts_are_fit_for_kubelet_and_their_traffic_stays_in_the_lab() {
+    const GLOBAL: [(&str, &str); 3] = [("vm.overcommit_memory", "1"), ("kernel.panic", "10"), ("kernel.panic_on_oops", "1")];
+    let before: Vec<String> = GLOBAL.iter().map(|(k, _)| machine_sysctl(k)).collect();
+    {
+        let Some(lab) = Lab::up(2, 0) else { return };
+        for (k, v) in GLOBAL {
+            assert_eq!(machine_sysctl(k), v, "{k} while the lab is up");
+        }
+        let gw = &lab.desc.gateway;
+        for name in ["lab1", "lab2"] {
+            let out = lab.ssh_ok(
+                name,
+                "test -c /dev/kmsg && head -c 0 /dev/kmsg && echo kmsg; \
+                 grep -E ':(cpu|memory|pids):' /proc/1/cgroup | awk -F: '$3 != \"/\"' | wc -l; \
+                 cat /proc/sys/net/ipv4/ip_forward; awk '/^nameserver/{print $2}' /etc/resolv.conf; \
+                 ip -4 route show default | awk '{print $3}'",
+            );
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(
+                lines,
+                ["kmsg", "0", "1", gw.as_str(), gw.as_str()],
+                "{name}: kmsg, cgroup root, ip_forward, nameserver, default route"
+            );
+        }
+        // A cgroup made on lab1 lands in lab1's subtree on the machine, writable, and nowhere else.
+        lab.ssh_ok("lab1", "mkdir /sys/fs/cgroup/cpu/kxprobe && mkdir /sys/fs/cgroup/memory/kxprobe");
+        let found = Command::new("sh")
+            .arg("-c")
+            .arg("find /sys/fs/cgroup/cpu /sys/fs/cgroup/memory -type d -name kxprobe")
+            .output()
+            .unwrap();
+        let found = String::from_utf8_lossy(&found.stdout).into_owned();
+        assert_eq!(found.lines().count(), 2, "{found}");
+        assert!(found.lines().all(|l| l.ends_with("/kxlab/lab1/kxprobe")), "{found}");
+        assert!(!lab.ssh("lab2", "test -d /sys/fs/cgroup/cpu/kxprobe").status.success());
+        lab.ssh_ok("lab1", "rmdir /sys/fs/cgroup/cpu/kxprobe /sys/fs/cgroup/memory/kxprobe");
+        // Nothing leaves the lab through the machine: a packet for an outside
+        // address is dropped by the lab's FORWARD rule (or not forwarded at all).
+        let (dropped, _) = forward_rule().expect("the lab's FORWARD rule is in place while it is up");
+        assert!(!lab.ssh("lab1", "curl -s -m 3 -o /dev/null http://192.0.2.1/").status.success());
+        let (after, line) = forward_rule().unwrap();
+        if machine_sysctl("net.ipv4.ip_forward") == "1" {
+            assert!(after > dropped, "the machine forwards and the lab rule dropped nothing: {line}");
+        }
+    }
+    let after: Vec<String> = GLOBAL.iter().map(|(k, _)| machine_sysctl(k)).collect();
+    assert_eq!(after, before, "down restores the kernel parameters it changed");
+    assert_eq!(lab_traces(), Vec::<String>::new(), "the lab left traces");
+}
+
+/// Kubernetes built from its Go modules by `ci/lab prepare`, served by the
+/// fixture as dl.k8s.io publishes it: each binary beside its `.sha256`,
+/// version-stamped, for amd64 and (emulated) arm64.
+#[test]
+fn real_kubernetes_binaries_are_served_as_upstream_publishes_them() {
+    let Some(lab) = Lab::up(2, 1) else { return };
+    let v = "v1.37.2";
+    let base = format!("{}/dl.k8s.io/release/{v}/bin/linux", lab.desc.fixture.http);
+    for (host, arch, bins) in [
+        (
+            "lab1",
+            "amd64",
+            &[
+                "kubeadm",
+                "kubelet",
+                "kubectl",
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kube-proxy",
+            ][..],
+        ),
+        ("lab2", "arm64", &["kubeadm", "kubelet", "kubectl", "kube-proxy"][..]),
+    ] {
+        for b in bins {
+            let url = format!("{base}/{arch}/{b}");
+            let out = lab.ssh_ok(
+                host,
+                &format!(
+                    "curl -sSf -o /usr/local/bin/{b} {url} && chmod 755 /usr/local/bin/{b} && \
+                     [ \"$(sha256sum /usr/local/bin/{b} | cut -d' ' -f1)\" = \"$(curl -sSf {url}.sha256)\" ] && echo ok"
+                ),
+            );
+            assert_eq!(out.trim(), "ok", "{host}: {b} and its .sha256");
+        }
+        let versions = lab.ssh_ok(
+            host,
+            "kubeadm version -o short; kubelet --version; kubectl version --client -o json | grep -o '\"gitVersion\": *\"[^\"]*\"'",
+        );
+        let lines: Vec<&str> = versions.lines().collect();
+        assert_eq!(lines[0], v, "{host}: kubeadm version");
+        assert_eq!(lines[1], format!("Kubernetes {v}"), "{host}: kubelet --version");
+        assert!(lines[2].contains(v), "{host}: kubectl: {versions}");
+    }
 }
 
 #[test]
