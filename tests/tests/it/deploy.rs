@@ -341,6 +341,13 @@ fn whole_install_on_four_hosts_one_arm64_a_failure_a_rerun_and_reset() {
     lab.ssh_ok("lab4", &format!("{pull} {one}"));
     let nodelocal = lab.ssh_ok("lab1", "cat /var/lib/kubexm-lab/kubectl/applied/*nodelocaldns*");
     assert!(!nodelocal.contains("__PILLAR__"), "{nodelocal}");
+    // Settings patched into the upstream manifests (manifests/addon-patches.yaml).
+    let calico = lab.ssh_ok("lab1", "cat /var/lib/kubexm-lab/kubectl/applied/*calico*");
+    assert!(
+        calico.contains("            - name: CALICO_IPV4POOL_CIDR\n              value: \"")
+            && !calico.contains("# - name: CALICO_IPV4POOL_CIDR"),
+        "{calico}"
+    );
 
     // The admin kubeconfig for the user.
     let kc = dir.path().join("root/lab.kubeconfig");
