@@ -115,6 +115,14 @@ impl Context<'_> {
 
     /// The registry service (`host`, `address:port`), or what to do without one.
     pub fn registry(&self) -> anyhow::Result<&kubexm_bom::topology::RegistryAt> {
+        if self.cluster.spec.registry.mode != kubexm_bom::config::model::RegistryMode::Local {
+            return Err(crate::DeployError::NotSupported(
+                "registry.mode external (the registry, containerd and addon phases need the bundle's registry; \
+                 mirror with `kubexm-install mirror` meanwhile)"
+                    .into(),
+            )
+            .into());
+        }
         self.topo
             .registry
             .as_ref()
