@@ -1,0 +1,77 @@
+//! Real Kubernetes in the lab (issue: a real cluster in the lab): the
+//! components `ci/lab prepare` builds from their Go modules, running on lab
+//! hosts. So far: kubelet v1.37.2 on Debian's containerd 1.6 in a lab host,
+//! standalone (no API server yet), in the host's own cgroups.
+
+use kubexm_e2e::Lab;
+
+const KUBELET_CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+staticPodPath: /etc/kubernetes/manifests
+failSwapOn: false
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+imageGCHighThresholdPercent: 100
+evictionHard: {nodefs.available: \"0%\", imagefs.available: \"0%\"}
+";
+
+/// kubelet starts and stays healthy in a lab host with the settings a
+/// cgroup v1, containerd 1.x machine needs (`failCgroupV1: false`, the
+/// cgroupfs driver), and the pod cgroups it creates land in that host's own
+/// subtree on the machine, not in a tree shared with the other hosts.
+#[test]
+fn a_real_kubelet_runs_in_a_lab_host_in_its_own_cgroups() {
+    let Some(lab) = Lab::up(2, 0) else { return };
+    let f = &lab.desc.fixture.http;
+    let k8s = format!("{f}/dl.k8s.io/release/v1.37.2/bin/linux/amd64");
+    lab.ssh_ok(
+        "lab1",
+        &format!(
+            "set -e; curl -sSf {f}/github.com/containerd/containerd/releases/download/v1.6.20/containerd-1.6.20-linux-amd64.tar.gz | tar -xz -C /usr/local; \
+             curl -sSf -o /usr/local/sbin/runc {f}/github.com/opencontainers/runc/releases/download/v1.1.5/runc.amd64; chmod 755 /usr/local/sbin/runc; \
+             curl -sSf -o /usr/local/bin/kubelet {k8s}/kubelet; chmod 755 /usr/local/bin/kubelet; \
+             mkdir -p /etc/containerd /etc/kubernetes/manifests /var/lib/kubelet; containerd config default > /etc/containerd/config.toml; \
+             systemd-run -q --unit=lab-containerd /usr/local/bin/containerd; \
+             for i in $(seq 50); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done; \
+             printf '%s' '{KUBELET_CONFIG}' > /var/lib/kubelet/config.yaml; \
+             systemd-run -q --unit=lab-kubelet /usr/local/bin/kubelet --config=/var/lib/kubelet/config.yaml --hostname-override=lab1"
+        ),
+    );
+    // Healthy, and still running a while later (a fatal check would have stopped it).
+    let mut healthy = String::new();
+    for _ in 0..60 {
+        healthy = String::from_utf8_lossy(&lab.ssh("lab1", "curl -s -m 2 localhost:10248/healthz").stdout).into_owned();
+        if healthy == "ok" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    let journal = || lab.ssh_ok("lab1", "journalctl -u lab-kubelet --no-pager | tail -40");
+    assert_eq!(healthy, "ok", "kubelet never became healthy:\n{}", journal());
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let state = lab.ssh_ok("lab1", "systemctl is-active lab-kubelet; curl -sk https://localhost:10250/pods");
+    assert!(
+        state.starts_with("active\n") && state.contains("\"kind\":\"PodList\""),
+        "{state}\n{}",
+        journal()
+    );
+    let version = lab.ssh_ok(
+        "lab1",
+        "journalctl -u lab-kubelet --no-pager | grep -o 'kubeletVersion=\"[^\"]*\"' | head -1",
+    );
+    assert!(version.contains("v1.37.2"), "{version}");
+    // Its pod cgroups are lab1's own: under kxlab/lab1 on the machine, none elsewhere.
+    let found = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("find /sys/fs/cgroup/cpu /sys/fs/cgroup/memory -type d -name kubepods 2>/dev/null")
+        .output()
+        .unwrap();
+    let found = String::from_utf8_lossy(&found.stdout).into_owned();
+    assert_eq!(found.lines().count(), 2, "{found}");
+    assert!(found.lines().all(|l| l.ends_with("/kxlab/lab1/kubepods")), "{found}");
+    assert!(!lab.ssh("lab2", "test -d /sys/fs/cgroup/cpu/kubepods").status.success());
+    lab.ssh_ok("lab1", "systemctl stop lab-kubelet lab-containerd");
+}
