@@ -1,7 +1,9 @@
 //! Real Kubernetes in the lab (issue: a real cluster in the lab): the
 //! components `ci/lab prepare` builds from their Go modules, running on lab
-//! hosts. So far: kubelet v1.37.2 on Debian's containerd 1.6 in a lab host,
-//! standalone (no API server yet), in the host's own cgroups.
+//! hosts. So far: etcd 3.6, CoreDNS, helm and pause built from source and
+//! served as their upstreams publish them; kubelet v1.37.2 on Debian's
+//! containerd 1.6 in a lab host, standalone (no API server yet), in the
+//! host's own cgroups.
 
 use kubexm_e2e::Lab;
 
@@ -74,4 +76,42 @@ fn a_real_kubelet_runs_in_a_lab_host_in_its_own_cgroups() {
     assert!(found.lines().all(|l| l.ends_with("/kxlab/lab1/kubepods")), "{found}");
     assert!(!lab.ssh("lab2", "test -d /sys/fs/cgroup/cpu/kubepods").status.success());
     lab.ssh_ok("lab1", "systemctl stop lab-kubelet lab-containerd");
+}
+
+/// etcd 3.6, CoreDNS, helm and pause, built from source by `ci/lab prepare`:
+/// each archive matches the checksum file beside it, as upstream publishes
+/// them, and each program runs and names its version on amd64, and etcd and
+/// pause on (emulated) arm64.
+#[test]
+fn components_built_from_source_are_served_as_upstream_publishes_them_and_run() {
+    let Some(lab) = Lab::up(2, 1) else { return };
+    let f = &lab.desc.fixture.http;
+    for (host, arch) in [("lab1", "amd64"), ("lab2", "arm64")] {
+        let out = lab.ssh_ok(
+            host,
+            &format!(
+                "set -e; cd /tmp; e=etcd-v3.6.16-linux-{arch}.tar.gz; u={f}/github.com/etcd-io/etcd/releases/download/v3.6.16; \
+                 curl -sSfO $u/$e; curl -sSf $u/SHA256SUMS | grep \" $e$\" | sha256sum -c --quiet -; \
+                 tar -xzf $e; ./etcd-v3.6.16-linux-{arch}/etcd --version | head -1; ./etcd-v3.6.16-linux-{arch}/etcdctl version | head -1; \
+                 curl -sSf -o pause {f}/kubexm-lab/pause/v3.10.2/{arch}/pause; chmod 755 pause; ./pause -v"
+            ),
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines,
+            ["etcd Version: 3.6.16", "etcdctl version: 3.6.16", "pause.c v3.10.2-kubexm-lab"],
+            "{host}"
+        );
+    }
+    let out = lab.ssh_ok(
+        "lab1",
+        &format!(
+            "set -e; cd /tmp; c=coredns_1.14.6_linux_amd64.tgz; u={f}/github.com/coredns/coredns/releases/download/v1.14.6; \
+             curl -sSfO $u/$c; curl -sSf $u/$c.sha256 | sha256sum -c --quiet -; tar -xzf $c; ./coredns -version | head -1; \
+             h=helm-v3.20.2-linux-amd64.tar.gz; curl -sSfO {f}/get.helm.sh/$h; curl -sSf {f}/get.helm.sh/$h.sha256sum | sha256sum -c --quiet -; \
+             tar -xzf $h; ./linux-amd64/helm version --short"
+        ),
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, ["CoreDNS-1.14.6", "v3.20.2"], "{out}");
 }
