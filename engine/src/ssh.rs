@@ -354,12 +354,14 @@ impl Transport for Ssh {
                 return true;
             }
             // A host being powered off still answers for a moment, while
-            // systemd stops services and cleans /tmp under the running step.
+            // systemd stops services and cleans /tmp under the running step;
+            // late in the shutdown systemctl no longer reaches systemd and
+            // says "offline" (or nothing).
             match self
                 .exec_within("systemctl is-system-running 2>/dev/null; true", false, Duration::from_secs(5))
                 .await
             {
-                Ok(out) => out.stdout.trim() == "stopping" || self.handle.is_closed(),
+                Ok(out) => matches!(out.stdout.trim(), "stopping" | "offline" | "") || self.handle.is_closed(),
                 Err(e) => e.lost() || self.handle.is_closed(),
             }
         })
