@@ -362,7 +362,9 @@ impl Transport for Ssh {
                 .await
             {
                 Ok(out) => matches!(out.stdout.trim(), "stopping" | "offline" | "") || self.handle.is_closed(),
-                Err(e) => e.lost() || self.handle.is_closed(),
+                // A step just failed and the host cannot run `systemctl`
+                // either: its sshd is going down with it.
+                Err(_) => true,
             }
         })
     }
