@@ -1,6 +1,6 @@
 //! Host facts, gathered with one command per host: OS, kernel, arch, CPU and
 //! memory, listening ports, clock offset from the installer, SELinux and
-//! firewall state, which of curl and wget exist, and leftovers of earlier
+//! firewall state, the cgroup version, which of curl and wget exist, and leftovers of earlier
 //! Kubernetes, etcd, containerd or Docker installs.
 
 use std::collections::BTreeMap;
@@ -22,6 +22,7 @@ echo "curl=$(command -v curl)"; echo "wget=$(command -v wget)"
 echo "leftovers=$(for p in /etc/kubernetes/manifests /etc/kubernetes/admin.conf /var/lib/etcd/member /var/lib/kubelet/config.yaml /etc/containerd/config.toml /var/lib/docker /usr/bin/dockerd /usr/local/bin/kubelet /usr/bin/kubelet; do [ -e $p ] && printf '%s ' $p; done)"
 echo "managed=$(ls /var/lib/kubexm/installed 2>/dev/null | tr '\n' ' ')"
 echo "uid=$(id -u)"
+echo "cgroupfs=$(stat -fc %T /sys/fs/cgroup 2>/dev/null)"
 echo "time_ms=$(date +%s%3N)"
 "#;
 
@@ -52,6 +53,8 @@ pub struct HostFacts {
     pub managed: Vec<String>,
     /// The uid commands run as (0: root, directly or through sudo).
     pub uid: u32,
+    /// 2 on a cgroup v2 (unified) host, 1 on cgroup v1 or hybrid, 0 unknown.
+    pub cgroup_version: u8,
 }
 
 fn now_ms() -> i64 {
@@ -114,6 +117,11 @@ pub fn parse(host: &str, text: &str, local_midpoint_ms: i64) -> HostFacts {
         leftovers: list("leftovers"),
         managed: list("managed"),
         uid: get("uid").parse().unwrap_or(u32::MAX),
+        cgroup_version: match get("cgroupfs").as_str() {
+            "cgroup2fs" => 2,
+            "tmpfs" => 1,
+            _ => 0,
+        },
     }
 }
 
@@ -151,11 +159,12 @@ impl crate::plan::Step for GatherStep {
 mod tests {
     #[test]
     fn parses_the_script_output() {
-        let text = "os_id=debian\nos_version=12\nkernel=6.1.0\nmachine=aarch64\nhostname=lab3\ncpus=2\nmem_kb=2048000\nports=22 6443 \nselinux=absent\nfirewall=\ncurl=/usr/bin/curl\nwget=\nleftovers=/etc/kubernetes/manifests \ntime_ms=1000500\n";
+        let text = "os_id=debian\nos_version=12\nkernel=6.1.0\nmachine=aarch64\nhostname=lab3\ncpus=2\nmem_kb=2048000\nports=22 6443 \ncgroupfs=tmpfs\nselinux=absent\nfirewall=\ncurl=/usr/bin/curl\nwget=\nleftovers=/etc/kubernetes/manifests \ntime_ms=1000500\n";
         let f = super::parse("lab3", text, 1_000_000);
         assert_eq!((f.arch.as_str(), f.cpus, f.memory_mb, f.clock_offset_ms), ("arm64", 2, 2000, 500));
         assert_eq!(f.ports, [22, 6443]);
         assert!(f.has_curl && !f.has_wget);
         assert_eq!(f.leftovers, ["/etc/kubernetes/manifests"]);
+        assert_eq!(f.cgroup_version, 1);
     }
 }

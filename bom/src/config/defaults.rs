@@ -51,6 +51,9 @@ impl Default for Kubernetes {
             node_cidr: None,
             dns_domain: "cluster.local".into(),
             proxy_mode: ProxyMode::default(),
+            kubelet: Default::default(),
+            kube_proxy: Default::default(),
+            kubeadm: Default::default(),
         }
     }
 }

@@ -273,6 +273,54 @@ pub struct Kubernetes {
     pub node_cidr: Option<String>,
     pub dns_domain: String,
     pub proxy_mode: ProxyMode,
+    /// What kubelet needs to know of the hosts it runs on.
+    pub kubelet: KubeletSettings,
+    /// kube-proxy settings some sites (and nested machines) need.
+    pub kube_proxy: KubeProxySettings,
+    /// How kubeadm runs.
+    pub kubeadm: KubeadmSettings,
+}
+
+/// The cgroup driver kubelet and containerd agree on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CgroupDriver {
+    #[default]
+    Systemd,
+    Cgroupfs,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct KubeletSettings {
+    /// Run kubelet on cgroup v1 hosts: kubelet 1.35 to 1.37 refuse them
+    /// unless told (`failCgroupV1: false`); 1.38 no longer runs there.
+    #[serde(rename = "cgroupV1")]
+    pub cgroup_v1: bool,
+    pub cgroup_driver: CgroupDriver,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct KubeProxySettings {
+    /// conntrack entries per CPU kube-proxy sets; 0 leaves the kernel's
+    /// value alone (needed where `nf_conntrack_max` is read-only, as in a
+    /// container or a network namespace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conntrack_max_per_core: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct KubeadmSettings {
+    /// kubeadm preflight checks whose errors are ignored (kubeadm's names,
+    /// e.g. `SystemVerification`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ignore_preflight_errors: Vec<String>,
+    /// How long kubeadm waits for the control plane's components to be
+    /// healthy, in seconds (kubeadm's default: 240).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_plane_timeout_seconds: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

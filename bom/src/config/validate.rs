@@ -25,6 +25,7 @@ pub fn check(c: &Cluster, catalog: Option<&Catalog>) -> Vec<Diagnostic> {
     r.endpoint(&c.spec);
     r.networks(&c.spec);
     r.versions(&c.spec);
+    r.kubelet(&c.spec);
     r.registry(&c.spec);
     r.addons(&c.spec);
     r.bundle(&c.spec);
@@ -451,6 +452,38 @@ impl Rules<'_> {
         }
     }
 
+    fn kubelet(&mut self, s: &Spec) {
+        let k = &s.kubernetes;
+        if k.kubelet.cgroup_v1 && kubernetes_minor(&k.version).is_some_and(|m| m >= 38) {
+            self.hinted(
+                "spec.kubernetes.kubelet.cgroupV1",
+                format!(
+                    "kubelet {} no longer runs on cgroup v1 hosts (1.37 is the last that can)",
+                    k.version
+                ),
+                "move the hosts to cgroup v2 (systemd.unified_cgroup_hierarchy=1), or use Kubernetes 1.37",
+            );
+        }
+        for (i, name) in k.kubeadm.ignore_preflight_errors.iter().enumerate() {
+            let ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
+            if !ok {
+                self.hinted(
+                    format!("spec.kubernetes.kubeadm.ignorePreflightErrors[{i}]"),
+                    format!("`{name}` is not a kubeadm preflight check name"),
+                    "use kubeadm's names, e.g. SystemVerification or FileContent--proc-sys-net-ipv4-ip_forward",
+                );
+            }
+        }
+        if let Some(t) = k.kubeadm.control_plane_timeout_seconds
+            && !(30..=3600).contains(&t)
+        {
+            self.err(
+                "spec.kubernetes.kubeadm.controlPlaneTimeoutSeconds",
+                format!("{t} s is outside 30 to 3600"),
+            );
+        }
+    }
+
     fn addon_version(&mut self, path: &str, addon: &str, version: Option<&str>) {
         let (Some(v), Some(a)) = (version, self.catalog.and_then(|c| c.addon(addon))) else {
             return;
@@ -659,5 +692,33 @@ fn mode_name(m: EndpointMode) -> &'static str {
         EndpointMode::KubeVip => "kube-vip",
         EndpointMode::External => "external",
         EndpointMode::LocalProxy => "local-proxy",
+    }
+}
+
+/// `v1.37.2` → 37.
+pub fn kubernetes_minor(version: &str) -> Option<u32> {
+    version.trim_start_matches('v').split('.').nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_on_cgroup_v1_ends_with_1_37() -> Result<(), Box<dyn std::error::Error>> {
+        let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", env!("CARGO_MANIFEST_DIR")))?;
+        let mut c = crate::config::load_str(&text, "ha.yaml", &Catalog::builtin()?)?;
+        c.spec.kubernetes.kubelet.cgroup_v1 = true;
+        c.spec.kubernetes.version = "v1.37.2".into();
+        assert!(!check(&c, None).iter().any(|d| d.path == "spec.kubernetes.kubelet.cgroupV1"));
+        c.spec.kubernetes.version = "v1.38.0".into();
+        let d = check(&c, None);
+        let d = d
+            .iter()
+            .find(|d| d.path == "spec.kubernetes.kubelet.cgroupV1")
+            .ok_or("no diagnostic")?;
+        assert!(d.message.contains("kubelet v1.38.0 no longer runs on cgroup v1"), "{}", d.message);
+        assert_eq!(kubernetes_minor("v1.37.2"), Some(37));
+        Ok(())
     }
 }

@@ -174,3 +174,13 @@ fn duplicate_keys_are_refused() {
     let err = load_str(&text, "cluster.yaml", &catalog()).unwrap_err().to_string();
     assert!(err.contains("cluster.yaml:3:"), "{err}");
 }
+
+#[test]
+fn kubelet_settings_are_checked() {
+    let text = errors(&[(
+        "    version: v1.33.4",
+        "    version: v1.33.4\n    kubeadm: {ignorePreflightErrors: [\"bad name\"], controlPlaneTimeoutSeconds: 5}",
+    )]);
+    assert!(text.contains("`bad name` is not a kubeadm preflight check name"), "{text}");
+    assert!(text.contains("5 s is outside 30 to 3600"), "{text}");
+}

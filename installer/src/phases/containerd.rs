@@ -74,7 +74,17 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         render(
             "containerd-config.toml",
             CONTAINERD_CONFIG,
-            &[("SANDBOX_IMAGE", &sandbox), ("VERSION", &version)],
+            &[
+                ("SANDBOX_IMAGE", &sandbox),
+                ("VERSION", &version),
+                (
+                    "SYSTEMD_CGROUP",
+                    match i.cluster.spec.kubernetes.kubelet.cgroup_driver {
+                        kubexm_bom::config::model::CgroupDriver::Systemd => "true",
+                        kubexm_bom::config::model::CgroupDriver::Cgroupfs => "false",
+                    },
+                ),
+            ],
             &[],
         )?
         .into_bytes(),

@@ -74,6 +74,18 @@ pub fn refusals(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[Str
             ));
         }
         let roles = roles_of(cluster, &f.host);
+        // kubelet 1.35 and later refuse cgroup v1 unless told; 1.38 no longer runs there.
+        let kubelet = roles.iter().any(|r| r == "control-plane" || r == "worker");
+        let k = &cluster.spec.kubernetes;
+        let minor = kubexm_bom::config::validate::kubernetes_minor(&k.version).unwrap_or(0);
+        let kubelet_phase = phases.iter().any(|p| p == "control-plane" || p == "workers");
+        if kubelet && kubelet_phase && f.cgroup_version == 1 && minor >= 35 && !k.kubelet.cgroup_v1 {
+            out.push(format!(
+                "{}: a cgroup v1 host, and kubelet {} refuses cgroup v1 by default; move the host to cgroup v2, \
+                 or set spec.kubernetes.kubelet.cgroupV1: true (kubelet 1.35 to 1.37 still run there)",
+                f.host, k.version
+            ));
+        }
         if phases.iter().any(|p| p == "etcd") && roles.iter().any(|r| r == "etcd") && !f.managed.iter().any(|l| l == "etcd") {
             for port in [2379u16, 2380] {
                 if f.ports.contains(&port) {
@@ -189,6 +201,23 @@ mod tests {
             },
         ];
         let r = refusals(&cluster, &bom, &facts, &["preflight".into(), "etcd".into()]);
+        // kubelet 1.35+ on a cgroup v1 host without the opt-in.
+        let mut v137 = cluster.clone();
+        v137.spec.kubernetes.version = "v1.37.2".into();
+        let cp = v137.spec.role_groups.control_plane[0].clone();
+        let v1 = HostFacts {
+            cgroup_version: 1,
+            ..host(&cp, &cp, "amd64", 0, vec![])
+        };
+        let kube_phases = ["control-plane".to_string()];
+        let refused = refusals(&v137, &bom, std::slice::from_ref(&v1), &kube_phases).join("\n");
+        assert!(
+            refused.contains(&format!("{cp}: a cgroup v1 host, and kubelet v1.37.2 refuses cgroup v1"))
+                && refused.contains("spec.kubernetes.kubelet.cgroupV1: true"),
+            "{refused}"
+        );
+        v137.spec.kubernetes.kubelet.cgroup_v1 = true;
+        assert!(refusals(&v137, &bom, &[v1], &kube_phases).is_empty());
         let all = r.join("\n");
         assert!(all.contains("hosts a, b share the hostname same"), "{all}");
         assert!(all.contains("b: arch arm64 has no binaries in the bundle"), "{all}");

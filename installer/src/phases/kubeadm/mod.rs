@@ -100,6 +100,28 @@ impl Render<'_> {
             kubexm_bom::config::model::ProxyMode::Ipvs => "ipvs",
             _ => "iptables",
         };
+        let k = &c.spec.kubernetes;
+        let driver = match k.kubelet.cgroup_driver {
+            kubexm_bom::config::model::CgroupDriver::Systemd => "systemd",
+            kubexm_bom::config::model::CgroupDriver::Cgroupfs => "cgroupfs",
+        };
+        let kubelet_extra = if k.kubelet.cgroup_v1 { "failCgroupV1: false" } else { "" };
+        let kube_proxy_extra = k
+            .kube_proxy
+            .conntrack_max_per_core
+            .map(|n| format!("conntrack:\n  maxPerCore: {n}"))
+            .unwrap_or_default();
+        let ignore = if k.kubeadm.ignore_preflight_errors.is_empty() {
+            String::new()
+        } else {
+            format!("  ignorePreflightErrors: [{}]", k.kubeadm.ignore_preflight_errors.join(", "))
+        };
+        let v1beta4 = self.api == "kubeadm.k8s.io/v1beta4";
+        let (timeouts, apiserver_timeout) = match k.kubeadm.control_plane_timeout_seconds {
+            Some(t) if v1beta4 => (format!("timeouts:\n  controlPlaneComponentHealthCheck: {t}s"), String::new()),
+            Some(t) => (String::new(), format!("  timeoutForControlPlane: {t}s")),
+            None => (String::new(), String::new()),
+        };
         let mut values = vec![
             ("NODE", node),
             ("ADDRESS", address),
@@ -117,6 +139,13 @@ impl Render<'_> {
             ("CLUSTER_DNS", dns.as_str()),
             ("PROXY_MODE", proxy_mode),
             ("TAINTS", taints),
+            ("CGROUP_DRIVER", driver),
+            ("KUBELET_EXTRA", kubelet_extra),
+            ("KUBE_PROXY_EXTRA", kube_proxy_extra.as_str()),
+            ("IGNORE_PREFLIGHT", ignore.as_str()),
+            ("INIT_TIMEOUTS", timeouts.as_str()),
+            ("JOIN_TIMEOUTS", timeouts.as_str()),
+            ("APISERVER_TIMEOUT", apiserver_timeout.as_str()),
         ];
         values.extend_from_slice(extra);
         crate::template::render(name, template, &values, &[])
@@ -240,4 +269,67 @@ fn logs_redacted() -> Arc<dyn Step> {
              find {LOG_DIR} -type f -exec chmod 600 {{}} +; echo 'kubeadm logs redacted, root only'"
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(c: &Cluster, api: &str) -> Result<(String, String), Box<dyn std::error::Error>> {
+        let topo = Topology::of(c)?;
+        let creds = JoinCredentials {
+            token: "abcdef.0123456789abcdef".into(),
+            certificate_key: "k".into(),
+            created: 0,
+        };
+        let r = Render {
+            cluster: c,
+            topo: &topo,
+            api,
+            creds: &creds,
+            ca_hash: "h",
+        };
+        let first = c.spec.role_groups.control_plane[0].clone();
+        let worker = c.spec.role_groups.worker.last().cloned().unwrap_or_default();
+        Ok((r.init(&first)?, r.join(&worker, false)?))
+    }
+
+    #[test]
+    fn kubelet_kube_proxy_and_kubeadm_settings_reach_the_configs_and_nothing_else_by_default() -> Result<(), Box<dyn std::error::Error>> {
+        let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", env!("CARGO_MANIFEST_DIR")))?;
+        let mut c = kubexm_bom::config::load_str(&text, "ha.yaml", &kubexm_bom::catalog::Catalog::builtin()?)?;
+        let (init, _) = render(&c, "kubeadm.k8s.io/v1beta4")?;
+        for absent in [
+            "failCgroupV1",
+            "conntrack",
+            "ignorePreflightErrors",
+            "timeouts",
+            "timeoutForControlPlane",
+        ] {
+            assert!(!init.contains(absent), "{absent} rendered by default:\n{init}");
+        }
+        assert!(init.contains("cgroupDriver: systemd"), "{init}");
+        let k = &mut c.spec.kubernetes;
+        k.kubelet.cgroup_v1 = true;
+        k.kubelet.cgroup_driver = kubexm_bom::config::model::CgroupDriver::Cgroupfs;
+        k.kube_proxy.conntrack_max_per_core = Some(0);
+        k.kubeadm.ignore_preflight_errors = vec!["SystemVerification".into()];
+        k.kubeadm.control_plane_timeout_seconds = Some(600);
+        let (init, join) = render(&c, "kubeadm.k8s.io/v1beta4")?;
+        for present in [
+            "cgroupDriver: cgroupfs\nfailCgroupV1: false\n",
+            "mode: ipvs\nconntrack:\n  maxPerCore: 0\n",
+            "  ignorePreflightErrors: [SystemVerification]\n",
+            "timeouts:\n  controlPlaneComponentHealthCheck: 600s\n---",
+        ] {
+            assert!(init.contains(present), "{present:?} missing:\n{init}");
+        }
+        assert!(join.contains("  ignorePreflightErrors: [SystemVerification]\n"), "{join}");
+        let (init, _) = render(&c, "kubeadm.k8s.io/v1beta3")?;
+        assert!(
+            init.contains("  timeoutForControlPlane: 600s\n") && !init.contains("timeouts:"),
+            "{init}"
+        );
+        Ok(())
+    }
 }
