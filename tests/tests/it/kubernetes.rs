@@ -20,6 +20,58 @@ imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: \"0%\", imagefs.available: \"0%\"}
 ";
 
+/// Debian's containerd 1.6 and runc from the fixture, running on `host` (amd64).
+fn containerd_on(lab: &Lab, host: &str) {
+    let f = &lab.desc.fixture.http;
+    lab.ssh_ok(
+        host,
+        &format!(
+            "set -e; curl -sSf {f}/github.com/containerd/containerd/releases/download/v1.6.20/containerd-1.6.20-linux-amd64.tar.gz | tar -xz -C /usr/local; \
+             curl -sSf -o /usr/local/sbin/runc {f}/github.com/opencontainers/runc/releases/download/v1.1.5/runc.amd64; chmod 755 /usr/local/sbin/runc; \
+             mkdir -p /etc/containerd; containerd config default > /etc/containerd/config.toml; \
+             systemd-run -q --unit=lab-containerd /usr/local/bin/containerd; \
+             for i in $(seq 50); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done"
+        ),
+    );
+}
+
+/// The images `ci/lab prepare` builds from the components (pause, the control
+/// plane, CoreDNS) are on the fixture registry under their upstream names,
+/// and run for real: containerd and runc in a lab host start pause and keep
+/// it running, and each other image's program names its version.
+#[test]
+fn images_of_the_built_components_run_in_a_lab_host() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    containerd_on(&lab, "lab1");
+    let reg = format!("{}:5000", lab.desc.gateway);
+    let out = lab.ssh_ok(
+        "lab1",
+        &format!(
+            "set -e; p={reg}/registry.k8s.io/pause:3.10.2; ctr -n lab images pull -q --plain-http $p >/dev/null; \
+             ctr -n lab run -d $p pause1 >/dev/null; sleep 2; ctr -n lab task ls | awk '$1 == \"pause1\" {{print $3}}'; \
+             for i in kube-apiserver:v1.37.2 kube-controller-manager:v1.37.2 kube-scheduler:v1.37.2; do \
+               ctr -n lab images pull -q --plain-http {reg}/registry.k8s.io/$i >/dev/null; \
+               ctr -n lab run --rm {reg}/registry.k8s.io/$i v-$$ /usr/local/bin/${{i%%:*}} --version; done; \
+             ctr -n lab images pull -q --plain-http {reg}/registry.k8s.io/coredns/coredns:v1.14.6 >/dev/null; \
+             ctr -n lab run --rm {reg}/registry.k8s.io/coredns/coredns:v1.14.6 c-$$ /coredns -version | head -1; \
+             ctr -n lab task kill -s KILL pause1 >/dev/null; sleep 1; ctr -n lab container rm pause1"
+        ),
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "RUNNING",
+            "Kubernetes v1.37.2",
+            "Kubernetes v1.37.2",
+            "Kubernetes v1.37.2",
+            "CoreDNS-1.14.6"
+        ],
+        "{out}"
+    );
+    lab.ssh_ok("lab1", "systemctl stop lab-containerd");
+}
+
 /// kubelet starts and stays healthy in a lab host with the settings a
 /// cgroup v1, containerd 1.x machine needs (`failCgroupV1: false`, the
 /// cgroupfs driver), and the pod cgroups it creates land in that host's own
@@ -29,15 +81,12 @@ fn a_real_kubelet_runs_in_a_lab_host_in_its_own_cgroups() {
     let Some(lab) = Lab::up(2, 0) else { return };
     let f = &lab.desc.fixture.http;
     let k8s = format!("{f}/dl.k8s.io/release/v1.37.2/bin/linux/amd64");
+    containerd_on(&lab, "lab1");
     lab.ssh_ok(
         "lab1",
         &format!(
-            "set -e; curl -sSf {f}/github.com/containerd/containerd/releases/download/v1.6.20/containerd-1.6.20-linux-amd64.tar.gz | tar -xz -C /usr/local; \
-             curl -sSf -o /usr/local/sbin/runc {f}/github.com/opencontainers/runc/releases/download/v1.1.5/runc.amd64; chmod 755 /usr/local/sbin/runc; \
-             curl -sSf -o /usr/local/bin/kubelet {k8s}/kubelet; chmod 755 /usr/local/bin/kubelet; \
-             mkdir -p /etc/containerd /etc/kubernetes/manifests /var/lib/kubelet; containerd config default > /etc/containerd/config.toml; \
-             systemd-run -q --unit=lab-containerd /usr/local/bin/containerd; \
-             for i in $(seq 50); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done; \
+            "set -e; curl -sSf -o /usr/local/bin/kubelet {k8s}/kubelet; chmod 755 /usr/local/bin/kubelet; \
+             mkdir -p /etc/kubernetes/manifests /var/lib/kubelet; \
              printf '%s' '{KUBELET_CONFIG}' > /var/lib/kubelet/config.yaml; \
              systemd-run -q --unit=lab-kubelet /usr/local/bin/kubelet --config=/var/lib/kubelet/config.yaml --hostname-override=lab1"
         ),

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Container images of the lab's real components, shaped like the official ones.
+
+Usage: images.py K8S_FILES COMPONENTS_FILES OUT
+
+Reads the binaries `ci/lab prepare` built (laid out as their upstreams
+publish them) and writes one OCI image layout per image under OUT, plus
+OUT/images.txt for push.py (`REFERENCE LAYOUT INDEX_DIGEST`):
+
+  registry.k8s.io/pause:3.10.2                 amd64, arm64  /pause (static), user 65535
+  registry.k8s.io/kube-apiserver:v1.37.2       amd64         /usr/local/bin/kube-apiserver
+  registry.k8s.io/kube-controller-manager:...  amd64         /usr/local/bin/kube-controller-manager
+  registry.k8s.io/kube-scheduler:v1.37.2       amd64         /usr/local/bin/kube-scheduler
+  registry.k8s.io/coredns/coredns:v1.14.6      amd64         /coredns
+
+Like the official images the control-plane ones hold the static binary alone
+(kubeadm's static pods name the command), with PATH covering
+/usr/local/bin. Layers and configs are reproducible (fixed mtimes, sorted).
+kube-proxy needs iptables and nft in its image and is not built yet.
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import sys
+import tarfile
+
+K8S, COMPONENTS, OUT = sys.argv[1:4]
+KV = "v1.37.2"
+MTIME = 1700000000
+CREATED = "2023-11-14T22:13:20Z"
+PATH_ENV = "PATH=/usr/local/bin:/usr/bin:/bin"
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def blob(layout, data):
+    d = sha256(data)
+    write(os.path.join(layout, "blobs/sha256", d), data)
+    return {"digest": "sha256:" + d, "size": len(data)}
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def from_tgz(path, member):
+    with tarfile.open(path) as t:
+        return t.extractfile(member).read()
+
+
+def layer(files):
+    """A gzip layer of (path, bytes, mode), parent directories included."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as t:
+        dirs = sorted({"/".join(p.split("/")[:i]) for p, _, _ in files for i in range(1, p.count("/") + 1)})
+        for d in dirs:
+            i = tarfile.TarInfo(d)
+            i.type, i.mode, i.mtime = tarfile.DIRTYPE, 0o755, MTIME
+            t.addfile(i)
+        for p, data, mode in sorted(files):
+            i = tarfile.TarInfo(p)
+            i.size, i.mode, i.mtime = len(data), mode, MTIME
+            t.addfile(i, io.BytesIO(data))
+    diff = raw.getvalue()
+    gz = io.BytesIO()
+    with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0) as g:
+        g.write(diff)
+    return diff, gz.getvalue()
+
+
+def image(ref, per_arch, config):
+    """per_arch: arch -> [(path, bytes, mode)]; config: the image config's `config`."""
+    layout = os.path.join(OUT, ref.replace("/", "_").replace(":", "_"))
+    manifests = []
+    for arch, files in sorted(per_arch.items()):
+        diff, gz = layer(files)
+        lay = dict(mediaType="application/vnd.oci.image.layer.v1.tar+gzip", **blob(layout, gz))
+        cfg = {"architecture": arch, "os": "linux", "created": CREATED, "config": config,
+               "rootfs": {"type": "layers", "diff_ids": ["sha256:" + sha256(diff)]},
+               "history": [{"created": CREATED, "created_by": "kubexm lab: built from source by ci/lab prepare"}]}
+        c = dict(mediaType="application/vnd.oci.image.config.v1+json", **blob(layout, json.dumps(cfg, sort_keys=True).encode()))
+        man = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": c, "layers": [lay]}
+        m = blob(layout, json.dumps(man, sort_keys=True).encode())
+        manifests.append(dict(mediaType="application/vnd.oci.image.manifest.v1+json", platform={"architecture": arch, "os": "linux"}, **m))
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": manifests}
+    top = blob(layout, json.dumps(index, sort_keys=True).encode())
+    write(os.path.join(layout, "oci-layout"), b'{"imageLayoutVersion":"1.0.0"}')
+    entry = dict(mediaType="application/vnd.oci.image.index.v1+json", annotations={"org.opencontainers.image.ref.name": ref}, **top)
+    write(os.path.join(layout, "index.json"), json.dumps({"schemaVersion": 2, "manifests": [entry]}).encode())
+    return f"{ref} {layout} {top['digest']}"
+
+
+def main():
+    lines = []
+    pause = {a: [("pause", read(f"{COMPONENTS}/kubexm-lab/pause/v3.10.2/{a}/pause"), 0o755)] for a in ["amd64", "arm64"]}
+    lines.append(image("registry.k8s.io/pause:3.10.2", pause, {"Entrypoint": ["/pause"], "User": "65535:65535"}))
+    for b in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]:
+        binary = read(f"{K8S}/dl.k8s.io/release/{KV}/bin/linux/amd64/{b}")
+        files = {"amd64": [(f"usr/local/bin/{b}", binary, 0o755)]}
+        lines.append(image(f"registry.k8s.io/{b}:{KV}", files, {"Entrypoint": [f"/usr/local/bin/{b}"], "Env": [PATH_ENV]}))
+    coredns = from_tgz(f"{COMPONENTS}/github.com/coredns/coredns/releases/download/v1.14.6/coredns_1.14.6_linux_amd64.tgz", "coredns")
+    lines.append(image("registry.k8s.io/coredns/coredns:v1.14.6", {"amd64": [("coredns", coredns, 0o755)]},
+                       {"Entrypoint": ["/coredns"], "ExposedPorts": {"53/tcp": {}, "53/udp": {}}, "User": "0"}))
+    write(os.path.join(OUT, "images.txt"), ("\n".join(lines) + "\n").encode())
+
+
+if __name__ == "__main__":
+    main()
