@@ -22,13 +22,18 @@ evictionHard: {nodefs.available: \"0%\", imagefs.available: \"0%\"}
 
 /// Debian's containerd 1.6 and runc from the fixture, running on `host` (amd64).
 fn containerd_on(lab: &Lab, host: &str) {
+    containerd_with(lab, host, "");
+}
+
+/// The same, with `extra` run after the default config is written (edits to it).
+fn containerd_with(lab: &Lab, host: &str, extra: &str) {
     let f = &lab.desc.fixture.http;
     lab.ssh_ok(
         host,
         &format!(
             "set -e; curl -sSf {f}/github.com/containerd/containerd/releases/download/v1.6.20/containerd-1.6.20-linux-amd64.tar.gz | tar -xz -C /usr/local; \
              curl -sSf -o /usr/local/sbin/runc {f}/github.com/opencontainers/runc/releases/download/v1.1.5/runc.amd64; chmod 755 /usr/local/sbin/runc; \
-             mkdir -p /etc/containerd; containerd config default > /etc/containerd/config.toml; \
+             mkdir -p /etc/containerd; containerd config default > /etc/containerd/config.toml; {extra} \
              systemd-run -q --unit=lab-containerd /usr/local/bin/containerd; \
              for i in $(seq 50); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done"
         ),
@@ -163,4 +168,108 @@ fn components_built_from_source_are_served_as_upstream_publishes_them_and_run() 
     );
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines, ["CoreDNS-1.14.6", "v3.20.2"], "{out}");
+}
+
+const INIT_CONFIG: &str = "apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint: {advertiseAddress: ADDRESS, bindPort: 6443}
+nodeRegistration:
+  name: lab1
+  criSocket: unix:///run/containerd/containerd.sock
+  imagePullPolicy: IfNotPresent
+  ignorePreflightErrors: [SystemVerification]
+  kubeletExtraArgs:
+    - {name: node-ip, value: ADDRESS}
+timeouts: {controlPlaneComponentHealthCheck: 600s}
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+clusterName: lab
+kubernetesVersion: v1.37.2
+networking: {podSubnet: 198.19.0.0/16, serviceSubnet: 198.18.128.0/20}
+etcd:
+  external: {endpoints: [\"http://127.0.0.1:2379\"]}
+---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+";
+
+/// A real control plane by a real kubeadm, by hand on one lab host: kubeadm
+/// v1.37.2 inits against etcd 3.6 (built from source), pulling the images
+/// built from source through containerd from the fixture registry; the node
+/// registers at v1.37.2 (NotReady: no pod network yet) and the static pods
+/// run. What the lab needs besides the settings cluster.yaml types
+/// (`failCgroupV1: false`, the `SystemVerification` preflight check on cgroup
+/// v1): containerd's `restrict_oom_score_adj`, because this machine's
+/// bounding set lacks CAP_SYS_RESOURCE, so no sandbox may lower its OOM score.
+#[test]
+fn kubeadm_init_brings_up_a_real_control_plane_in_a_lab_host() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    let f = &lab.desc.fixture.http;
+    let gw = &lab.desc.gateway;
+    let hosts_toml = format!(
+        "mkdir -p /etc/containerd/certs.d/registry.k8s.io; \
+         printf 'server = \"http://{gw}:5000\"\\n[host.\"http://{gw}:5000/v2/registry.k8s.io\"]\\n  capabilities = [\"pull\", \"resolve\"]\\n  override_path = true\\n' > /etc/containerd/certs.d/registry.k8s.io/hosts.toml; \
+         sed -i -e 's|sandbox_image = .*|sandbox_image = \"registry.k8s.io/pause:3.10.2\"|' -e 's|config_path = .*|config_path = \"/etc/containerd/certs.d\"|' \
+           -e 's|restrict_oom_score_adj = .*|restrict_oom_score_adj = true|' /etc/containerd/config.toml;"
+    );
+    containerd_with(&lab, "lab1", &hosts_toml);
+    let address = &lab.host("lab1").address;
+    let k8s = format!("{f}/dl.k8s.io/release/v1.37.2/bin/linux/amd64");
+    let etcd = format!("{f}/github.com/etcd-io/etcd/releases/download/v3.6.16/etcd-v3.6.16-linux-amd64.tar.gz");
+    let unit = std::fs::read_to_string(kubexm_e2e::repo_root().join("manifests/templates/kubelet.service")).unwrap();
+    let dropin = std::fs::read_to_string(kubexm_e2e::repo_root().join("manifests/templates/kubelet-kubeadm.conf")).unwrap();
+    lab.ssh_ok(
+        "lab1",
+        &format!(
+            "set -e; for b in kubelet kubeadm kubectl; do curl -sSf -o /usr/local/bin/$b {k8s}/$b; chmod 755 /usr/local/bin/$b; done; \
+             curl -sSf {etcd} | tar -xz -C /tmp; cp /tmp/etcd-v3.6.16-linux-amd64/etcd /usr/local/bin/; \
+             systemd-run -q --unit=lab-etcd /usr/local/bin/etcd --data-dir /var/lib/lab-etcd \
+               --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379; \
+             printf '%s' '{unit}' > /etc/systemd/system/kubelet.service; mkdir -p /etc/systemd/system/kubelet.service.d /etc/kubexm; \
+             printf '%s' '{dropin}' > /etc/systemd/system/kubelet.service.d/10-kubeadm.conf; systemctl daemon-reload; systemctl enable -q kubelet; \
+             printf '%s' '{}' > /etc/kubexm/init.yaml",
+            INIT_CONFIG.replace("ADDRESS", address)
+        ),
+    );
+    let start = std::time::Instant::now();
+    let init = lab.ssh(
+        "lab1",
+        "kubeadm init --config /etc/kubexm/init.yaml --skip-phases=addon/kube-proxy 2>&1 | tail -30",
+    );
+    let took = start.elapsed();
+    let log = String::from_utf8_lossy(&init.stdout).into_owned();
+    assert!(log.contains("Your Kubernetes control-plane has initialized successfully"), "{log}");
+    eprintln!("kubeadm init took {took:?}");
+    let mut out = String::new();
+    for _ in 0..60 {
+        out = String::from_utf8_lossy(
+            &lab.ssh(
+                "lab1",
+                "export KUBECONFIG=/etc/kubernetes/admin.conf; kubectl get --raw /livez; echo; \
+                 kubectl get node lab1 -o jsonpath='{.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}'; echo; \
+                 kubectl -n kube-system get pods -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase}{\"\\n\"}{end}' | sort",
+            )
+            .stdout,
+        )
+        .into_owned();
+        if out.matches(" Running").count() == 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "ok",
+            "v1.37.2 containerd://1.6.20",
+            "kube-apiserver-lab1 Running",
+            "kube-controller-manager-lab1 Running",
+            "kube-scheduler-lab1 Running"
+        ],
+        "{out}"
+    );
 }
