@@ -23,6 +23,7 @@ echo "leftovers=$(for p in /etc/kubernetes/manifests /etc/kubernetes/admin.conf 
 echo "managed=$(ls /var/lib/kubexm/installed 2>/dev/null | tr '\n' ' ')"
 echo "uid=$(id -u)"
 echo "cgroupfs=$(stat -fc %T /sys/fs/cgroup 2>/dev/null)"
+echo "capbnd=$(awk '/^CapBnd:/{print $2}' /proc/self/status)"
 echo "time_ms=$(date +%s%3N)"
 "#;
 
@@ -55,6 +56,9 @@ pub struct HostFacts {
     pub uid: u32,
     /// 2 on a cgroup v2 (unified) host, 1 on cgroup v1 or hybrid, 0 unknown.
     pub cgroup_version: u8,
+    /// Whether processes there may hold CAP_SYS_RESOURCE (lower OOM scores);
+    /// false inside some containers and VMs.
+    pub sys_resource: bool,
 }
 
 fn now_ms() -> i64 {
@@ -117,6 +121,8 @@ pub fn parse(host: &str, text: &str, local_midpoint_ms: i64) -> HostFacts {
         leftovers: list("leftovers"),
         managed: list("managed"),
         uid: get("uid").parse().unwrap_or(u32::MAX),
+        // Bit 24 of the bounding set is CAP_SYS_RESOURCE; unknown counts as present.
+        sys_resource: u64::from_str_radix(&get("capbnd"), 16).map_or(true, |b| b & (1 << 24) != 0),
         cgroup_version: match get("cgroupfs").as_str() {
             "cgroup2fs" => 2,
             "tmpfs" => 1,
@@ -159,12 +165,13 @@ impl crate::plan::Step for GatherStep {
 mod tests {
     #[test]
     fn parses_the_script_output() {
-        let text = "os_id=debian\nos_version=12\nkernel=6.1.0\nmachine=aarch64\nhostname=lab3\ncpus=2\nmem_kb=2048000\nports=22 6443 \ncgroupfs=tmpfs\nselinux=absent\nfirewall=\ncurl=/usr/bin/curl\nwget=\nleftovers=/etc/kubernetes/manifests \ntime_ms=1000500\n";
+        let text = "os_id=debian\nos_version=12\nkernel=6.1.0\nmachine=aarch64\nhostname=lab3\ncpus=2\nmem_kb=2048000\nports=22 6443 \ncgroupfs=tmpfs\ncapbnd=000001fffeffffff\nselinux=absent\nfirewall=\ncurl=/usr/bin/curl\nwget=\nleftovers=/etc/kubernetes/manifests \ntime_ms=1000500\n";
         let f = super::parse("lab3", text, 1_000_000);
         assert_eq!((f.arch.as_str(), f.cpus, f.memory_mb, f.clock_offset_ms), ("arm64", 2, 2000, 500));
         assert_eq!(f.ports, [22, 6443]);
         assert!(f.has_curl && !f.has_wget);
         assert_eq!(f.leftovers, ["/etc/kubernetes/manifests"]);
         assert_eq!(f.cgroup_version, 1);
+        assert!(!f.sys_resource, "bit 24 (CAP_SYS_RESOURCE) is clear in 000001fffeffffff");
     }
 }

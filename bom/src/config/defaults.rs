@@ -61,6 +61,7 @@ impl Default for Kubernetes {
 impl Default for ContainerRuntime {
     fn default() -> Self {
         Self {
+            restrict_oom_score_adj: false,
             kind: RuntimeKind::default(),
             version: None,
             data_root: PathBuf::from("/var/lib/containerd"),

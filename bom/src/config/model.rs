@@ -346,6 +346,10 @@ pub struct ContainerRuntime {
     pub insecure_registries: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub auths: Vec<RegistryAuth>,
+    /// Keep containers' OOM scores at or above containerd's own, for hosts
+    /// that may not lower them (no CAP_SYS_RESOURCE: nested containers, some
+    /// VMs), where every pod sandbox would fail to start otherwise.
+    pub restrict_oom_score_adj: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -76,6 +76,14 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             CONTAINERD_CONFIG,
             &[
                 ("SANDBOX_IMAGE", &sandbox),
+                (
+                    "RESTRICT_OOM_SCORE_ADJ",
+                    if i.cluster.spec.container_runtime.restrict_oom_score_adj {
+                        "true"
+                    } else {
+                        "false"
+                    },
+                ),
                 ("VERSION", &version),
                 (
                     "SYSTEMD_CGROUP",

@@ -79,6 +79,13 @@ pub fn refusals(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[Str
         let k = &cluster.spec.kubernetes;
         let minor = kubexm_bom::config::validate::kubernetes_minor(&k.version).unwrap_or(0);
         let kubelet_phase = phases.iter().any(|p| p == "control-plane" || p == "workers");
+        if kubelet && kubelet_phase && !f.sys_resource && !cluster.spec.container_runtime.restrict_oom_score_adj {
+            out.push(format!(
+                "{}: processes there may not lower their OOM score (no CAP_SYS_RESOURCE, as in a container), so no pod \
+                 sandbox would start; set spec.containerRuntime.restrictOomScoreAdj: true",
+                f.host
+            ));
+        }
         if kubelet && kubelet_phase && f.cgroup_version == 1 && minor >= 35 && !k.kubelet.cgroup_v1 {
             out.push(format!(
                 "{}: a cgroup v1 host, and kubelet {} refuses cgroup v1 by default; move the host to cgroup v2, \
@@ -207,6 +214,7 @@ mod tests {
         let cp = v137.spec.role_groups.control_plane[0].clone();
         let v1 = HostFacts {
             cgroup_version: 1,
+            sys_resource: true,
             ..host(&cp, &cp, "amd64", 0, vec![])
         };
         let kube_phases = ["control-plane".to_string()];
@@ -217,7 +225,16 @@ mod tests {
             "{refused}"
         );
         v137.spec.kubernetes.kubelet.cgroup_v1 = true;
-        assert!(refusals(&v137, &bom, &[v1], &kube_phases).is_empty());
+        assert!(refusals(&v137, &bom, std::slice::from_ref(&v1), &kube_phases).is_empty());
+        // A host that may not lower OOM scores, without restrictOomScoreAdj.
+        let capless = HostFacts {
+            sys_resource: false,
+            ..v1.clone()
+        };
+        let refused = refusals(&v137, &bom, std::slice::from_ref(&capless), &kube_phases).join("\n");
+        assert!(refused.contains("set spec.containerRuntime.restrictOomScoreAdj: true"), "{refused}");
+        v137.spec.container_runtime.restrict_oom_score_adj = true;
+        assert!(refusals(&v137, &bom, &[capless], &kube_phases).is_empty());
         let all = r.join("\n");
         assert!(all.contains("hosts a, b share the hostname same"), "{all}");
         assert!(all.contains("b: arch arm64 has no binaries in the bundle"), "{all}");
