@@ -192,7 +192,7 @@ impl Bom {
             .map(|f| {
                 let sum = match &f.checksum {
                     Checksum::Sha256(d) => format!("sha256:{}…", &d[..12.min(d.len())]),
-                    Checksum::Published(_) => "published checksum".into(),
+                    Checksum::Published(_) => "not pinned: upstream's checksum".into(),
                     Checksum::Unknown => "UNVERIFIABLE".into(),
                 };
                 [f.component.clone(), f.version.clone(), f.arch.clone(), sum, f.source.clone()]

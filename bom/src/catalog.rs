@@ -355,6 +355,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn todays_minors_resolve_with_kubeadms_images_and_unpinned_binaries() -> Result<(), Box<dyn std::error::Error>> {
+        let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", env!("CARGO_MANIFEST_DIR")))?;
+        let catalog = Catalog::builtin()?;
+        for (v, pause, etcd) in [
+            ("v1.35.4", "3.10.1", "v3.6.6"),
+            ("v1.36.3", "3.10.2", "v3.6.8"),
+            ("v1.37.2", "3.10.2", "v3.7.0"),
+        ] {
+            let c = crate::config::load_str(&text.replace("version: v1.33.4", &format!("version: {v}")), "ha.yaml", &catalog)?;
+            assert_eq!(c.spec.etcd.version.as_deref(), Some(etcd), "{v}");
+            let bom = crate::resolve::resolve(&c, &catalog, &Default::default())?;
+            let kubeadm = bom.files.iter().find(|f| f.component == "kubeadm").ok_or("no kubeadm")?;
+            assert!(
+                matches!(kubeadm.checksum, crate::Checksum::Published(_)),
+                "{v}: {:?}",
+                kubeadm.checksum
+            );
+            assert!(
+                bom.images
+                    .iter()
+                    .any(|i| i.reference.to_string() == format!("registry.k8s.io/pause:{pause}")),
+                "{v}"
+            );
+            assert!(bom.to_table().contains("not pinned: upstream's checksum"), "{v}");
+        }
+        Ok(())
+    }
+
+    #[test]
     fn a_bundles_locked_catalog_completes_the_same_config_and_refuses_another_version() -> Result<(), Box<dyn std::error::Error>> {
         let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", env!("CARGO_MANIFEST_DIR")))?;
         let full = Catalog::builtin()?;
