@@ -186,6 +186,7 @@ apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration
 clusterName: lab
 kubernetesVersion: v1.37.2
+controlPlaneEndpoint: ADDRESS:6443
 networking: {podSubnet: 198.19.0.0/16, serviceSubnet: 198.18.128.0/20}
 etcd:
   external: {endpoints: [\"http://127.0.0.1:2379\"]}
@@ -196,42 +197,69 @@ cgroupDriver: cgroupfs
 failCgroupV1: false
 ";
 
-/// A real control plane by a real kubeadm, by hand on one lab host: kubeadm
-/// v1.37.2 inits against etcd 3.6 (built from source), pulling the images
-/// built from source through containerd from the fixture registry; the node
-/// registers at v1.37.2 (NotReady: no pod network yet) and the static pods
-/// run. What the lab needs besides the settings cluster.yaml types
-/// (`failCgroupV1: false`, the `SystemVerification` preflight check on cgroup
-/// v1): containerd's `restrict_oom_score_adj`, because this machine's
-/// bounding set lacks CAP_SYS_RESOURCE, so no sandbox may lower its OOM score.
+/// The pod network by hand: Debian's bridge and host-local CNI plugins on a
+/// node's pod CIDR, and a route to each other node's pod CIDR through it
+/// (kindnet's design; masquerading off: the minbase hosts have no iptables).
+fn cni_conflist(cidr: &str) -> String {
+    format!(
+        "{{\"cniVersion\":\"0.4.0\",\"name\":\"kxlab\",\"plugins\":[{{\"type\":\"bridge\",\"bridge\":\"cni0\",\"isGateway\":true,\"ipMasq\":false,\
+         \"ipam\":{{\"type\":\"host-local\",\"ranges\":[[{{\"subnet\":\"{cidr}\"}}]],\"routes\":[{{\"dst\":\"0.0.0.0/0\"}}]}}}},{{\"type\":\"loopback\"}}]}}"
+    )
+}
+
+/// A real two-node cluster by a real kubeadm, by hand (the installer still
+/// uses the stand-ins): kubeadm v1.37.2 inits lab1 against etcd 3.6 (built
+/// from source) with the images built from source, pulled through
+/// containerd from the fixture registry; lab2 joins with a bootstrap token;
+/// with the pod network above both nodes are Ready at v1.37.2, the static
+/// pods run, and a pod on lab1 reaches a pod on lab2. What the lab needs
+/// besides the settings cluster.yaml types (`failCgroupV1: false`, the
+/// `SystemVerification` check on cgroup v1): containerd's
+/// `restrict_oom_score_adj`, because this machine's bounding set lacks
+/// CAP_SYS_RESOURCE, so no sandbox may lower its OOM score.
 #[test]
-fn kubeadm_init_brings_up_a_real_control_plane_in_a_lab_host() {
-    let Some(lab) = Lab::up(1, 0) else { return };
+fn kubeadm_init_and_join_make_two_ready_nodes_whose_pods_reach_each_other() {
+    let Some(lab) = Lab::up(2, 0) else { return };
     let f = &lab.desc.fixture.http;
     let gw = &lab.desc.gateway;
-    let hosts_toml = format!(
-        "mkdir -p /etc/containerd/certs.d/registry.k8s.io; \
-         printf 'server = \"http://{gw}:5000\"\\n[host.\"http://{gw}:5000/v2/registry.k8s.io\"]\\n  capabilities = [\"pull\", \"resolve\"]\\n  override_path = true\\n' > /etc/containerd/certs.d/registry.k8s.io/hosts.toml; \
-         sed -i -e 's|sandbox_image = .*|sandbox_image = \"registry.k8s.io/pause:3.10.2\"|' -e 's|config_path = .*|config_path = \"/etc/containerd/certs.d\"|' \
+    let mut registries = String::new();
+    for r in ["registry.k8s.io", "docker.io"] {
+        registries.push_str(&format!(
+            "mkdir -p /etc/containerd/certs.d/{r}; \
+             printf 'server = \"http://{gw}:5000\"\\n[host.\"http://{gw}:5000/v2/{r}\"]\\n  capabilities = [\"pull\", \"resolve\"]\\n  override_path = true\\n' > /etc/containerd/certs.d/{r}/hosts.toml; "
+        ));
+    }
+    let edits = format!(
+        "{registries} sed -i -e 's|sandbox_image = .*|sandbox_image = \"registry.k8s.io/pause:3.10.2\"|' -e 's|config_path = .*|config_path = \"/etc/containerd/certs.d\"|' \
            -e 's|restrict_oom_score_adj = .*|restrict_oom_score_adj = true|' /etc/containerd/config.toml;"
     );
-    containerd_with(&lab, "lab1", &hosts_toml);
-    let address = &lab.host("lab1").address;
     let k8s = format!("{f}/dl.k8s.io/release/v1.37.2/bin/linux/amd64");
-    let etcd = format!("{f}/github.com/etcd-io/etcd/releases/download/v3.6.16/etcd-v3.6.16-linux-amd64.tar.gz");
+    let cni = format!("{f}/github.com/containernetworking/plugins/releases/download/v1.1.1/cni-plugins-linux-amd64-v1.1.1.tgz");
     let unit = std::fs::read_to_string(kubexm_e2e::repo_root().join("manifests/templates/kubelet.service")).unwrap();
     let dropin = std::fs::read_to_string(kubexm_e2e::repo_root().join("manifests/templates/kubelet-kubeadm.conf")).unwrap();
+    for host in ["lab1", "lab2"] {
+        containerd_with(&lab, host, &edits);
+        lab.ssh_ok(
+            host,
+            &format!(
+                "set -e; for b in kubelet kubeadm kubectl; do curl -sSf -o /usr/local/bin/$b {k8s}/$b; chmod 755 /usr/local/bin/$b; done; \
+                 mkdir -p /opt/cni/bin /etc/cni/net.d; curl -sSf {cni} | tar -xz -C /opt/cni/bin; \
+                 printf '%s' '{unit}' > /etc/systemd/system/kubelet.service; mkdir -p /etc/systemd/system/kubelet.service.d /etc/kubexm; \
+                 printf '%s' '{dropin}' > /etc/systemd/system/kubelet.service.d/10-kubeadm.conf; systemctl daemon-reload; systemctl enable -q kubelet"
+            ),
+        );
+    }
+    let a1 = &lab.host("lab1").address;
+    let a2 = &lab.host("lab2").address;
+    let etcd = format!("{f}/github.com/etcd-io/etcd/releases/download/v3.6.16/etcd-v3.6.16-linux-amd64.tar.gz");
     lab.ssh_ok(
         "lab1",
         &format!(
-            "set -e; for b in kubelet kubeadm kubectl; do curl -sSf -o /usr/local/bin/$b {k8s}/$b; chmod 755 /usr/local/bin/$b; done; \
-             curl -sSf {etcd} | tar -xz -C /tmp; cp /tmp/etcd-v3.6.16-linux-amd64/etcd /usr/local/bin/; \
+            "set -e; curl -sSf {etcd} | tar -xz -C /tmp; cp /tmp/etcd-v3.6.16-linux-amd64/etcd /usr/local/bin/; \
              systemd-run -q --unit=lab-etcd /usr/local/bin/etcd --data-dir /var/lib/lab-etcd \
                --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379; \
-             printf '%s' '{unit}' > /etc/systemd/system/kubelet.service; mkdir -p /etc/systemd/system/kubelet.service.d /etc/kubexm; \
-             printf '%s' '{dropin}' > /etc/systemd/system/kubelet.service.d/10-kubeadm.conf; systemctl daemon-reload; systemctl enable -q kubelet; \
              printf '%s' '{}' > /etc/kubexm/init.yaml",
-            INIT_CONFIG.replace("ADDRESS", address)
+            INIT_CONFIG.replace("ADDRESS", a1)
         ),
     );
     let start = std::time::Instant::now();
@@ -239,37 +267,79 @@ fn kubeadm_init_brings_up_a_real_control_plane_in_a_lab_host() {
         "lab1",
         "kubeadm init --config /etc/kubexm/init.yaml --skip-phases=addon/kube-proxy 2>&1 | tail -30",
     );
-    let took = start.elapsed();
+    let init_took = start.elapsed();
     let log = String::from_utf8_lossy(&init.stdout).into_owned();
     assert!(log.contains("Your Kubernetes control-plane has initialized successfully"), "{log}");
-    eprintln!("kubeadm init took {took:?}");
+    let join = lab.ssh_ok("lab1", "kubeadm token create --print-join-command");
+    let joined = lab.ssh(
+        "lab2",
+        &format!("{} --ignore-preflight-errors=SystemVerification 2>&1 | tail -5", join.trim()),
+    );
+    let joined = String::from_utf8_lossy(&joined.stdout).into_owned();
+    assert!(joined.contains("to see this node join the cluster"), "{joined}");
+    eprintln!("kubeadm init took {init_took:?}; init and join {:?}", start.elapsed());
+    let kubectl = "KUBECONFIG=/etc/kubernetes/admin.conf kubectl";
+    for (host, own, peer, peer_cidr) in [
+        ("lab1", "198.19.0.0/24", a2, "198.19.1.0/24"),
+        ("lab2", "198.19.1.0/24", a1, "198.19.0.0/24"),
+    ] {
+        let cidr = lab.ssh_ok("lab1", &format!("{kubectl} get node {host} -o jsonpath='{{.spec.podCIDR}}'"));
+        assert_eq!(cidr.trim(), own, "{host}'s pod CIDR");
+        lab.ssh_ok(
+            host,
+            &format!(
+                "echo '{}' > /etc/cni/net.d/10-kxlab.conflist; ip route replace {peer_cidr} via {peer}",
+                cni_conflist(own)
+            ),
+        );
+    }
     let mut out = String::new();
     for _ in 0..60 {
-        out = String::from_utf8_lossy(
-            &lab.ssh(
-                "lab1",
-                "export KUBECONFIG=/etc/kubernetes/admin.conf; kubectl get --raw /livez; echo; \
-                 kubectl get node lab1 -o jsonpath='{.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}'; echo; \
-                 kubectl -n kube-system get pods -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase}{\"\\n\"}{end}' | sort",
-            )
-            .stdout,
-        )
-        .into_owned();
-        if out.matches(" Running").count() == 3 {
+        out = lab.ssh_ok(
+            "lab1",
+            &format!(
+                "{kubectl} get nodes -o jsonpath='{{range .items[*]}}{{.metadata.name}} {{.status.nodeInfo.kubeletVersion}} {{.status.conditions[?(@.type==\"Ready\")].status}}{{\"\\n\"}}{{end}}'"
+            ),
+        );
+        if out.matches(" True").count() == 2 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_secs(2));
     }
-    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["lab1 v1.37.2 True", "lab2 v1.37.2 True"], "{out}");
+    let statics = lab.ssh_ok(
+        "lab1",
+        &format!("{kubectl} -n kube-system get pods -o jsonpath='{{range .items[*]}}{{.metadata.name}} {{.status.phase}}{{\"\\n\"}}{{end}}' | grep lab1 | sort"),
+    );
     assert_eq!(
-        lines,
+        statics.lines().collect::<Vec<_>>(),
         [
-            "ok",
-            "v1.37.2 containerd://1.6.20",
             "kube-apiserver-lab1 Running",
             "kube-controller-manager-lab1 Running",
             "kube-scheduler-lab1 Running"
         ],
-        "{out}"
+        "{statics}"
     );
+    // A pod on each node; the one on lab1 reaches the one on lab2.
+    for n in ["lab1", "lab2"] {
+        lab.ssh_ok(
+            "lab1",
+            &format!(
+                "{kubectl} run p-{n} --image=docker.io/library/nginx:1.27-lab --restart=Never \
+                 --overrides='{{\"spec\":{{\"nodeName\":\"{n}\"}}}}' --command -- /bin/busybox sleep 3600 >/dev/null"
+            ),
+        );
+    }
+    let ready = lab.ssh(
+        "lab1",
+        &format!("{kubectl} wait --for=condition=Ready pod/p-lab1 pod/p-lab2 --timeout=120s"),
+    );
+    assert!(ready.status.success(), "{}", String::from_utf8_lossy(&ready.stderr));
+    let ping = lab.ssh_ok(
+        "lab1",
+        &format!(
+            "ip=$({kubectl} get pod p-lab2 -o jsonpath='{{.status.podIP}}'); {kubectl} exec p-lab1 -- /bin/busybox ping -c 2 -W 2 $ip | grep -c 'bytes from'"
+        ),
+    );
+    assert_eq!(ping.trim(), "2", "pod on lab1 -> pod on lab2");
 }
