@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Container images of the lab's real components, shaped like the official ones.
 
-Usage: images.py K8S_FILES COMPONENTS_FILES OUT
+Usage: images.py K8S_FILES COMPONENTS_FILES OUT DEBIAN_POOL BASE_IMAGES
 
 Reads the binaries `ci/lab prepare` built (laid out as their upstreams
 publish them) and writes one OCI image layout per image under OUT, plus
@@ -12,21 +12,27 @@ OUT/images.txt for push.py (`REFERENCE LAYOUT INDEX_DIGEST`):
   registry.k8s.io/kube-controller-manager:...  amd64         /usr/local/bin/kube-controller-manager
   registry.k8s.io/kube-scheduler:v1.37.2       amd64         /usr/local/bin/kube-scheduler
   registry.k8s.io/coredns/coredns:v1.14.6      amd64         /coredns
+  registry.k8s.io/kube-proxy:v1.37.2           amd64, arm64  /usr/local/bin/kube-proxy with iptables (nft)
+                                                             and conntrack from Debian (the fixture archive's
+                                                             debs, glibc from the lab's base image)
 
 Like the official images the control-plane ones hold the static binary alone
 (kubeadm's static pods name the command), with PATH covering
 /usr/local/bin. Layers and configs are reproducible (fixed mtimes, sorted).
-kube-proxy needs iptables and nft in its image and is not built yet.
 """
 import gzip
 import hashlib
 import io
 import json
 import os
+import subprocess
 import sys
 import tarfile
 
-K8S, COMPONENTS, OUT = sys.argv[1:4]
+K8S, COMPONENTS, OUT, POOL, BASE = sys.argv[1:6]
+TRIPLET = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+PROXY_DEBS = ["iptables", "libip4tc2", "libip6tc2", "libxtables12", "libnftnl11", "libmnl0",
+              "libnetfilter-conntrack3", "libnfnetlink0", "conntrack"]
 KV = "v1.37.2"
 MTIME = 1700000000
 CREATED = "2023-11-14T22:13:20Z"
@@ -60,18 +66,25 @@ def from_tgz(path, member):
 
 
 def layer(files):
-    """A gzip layer of (path, bytes, mode), parent directories included."""
+    """A gzip layer of (path, bytes, mode), parent directories included; a
+    `str` in place of the bytes is a symlink's target."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as t:
-        dirs = sorted({"/".join(p.split("/")[:i]) for p, _, _ in files for i in range(1, p.count("/") + 1)})
+        links = {p for p, d, _ in files if isinstance(d, str)}
+        dirs = sorted({"/".join(p.split("/")[:i]) for p, _, _ in files for i in range(1, p.count("/") + 1)} - links)
         for d in dirs:
             i = tarfile.TarInfo(d)
             i.type, i.mode, i.mtime = tarfile.DIRTYPE, 0o755, MTIME
             t.addfile(i)
-        for p, data, mode in sorted(files):
+        for p, data, mode in sorted(files, key=lambda f: f[0]):
             i = tarfile.TarInfo(p)
-            i.size, i.mode, i.mtime = len(data), mode, MTIME
-            t.addfile(i, io.BytesIO(data))
+            i.mode, i.mtime = mode, MTIME
+            if isinstance(data, str):
+                i.type, i.linkname = tarfile.SYMTYPE, data
+                t.addfile(i)
+            else:
+                i.size = len(data)
+                t.addfile(i, io.BytesIO(data))
     diff = raw.getvalue()
     gz = io.BytesIO()
     with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0) as g:
@@ -101,6 +114,49 @@ def image(ref, per_arch, config):
     return f"{ref} {layout} {top['digest']}"
 
 
+def deb_files(name, arch):
+    """Regular files and symlinks of a Debian package from the fixture archive (docs left out)."""
+    found = []
+    for root, _, names in os.walk(POOL):
+        found += [os.path.join(root, n) for n in names if n.startswith(f"{name}_") and n.endswith(f"_{arch}.deb")]
+    if len(found) != 1:
+        raise SystemExit(f"images.py: expected one {name} deb for {arch} in {POOL}, found {found}")
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", found[0]], check=True, capture_output=True).stdout
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:
+        for m in t.getmembers():
+            p = m.name.lstrip("./")
+            if not p or p.startswith("usr/share/") or p.startswith("etc/"):
+                continue
+            if m.issym():
+                out.append((p, m.linkname, 0o777))
+            elif m.isfile():
+                out.append((p, t.extractfile(m).read(), m.mode & 0o777))
+    return out
+
+
+def kube_proxy(arch):
+    """kube-proxy with Debian's iptables (nft backend, as the alternatives would pick) and conntrack."""
+    files = [("usr/local/bin/kube-proxy", read(f"{K8S}/dl.k8s.io/release/{KV}/bin/linux/{arch}/kube-proxy"), 0o755)]
+    for d in PROXY_DEBS:
+        files += deb_files(d, arch)
+    t = TRIPLET[arch]
+    base = f"{BASE}/{arch}"
+    loader = {"amd64": "ld-linux-x86-64.so.2", "arm64": "ld-linux-aarch64.so.1"}[arch]
+    for lib in ["libc.so.6", loader]:
+        files.append((f"usr/lib/{t}/{lib}", read(os.path.realpath(f"{base}/usr/lib/{t}/{lib}")), 0o755))
+    # Merged /usr, and the ELF interpreter where binaries look for it.
+    files += [("lib", "usr/lib", 0o777), ("sbin", "usr/sbin", 0o777), ("bin", "usr/bin", 0o777)]
+    if arch == "amd64":
+        files += [("lib64", "usr/lib64", 0o777), (f"usr/lib64/{loader}", f"../lib/{t}/{loader}", 0o777)]
+    else:
+        files.append((f"usr/lib/{loader}", f"{t}/{loader}", 0o777))
+    for cmd in ["iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"]:
+        nft = cmd.replace("tables", "tables-nft", 1)
+        files.append((f"usr/sbin/{cmd}", nft, 0o777))
+    return files
+
+
 def main():
     lines = []
     pause = {a: [("pause", read(f"{COMPONENTS}/kubexm-lab/pause/v3.10.2/{a}/pause"), 0o755)] for a in ["amd64", "arm64"]}
@@ -112,6 +168,9 @@ def main():
     coredns = from_tgz(f"{COMPONENTS}/github.com/coredns/coredns/releases/download/v1.14.6/coredns_1.14.6_linux_amd64.tgz", "coredns")
     lines.append(image("registry.k8s.io/coredns/coredns:v1.14.6", {"amd64": [("coredns", coredns, 0o755)]},
                        {"Entrypoint": ["/coredns"], "ExposedPorts": {"53/tcp": {}, "53/udp": {}}, "User": "0"}))
+    proxy = {a: kube_proxy(a) for a in ["amd64", "arm64"]}
+    lines.append(image(f"registry.k8s.io/kube-proxy:{KV}", proxy,
+                       {"Entrypoint": ["/usr/local/bin/kube-proxy"], "Env": ["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}))
     write(os.path.join(OUT, "images.txt"), ("\n".join(lines) + "\n").encode())
 
 

@@ -195,6 +195,11 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failCgroupV1: false
+---
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+conntrack: {maxPerCore: 0}
+iptables: {localhostNodePorts: false}
 ";
 
 /// The pod network by hand: Debian's bridge and host-local CNI plugins on a
@@ -212,7 +217,8 @@ fn cni_conflist(cidr: &str) -> String {
 /// from source) with the images built from source, pulled through
 /// containerd from the fixture registry; lab2 joins with a bootstrap token;
 /// with the pod network above both nodes are Ready at v1.37.2, the static
-/// pods run, and a pod on lab1 reaches a pod on lab2. What the lab needs
+/// pods run, a pod on lab1 reaches a pod on lab2, kube-proxy runs on both,
+/// and CoreDNS answers for `kubernetes.default` through its service address. What the lab needs
 /// besides the settings cluster.yaml types (`failCgroupV1: false`, the
 /// `SystemVerification` check on cgroup v1): containerd's
 /// `restrict_oom_score_adj`, because this machine's bounding set lacks
@@ -263,10 +269,7 @@ fn kubeadm_init_and_join_make_two_ready_nodes_whose_pods_reach_each_other() {
         ),
     );
     let start = std::time::Instant::now();
-    let init = lab.ssh(
-        "lab1",
-        "kubeadm init --config /etc/kubexm/init.yaml --skip-phases=addon/kube-proxy 2>&1 | tail -30",
-    );
+    let init = lab.ssh("lab1", "kubeadm init --config /etc/kubexm/init.yaml 2>&1 | tail -30");
     let init_took = start.elapsed();
     let log = String::from_utf8_lossy(&init.stdout).into_owned();
     assert!(log.contains("Your Kubernetes control-plane has initialized successfully"), "{log}");
@@ -342,4 +345,27 @@ fn kubeadm_init_and_join_make_two_ready_nodes_whose_pods_reach_each_other() {
         ),
     );
     assert_eq!(ping.trim(), "2", "pod on lab1 -> pod on lab2");
+    // kube-proxy (its image built from source, with Debian's iptables) runs on
+    // both nodes, so CoreDNS reaches the API server and answers through its
+    // service address.
+    let proxy = lab.ssh(
+        "lab1",
+        &format!(
+            "{kubectl} -n kube-system rollout status ds/kube-proxy --timeout=120s && \
+             {kubectl} -n kube-system wait --for=condition=Available deploy/coredns --timeout=180s"
+        ),
+    );
+    assert!(
+        proxy.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&proxy.stdout),
+        String::from_utf8_lossy(&proxy.stderr)
+    );
+    let dns = lab.ssh_ok(
+        "lab1",
+        &format!(
+            "{kubectl} exec p-lab2 -- /bin/busybox nslookup kubernetes.default.svc.cluster.local 198.18.128.10 | sed -n 's/^Address: *//p'"
+        ),
+    );
+    assert!(dns.lines().any(|l| l.trim() == "198.18.128.1"), "{dns}");
 }
