@@ -361,11 +361,23 @@ fn kubeadm_init_and_join_make_two_ready_nodes_whose_pods_reach_each_other() {
         String::from_utf8_lossy(&proxy.stdout),
         String::from_utf8_lossy(&proxy.stderr)
     );
-    let dns = lab.ssh_ok(
-        "lab1",
-        &format!(
-            "{kubectl} exec p-lab2 -- /bin/busybox nslookup kubernetes.default.svc.cluster.local 198.18.128.10 | sed -n 's/^Address: *//p'"
-        ),
-    );
+    // kube-proxy programs the service rules a moment after it reports ready.
+    let mut dns = String::new();
+    for _ in 0..30 {
+        dns = String::from_utf8_lossy(
+            &lab.ssh(
+                "lab1",
+                &format!(
+                    "{kubectl} exec p-lab2 -- /bin/busybox nslookup kubernetes.default.svc.cluster.local 198.18.128.10 2>&1 | sed -n 's/^Address: *//p'"
+                ),
+            )
+            .stdout,
+        )
+        .into_owned();
+        if dns.lines().any(|l| l.trim() == "198.18.128.1") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
     assert!(dns.lines().any(|l| l.trim() == "198.18.128.1"), "{dns}");
 }

@@ -182,7 +182,11 @@ fn a_lost_host_stops_every_other_host_and_reads_as_a_library_error() {
     // members run (a quorum of two), and lab2's containerd (lab1's waits on
     // the etcd cluster's health, which includes lab3).
     for h in ["lab1", "lab2"] {
-        lab.ssh_ok(h, "systemctl is-active -q kubexm-etcd");
+        // A member may still be forming its quorum of two when the install ends.
+        lab.ssh_ok(
+            h,
+            "for i in $(seq 60); do systemctl is-active -q kubexm-etcd && exit 0; sleep 1; done; systemctl status kubexm-etcd --no-pager; exit 1",
+        );
     }
     lab.ssh_ok("lab2", "systemctl is-active -q containerd");
     assert!(
