@@ -18,13 +18,7 @@ const CONTAINERD_UNIT: &str = include_str!("../../../manifests/templates/contain
 /// `hosts.toml` per upstream registry pointing at the bundle's registry, the
 /// sandbox image from the bundle, and a systemd unit.
 pub fn module(i: &Context) -> anyhow::Result<Module> {
-    if i.cluster.spec.registry.mode != kubexm_bom::config::model::RegistryMode::Local {
-        return Err(crate::DeployError::NotSupported(
-            "registry.mode external (the containerd phase needs the bundle's registry; mirror with `kubexm-install mirror` meanwhile)"
-                .into(),
-        )
-        .into());
-    }
+    // registry.mode external is refused there, as "not supported yet".
     let registry = i.registry()?.address.clone();
     let hosts: Vec<String> = i.cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
     let after_registry = i.phases.iter().any(|p| p == "registry");
