@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Container images of the lab's real components, shaped like the official ones.
 
-Usage: images.py K8S_FILES COMPONENTS_FILES OUT DEBIAN_POOL BASE_IMAGES
+Usage: images.py K8S_FILES COMPONENTS_FILES OUT DEBIAN_POOL BASE_IMAGES DEBS
 
 Reads the binaries `ci/lab prepare` built (laid out as their upstreams
 publish them) and writes one OCI image layout per image under OUT, plus
@@ -15,6 +15,9 @@ OUT/images.txt for push.py (`REFERENCE LAYOUT INDEX_DIGEST`):
   registry.k8s.io/kube-proxy:v1.37.2           amd64, arm64  /usr/local/bin/kube-proxy with iptables (nft)
                                                              and conntrack from Debian (the fixture archive's
                                                              debs, glibc from the lab's base image)
+  docker.io/flannel/flannel:v0.28.10           amd64, arm64  /opt/bin/flanneld with iptables (nft) and busybox
+  docker.io/flannel/flannel-cni-plugin:v0.9.1-kubexm-lab
+                                               amd64, arm64  /flannel (the CNI plugin) and busybox
 
 Like the official images the control-plane ones hold the static binary alone
 (kubeadm's static pods name the command), with PATH covering
@@ -29,11 +32,16 @@ import subprocess
 import sys
 import tarfile
 
-K8S, COMPONENTS, OUT, POOL, BASE = sys.argv[1:6]
+K8S, COMPONENTS, OUT, POOL, BASE, DEBS = sys.argv[1:7]
 TRIPLET = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 PROXY_DEBS = ["iptables", "libip4tc2", "libip6tc2", "libxtables12", "libnftnl11", "libmnl0",
               "libnetfilter-conntrack3", "libnfnetlink0", "conntrack"]
 KV = "v1.37.2"
+FLANNEL = "v0.28.10"
+FLANNEL_CNI = "v0.9.1"
+# The CNI plugin is built from containernetworking/plugins (its home before
+# flannel-io/cni-plugin, which the proxy does not serve): the tag says so.
+FLANNEL_CNI_IMAGE = f"docker.io/flannel/flannel-cni-plugin:{FLANNEL_CNI}-kubexm-lab"
 MTIME = 1700000000
 CREATED = "2023-11-14T22:13:20Z"
 PATH_ENV = "PATH=/usr/local/bin:/usr/bin:/bin"
@@ -97,6 +105,7 @@ def image(ref, per_arch, config):
     layout = os.path.join(OUT, ref.replace("/", "_").replace(":", "_"))
     manifests = []
     for arch, files in sorted(per_arch.items()):
+        check_libraries(ref, arch, files)
         diff, gz = layer(files)
         lay = dict(mediaType="application/vnd.oci.image.layer.v1.tar+gzip", **blob(layout, gz))
         cfg = {"architecture": arch, "os": "linux", "created": CREATED, "config": config,
@@ -135,15 +144,28 @@ def deb_files(name, arch):
     return out
 
 
-def kube_proxy(arch):
-    """kube-proxy with Debian's iptables (nft backend, as the alternatives would pick) and conntrack."""
-    files = [("usr/local/bin/kube-proxy", read(f"{K8S}/dl.k8s.io/release/{KV}/bin/linux/{arch}/kube-proxy"), 0o755)]
-    for d in PROXY_DEBS:
+def busybox(arch):
+    """Debian's static busybox with the applets an image's scripts call (sh, cp)."""
+    found = [f for f in os.listdir(f"{DEBS}/{arch}") if f.startswith("busybox-static_")]
+    if len(found) != 1:
+        raise SystemExit(f"images.py: expected one busybox-static deb in {DEBS}/{arch}, found {found}")
+    data = subprocess.run(["dpkg-deb", "--fsys-tarfile", f"{DEBS}/{arch}/{found[0]}"], check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:
+        binary = t.extractfile("./bin/busybox").read()
+    return [("usr/bin/busybox", binary, 0o755), ("usr/bin/sh", "busybox", 0o777), ("usr/bin/cp", "busybox", 0o777)]
+
+
+def with_iptables(files, arch, debs):
+    """files plus Debian's iptables (nft backend, as the alternatives would
+    pick) from `debs`, glibc from the base image and a merged /usr."""
+    for d in debs:
         files += deb_files(d, arch)
     t = TRIPLET[arch]
     base = f"{BASE}/{arch}"
     loader = {"amd64": "ld-linux-x86-64.so.2", "arm64": "ld-linux-aarch64.so.1"}[arch]
-    for lib in ["libc.so.6", loader]:
+    # glibc: libc, libm (xtables' statistic match, which kube-proxy uses
+    # once a Service has two endpoints) and the loader.
+    for lib in ["libc.so.6", "libm.so.6", loader]:
         files.append((f"usr/lib/{t}/{lib}", read(os.path.realpath(f"{base}/usr/lib/{t}/{lib}")), 0o755))
     # Merged /usr, and the ELF interpreter where binaries look for it.
     files += [("lib", "usr/lib", 0o777), ("sbin", "usr/sbin", 0o777), ("bin", "usr/bin", 0o777)]
@@ -155,6 +177,43 @@ def kube_proxy(arch):
         nft = cmd.replace("tables", "tables-nft", 1)
         files.append((f"usr/sbin/{cmd}", nft, 0o777))
     return files
+
+
+def check_libraries(ref, arch, files):
+    """Fails unless every shared library an ELF file of the image needs is in
+    it (under usr/lib/<triplet>), so a missing one shows here and not as a
+    plugin that fails to load at run time."""
+    import tempfile
+    have = {os.path.basename(p) for p, _, _ in files}
+    missing = set()
+    with tempfile.TemporaryDirectory() as tmp:
+        for p, data, _ in files:
+            if isinstance(data, str) or not data.startswith(b"\x7fELF"):
+                continue
+            f = os.path.join(tmp, "elf")
+            write(f, data)
+            out = subprocess.run(["readelf", "-d", f], check=True, capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                if "(NEEDED)" in line:
+                    lib = line.split("[", 1)[1].rstrip("]")
+                    if lib not in have:
+                        missing.add(f"{lib} (needed by /{p})")
+    if missing:
+        raise SystemExit(f"images.py: {ref} for {arch} lacks " + ", ".join(sorted(missing)))
+
+
+def kube_proxy(arch):
+    """kube-proxy with Debian's iptables and conntrack."""
+    files = [("usr/local/bin/kube-proxy", read(f"{K8S}/dl.k8s.io/release/{KV}/bin/linux/{arch}/kube-proxy"), 0o755)]
+    return with_iptables(files, arch, PROXY_DEBS)
+
+
+def flannel(arch):
+    """flanneld at /opt/bin as upstream's image has it, with Debian's iptables
+    and busybox (the manifest's install-cni init container runs `cp`)."""
+    files = [("opt/bin/flanneld", read(f"{COMPONENTS}/github.com/flannel-io/flannel/releases/download/{FLANNEL}/flanneld-{arch}"), 0o755)]
+    files += busybox(arch)
+    return with_iptables(files, arch, [d for d in PROXY_DEBS if d != "conntrack"])
 
 
 def main():
@@ -171,6 +230,12 @@ def main():
     proxy = {a: kube_proxy(a) for a in ["amd64", "arm64"]}
     lines.append(image(f"registry.k8s.io/kube-proxy:{KV}", proxy,
                        {"Entrypoint": ["/usr/local/bin/kube-proxy"], "Env": ["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}))
+    fl = {a: flannel(a) for a in ["amd64", "arm64"]}
+    lines.append(image(f"docker.io/flannel/flannel:{FLANNEL}", fl,
+                       {"Entrypoint": ["/opt/bin/flanneld"], "Env": ["PATH=/opt/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}))
+    cni = {a: [("flannel", read(f"{COMPONENTS}/kubexm-lab/flannel-cni/{FLANNEL_CNI}/{a}/flannel"), 0o755)] + busybox(a)
+           + [("bin", "usr/bin", 0o777)] for a in ["amd64", "arm64"]}
+    lines.append(image(FLANNEL_CNI_IMAGE, cni, {"Env": ["PATH=/usr/bin:/bin"]}))
     write(os.path.join(OUT, "images.txt"), ("\n".join(lines) + "\n").encode())
 
 
