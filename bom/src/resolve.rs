@@ -201,11 +201,18 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
     charts.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
     charts.dedup_by(|a, b| a.path == b.path);
 
-    // Images kubeadm pulls, known before any manifest is read.
+    // Images kubeadm pulls, known before any manifest is read. Those only a
+    // control-plane node runs are carried for the control-plane nodes'
+    // arches when every one of them is known (an arm64 worker needs no arm64
+    // API server); for all the bundle's arches otherwise.
+    let mut control_plane_only = BTreeSet::new();
     if spec.kubernetes.deploy_mode == DeployMode::Kubeadm {
-        for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"] {
-            image_refs.insert(ImageRef::parse(&format!("registry.k8s.io/{c}:{k8s}"))?);
+        for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+            let r = ImageRef::parse(&format!("registry.k8s.io/{c}:{k8s}"))?;
+            control_plane_only.insert(r.clone());
+            image_refs.insert(r);
         }
+        image_refs.insert(ImageRef::parse(&format!("registry.k8s.io/kube-proxy:{k8s}"))?);
         if let Some(minor) = catalog.minor(k8s) {
             let mut wanted = vec!["pause"];
             if spec.dns.coredns.enabled {
@@ -216,7 +223,11 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
             }
             for w in wanted {
                 if let Some(r) = minor.images.get(w) {
-                    image_refs.insert(ImageRef::parse(r)?);
+                    let r = ImageRef::parse(r)?;
+                    if w == "etcd" {
+                        control_plane_only.insert(r.clone());
+                    }
+                    image_refs.insert(r);
                 }
             }
         }
@@ -225,12 +236,30 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
         image_refs.insert(ImageRef::parse(i)?);
     }
     let platforms: Vec<String> = arches.iter().map(|a| format!("linux/{a}")).collect();
+    let control_plane_arches: Option<BTreeSet<&str>> = spec
+        .role_groups
+        .control_plane
+        .iter()
+        .map(|n| spec.hosts.iter().find(|h| &h.name == n).and_then(|h| h.arch.as_deref()))
+        .collect();
+    let control_plane_platforms: Vec<String> = match control_plane_arches {
+        Some(known) if !known.is_empty() => platforms
+            .iter()
+            .filter(|p| known.iter().any(|a| p.as_str() == format!("linux/{a}")))
+            .cloned()
+            .collect(),
+        _ => platforms.clone(),
+    };
     let images = image_refs
         .into_iter()
         .map(|r| ImageItem {
             source: mirrors.rewrite_image(&r),
+            platforms: if control_plane_only.contains(&r) {
+                control_plane_platforms.clone()
+            } else {
+                platforms.clone()
+            },
             reference: r,
-            platforms: platforms.clone(),
             digest: None,
             upstream_digest: None,
             from_manifest: None,

@@ -46,6 +46,9 @@ CNI = "v1.1.1"
 CRICTL = "v1.29.0-lab"
 HELM = "v3.18.5-lab"
 REGISTRY = "2.8.2"
+# Built from source by ci/lab prepare (components-build), served beside the fixture.
+REAL_ETCD = "v3.6.16"
+REAL_HELM = "v3.20.2"
 MTIME = 1700000000
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -332,9 +335,19 @@ def catalog(out, digests):
         for version, per_arch in digests[comp].items():
             inner = ", ".join(f'{a}: "{d}"' for a, d in sorted(per_arch.items()))
             lines.append(f'      "{version}": {{{inner}}}')
+        if comp == "etcd":
+            lines.append(f'      "{REAL_ETCD}": {{}}')
+    # The real cluster: Kubernetes v1.37.2, etcd v3.6.16 and helm v3.20.2
+    # built from source by `ci/lab prepare` (flannel v0.28.10 too: the
+    # built-in catalog lists it).
+    # Not pinned here: the builder takes the fixture's published checksum
+    # files, as it does upstream's for a version the catalog does not pin.
     pairs = f'etcd: {ETCD}, containerd: "{CONTAINERD}", runc: {RUNC}, crictl: {CRICTL}, cni-plugins: {CNI}, helm: {HELM}'
+    real = f'etcd: {REAL_ETCD}, containerd: "{CONTAINERD}", runc: {RUNC}, crictl: {CRICTL}, cni-plugins: {CNI}, helm: {REAL_HELM}'
     lines += ["minors:", "  v1.33:", f"    components: {{{pairs}}}", "    notes:",
-              "      - \"lab: Debian's etcd, containerd, runc and CNI plugins; kubeadm, kubelet, kubectl, crictl and helm are lab stand-ins\""]
+              "      - \"lab: Debian's etcd, containerd, runc and CNI plugins; kubeadm, kubelet, kubectl, crictl and helm are lab stand-ins\"",
+              "  v1.37:", f"    components: {{{real}}}", "    notes:",
+              "      - \"lab: Kubernetes, etcd and helm built from source; Debian's containerd, runc and CNI plugins; crictl is a lab stand-in nothing calls\""]
     write(os.path.join(out, "catalog.yaml"), ("\n".join(lines) + "\n").encode())
     with open(os.path.join(out, "digests.json"), "w") as f:
         json.dump(digests, f, indent=1, sort_keys=True)

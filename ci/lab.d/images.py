@@ -11,7 +11,7 @@ OUT/images.txt for push.py (`REFERENCE LAYOUT INDEX_DIGEST`):
   registry.k8s.io/kube-apiserver:v1.37.2       amd64         /usr/local/bin/kube-apiserver
   registry.k8s.io/kube-controller-manager:...  amd64         /usr/local/bin/kube-controller-manager
   registry.k8s.io/kube-scheduler:v1.37.2       amd64         /usr/local/bin/kube-scheduler
-  registry.k8s.io/coredns/coredns:v1.14.6      amd64         /coredns
+  registry.k8s.io/coredns/coredns:v1.14.6      amd64, arm64  /coredns
   registry.k8s.io/kube-proxy:v1.37.2           amd64, arm64  /usr/local/bin/kube-proxy with iptables (nft)
                                                              and conntrack from Debian (the fixture archive's
                                                              debs, glibc from the lab's base image)
@@ -224,8 +224,9 @@ def main():
         binary = read(f"{K8S}/dl.k8s.io/release/{KV}/bin/linux/amd64/{b}")
         files = {"amd64": [(f"usr/local/bin/{b}", binary, 0o755)]}
         lines.append(image(f"registry.k8s.io/{b}:{KV}", files, {"Entrypoint": [f"/usr/local/bin/{b}"], "Env": [PATH_ENV]}))
-    coredns = from_tgz(f"{COMPONENTS}/github.com/coredns/coredns/releases/download/v1.14.6/coredns_1.14.6_linux_amd64.tgz", "coredns")
-    lines.append(image("registry.k8s.io/coredns/coredns:v1.14.6", {"amd64": [("coredns", coredns, 0o755)]},
+    coredns = {a: [("coredns", from_tgz(f"{COMPONENTS}/github.com/coredns/coredns/releases/download/v1.14.6/coredns_1.14.6_linux_{a}.tgz", "coredns"), 0o755)]
+               for a in ["amd64", "arm64"]}
+    lines.append(image("registry.k8s.io/coredns/coredns:v1.14.6", coredns,
                        {"Entrypoint": ["/coredns"], "ExposedPorts": {"53/tcp": {}, "53/udp": {}}, "User": "0"}))
     proxy = {a: kube_proxy(a) for a in ["amd64", "arm64"]}
     lines.append(image(f"registry.k8s.io/kube-proxy:{KV}", proxy,

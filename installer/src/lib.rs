@@ -7,6 +7,7 @@
 //! in phases ([`pipelines`] of [`phases`], run by the [`engine`]).
 
 pub mod context;
+pub mod endpoint_name;
 pub mod hosts;
 pub mod kube_pki;
 pub mod mirror;
@@ -19,6 +20,7 @@ pub mod pki;
 pub mod serve;
 pub mod template;
 pub mod unpack;
+pub mod waits;
 
 /// The control-plane endpoint phase (its modes in `phases/endpoint/`).
 pub use phases::endpoint;

@@ -16,8 +16,18 @@ done
 # Shims outlive containerd; -x matches the process name (comm), never this script.
 pkill -x containerd-shim 2>/dev/null
 grep -o ' /run/containerd[^ ]*\| /var/lib/containerd[^ ]*\| /var/lib/kubelet[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+# The pod network: the CNI's interfaces, the pods' network namespaces, and
+# the iptables chains kube-proxy, kubelet and the CNI wrote (with the rules
+# jumping to them); the host's own rules stay.
+for l in cni0 flannel.1 kube-ipvs0 tunl0 vxlan.calico kube-bridge; do ip link delete "$l" 2>/dev/null; done
+for ns in $(ip netns list 2>/dev/null | awk '/^cni-/ {print $1}'); do ip netns delete "$ns" 2>/dev/null; done
+for t in iptables ip6tables; do
+  if command -v "$t-save" >/dev/null && "$t-save" 2>/dev/null | grep -qE 'KUBE-|FLANNEL|CNI-'; then
+    "$t-save" | grep -vE 'KUBE-|FLANNEL|CNI-' | "$t-restore"
+  fi
+done
 rm -rf /etc/kubernetes /var/lib/kubelet /etc/kubexm /var/lib/kubexm {{ETCD_DATA}} /etc/containerd /var/lib/containerd /run/containerd \
-  /opt/cni /etc/cni/net.d /var/log/kubexm \
+  /opt/cni /etc/cni/net.d /var/lib/cni /run/flannel /var/log/kubexm \
   /etc/systemd/system/kubelet.service /etc/systemd/system/kubelet.service.d /etc/systemd/system/kubexm-etcd.service \
   /etc/systemd/system/kubexm-registry.service /etc/systemd/system/containerd.service \
   /etc/sysctl.d/90-kubexm-kubernetes.conf /etc/modules-load.d/kubexm-kubernetes.conf

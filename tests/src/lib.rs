@@ -28,7 +28,11 @@ pub struct Description {
     pub hosts: Vec<Host>,
     pub fixture: Fixture,
     pub mirrors: serde_json::Map<String, serde_json::Value>,
+    /// The lab's bundle-side cluster (fixture stand-ins, every addon): for
+    /// the builder, serve and OS tests.
     pub cluster: PathBuf,
+    /// The main job's cluster: Kubernetes built from source, five hosts.
+    pub main_job: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -54,6 +54,7 @@ impl Default for Kubernetes {
             kubelet: Default::default(),
             kube_proxy: Default::default(),
             kubeadm: Default::default(),
+            wait_for_workers: None,
         }
     }
 }

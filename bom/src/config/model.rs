@@ -279,6 +279,10 @@ pub struct Kubernetes {
     pub kube_proxy: KubeProxySettings,
     /// How kubeadm runs.
     pub kubeadm: KubeadmSettings,
+    /// Whether the install waits for the workers to be Ready (and the CNI's
+    /// pods on them), or only for the control-plane nodes. Default: true.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_for_workers: Option<bool>,
 }
 
 /// The cgroup driver kubelet and containerd agree on.
@@ -298,6 +302,11 @@ pub struct KubeletSettings {
     #[serde(rename = "cgroupV1")]
     pub cgroup_v1: bool,
     pub cgroup_driver: CgroupDriver,
+    /// kubelet's hard eviction thresholds by signal (`nodefs.available:
+    /// "5%"`), replacing kubelet's defaults: for hosts whose shared or very
+    /// large disks sit below the default 10% / 15% free.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub eviction_hard: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -308,6 +317,11 @@ pub struct KubeProxySettings {
     /// container or a network namespace).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conntrack_max_per_core: Option<u32>,
+    /// Whether NodePorts answer on 127.0.0.1 (iptables mode); `false` where
+    /// kube-proxy may not set `route_localnet` (network namespaces it does
+    /// not own). kube-proxy's default: true.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub localhost_node_ports: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

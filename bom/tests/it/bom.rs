@@ -110,3 +110,26 @@ fn resolution_is_deterministic() {
 fn manifest_dir() -> String {
     std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")
 }
+
+#[test]
+fn control_plane_images_are_carried_for_the_control_plane_arches_only() {
+    let path = Path::new(&manifest_dir()).join("../examples/ha.yaml");
+    let mut cluster = config::load_file(&path, &catalog()).unwrap();
+    let platforms = |c: &kubexm_bom::config::Cluster, image: &str| -> Vec<String> {
+        let bom = resolve(c, &catalog(), &Mirrors::default()).unwrap();
+        let item = bom.images.iter().find(|i| i.reference.repository.ends_with(image)).unwrap();
+        item.platforms.clone()
+    };
+    // Arches unknown until install: every bundle arch.
+    assert_eq!(platforms(&cluster, "kube-apiserver"), ["linux/amd64", "linux/arm64"]);
+    let cp = cluster.spec.role_groups.control_plane.clone();
+    for h in cluster.spec.hosts.iter_mut() {
+        h.arch = Some(if cp.contains(&h.name) { "amd64" } else { "arm64" }.into());
+    }
+    for image in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+        assert_eq!(platforms(&cluster, image), ["linux/amd64"], "{image}");
+    }
+    for image in ["kube-proxy", "pause", "coredns"] {
+        assert_eq!(platforms(&cluster, image), ["linux/amd64", "linux/arm64"], "{image}");
+    }
+}

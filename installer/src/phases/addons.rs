@@ -19,10 +19,11 @@ use serde::Deserialize;
 
 use crate::context::Context;
 use crate::engine::files::RunWith;
-use crate::engine::plan::{Module, Task};
+use crate::engine::plan::{Module, Step, Task};
 use crate::engine::transport::shell_quote as q;
+use crate::waits;
 
-use crate::paths::{ADDONS_DIR as DIR, ADMIN_CONF, APPLIED as APPLIED_STAMPS};
+use crate::paths::{ADDONS_DIR as DIR, APPLIED as APPLIED_STAMPS};
 
 const METALLB_POOL: &str = include_str!("../../../manifests/templates/metallb-pools.yaml");
 const PATCHES: &str = include_str!("../../../manifests/addon-patches.yaml");
@@ -148,6 +149,18 @@ pub fn enabled(topo: &kubexm_bom::topology::Topology, want: AddonPhase) -> anyho
     Ok(out)
 }
 
+/// The nodes the install waits for: every node, or the control-plane nodes
+/// only with `kubernetes.waitForWorkers: false`.
+fn waited_nodes(c: &Cluster) -> Vec<String> {
+    let g = &c.spec.role_groups;
+    let workers = c.spec.kubernetes.wait_for_workers.unwrap_or(true);
+    let nodes: BTreeSet<String> = g.control_plane.iter().chain(g.worker.iter().filter(|_| workers)).cloned().collect();
+    nodes.into_iter().collect()
+}
+
+/// How long an addon's workloads, the nodes and CoreDNS may take to be ready.
+const WORKLOAD_WAIT: u64 = 300;
+
 /// The addons this release applies (the rest are refused by validation first).
 const APPLIED: &[&str] = &["calico", "flannel", "nodelocaldns", "metallb", "openebs-localpv"];
 
@@ -229,7 +242,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
 fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
     let first = i.topo.first_control_plane.clone();
     let registry = i.registry()?.address.clone();
-    let kubectl = format!("kubectl --kubeconfig {ADMIN_CONF}");
+    let kubectl = waits::kubectl();
     let mut tasks = Vec::new();
     let mut previous: Option<String> = None;
     for addon in enabled(&i.topo, want)? {
@@ -252,19 +265,46 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
         }
         cmd.push_str(&format!("mkdir -p {APPLIED_STAMPS}\necho {digest} > {stamp}\n"));
         let name = format!("{phase}-{addon}");
+        let mut steps: Vec<Arc<dyn Step>> = vec![Arc::new(RunWith {
+            name: format!("apply-{addon}"),
+            check: format!("grep -qx {digest} {stamp} 2>/dev/null"),
+            files: files
+                .into_iter()
+                .map(|(n, t)| (format!("{DIR}/{addon}/{n}"), t.into_bytes(), 0o644))
+                .collect(),
+            command: cmd,
+            timeout: Duration::from_secs(600),
+        })];
+        // Bounded waits: the addon's Deployments roll out and its
+        // DaemonSets run on every node waited for; after the CNI those nodes
+        // are Ready and CoreDNS (kubeadm's) is available.
+        let nodes = waited_nodes(i.cluster);
+        for (kind, ns, workload) in waits::workloads(&all) {
+            let probe = if kind == "daemonset" {
+                waits::daemonset_on(&ns, &workload, &nodes)
+            } else {
+                waits::deployment_available(&ns, &workload)
+            };
+            steps.push(waits::wait(
+                &format!("{addon}-{workload}-ready"),
+                &format!("{addon}'s {kind} {ns}/{workload}"),
+                &probe,
+                WORKLOAD_WAIT,
+            ));
+        }
+        if want == AddonPhase::Cni {
+            steps.push(waits::wait("nodes-ready", "nodes", &waits::nodes_ready(&nodes), WORKLOAD_WAIT));
+            steps.push(waits::wait(
+                "coredns-ready",
+                "CoreDNS",
+                &waits::deployment_available("kube-system", "coredns"),
+                WORKLOAD_WAIT,
+            ));
+        }
         tasks.push(Task {
             name: name.clone(),
             hosts: vec![first.clone()],
-            steps: vec![Arc::new(RunWith {
-                name: format!("apply-{addon}"),
-                check: format!("grep -qx {digest} {stamp} 2>/dev/null"),
-                files: files
-                    .into_iter()
-                    .map(|(n, t)| (format!("{DIR}/{addon}/{n}"), t.into_bytes(), 0o644))
-                    .collect(),
-                command: cmd,
-                timeout: Duration::from_secs(600),
-            })],
+            steps,
             after: previous.iter().map(|p| (p.clone(), crate::engine::plan::Scope::AllHosts)).collect(),
         });
         previous = Some(name);

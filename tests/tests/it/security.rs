@@ -5,7 +5,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use kubexm_e2e::{Lab, install_command, lab_bundle, lab_cmd, ok, text};
+use kubexm_e2e::{Lab, install_command, lab_bundle, lab_cmd, ok, signed_bundle, text};
 
 /// A poller run as the unprivileged user `spy` on a host: it lists every
 /// place an upload could use, records the names it sees and any file it can
@@ -56,7 +56,8 @@ fn stop_spy(lab: &Lab, host: &str, pid: &str) -> (String, String) {
 fn secrets_readable_during_upload_and_credentials_left_in_the_kubeadm_log() {
     let Some(lab) = Lab::up(2, 0) else { return };
     let dir = tempfile::tempdir().unwrap();
-    let b = lab_bundle(&lab);
+    // A real two-node cluster (lab1 the control plane, both workers).
+    let b = signed_bundle(&lab, &lab.desc.main_job);
     let hosts = ["lab1", "lab2"];
     // A file at the old predictable upload path of a known upload (the
     // kubelet unit) is pre-created by the spy: it must neither capture nor
@@ -77,7 +78,7 @@ fn secrets_readable_during_upload_and_credentials_left_in_the_kubeadm_log() {
             ),
         );
     }
-    let out = install_command(&lab, &lab.desc.cluster, &b.bundle, &b.public_key, dir.path(), None)
+    let out = install_command(&lab, &lab.desc.main_job, &b.bundle, &b.public_key, dir.path(), None)
         .output()
         .unwrap();
     let mut seen_upload_dirs = 0;
@@ -113,17 +114,15 @@ fn secrets_readable_during_upload_and_credentials_left_in_the_kubeadm_log() {
         assert!(wide.trim().is_empty(), "{h}: secrets readable by others:\n{wide}");
     }
 
-    // kubeadm's output: the stand-in prints the join commands with the
-    // config's token and certificate key, like kubeadm init --upload-certs.
+    // kubeadm init --upload-certs prints the join commands with the token
+    // and certificate key (the installer keeps them in its PKI directory).
     let (token, key) = {
-        let cfg = lab.ssh_ok("lab1", "cat /var/lib/kubexm-lab/kubeadm/call-000.config.yaml");
-        let field = |name: &str| {
-            cfg.lines()
-                .find_map(|l| l.trim().trim_start_matches("- ").strip_prefix(name))
-                .map(|v| v.trim().trim_matches('"').to_string())
-                .unwrap_or_else(|| panic!("no {name} in the init config:\n{cfg}"))
-        };
-        (field("token:"), field("certificateKey:"))
+        let creds: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("root/pki/kubernetes/join.json")).unwrap()).unwrap();
+        (
+            creds["token"].as_str().unwrap().to_string(),
+            creds["certificate_key"].as_str().unwrap().to_string(),
+        )
     };
     let log = lab.ssh_ok("lab1", "cat /var/log/kubexm/kubeadm-init.log");
     assert!(

@@ -63,6 +63,7 @@ pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
              sed \"s/{{{{INTERFACE}}}}/$iface/g\" {KEEPALIVED_IN}"
         );
         let mut steps = haproxy_steps(cfg.clone());
+        steps.push(super::installed("keepalived"));
         steps.push(Arc::new(PutFiles {
             name: "keepalived-template".into(),
             files: vec![(KEEPALIVED_IN.into(), conf.into_bytes(), 0o644)],

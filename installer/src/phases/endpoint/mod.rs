@@ -16,10 +16,10 @@ use kubexm_bom::config::model::EndpointMode;
 use kubexm_bom::topology::Topology;
 
 use crate::context::Context;
+use crate::endpoint_name;
 use crate::engine::files::PutFiles;
 use crate::engine::plan::{Module, Step, Task};
 use crate::engine::steps::Shell;
-use crate::engine::transport::shell_quote as q;
 use crate::paths::HAPROXY_CFG;
 use crate::template::render;
 
@@ -27,20 +27,6 @@ mod haproxy_keepalived;
 mod local_proxy;
 
 const HAPROXY: &str = include_str!("../../../../manifests/templates/haproxy.cfg");
-/// The marker on the `/etc/hosts` line kubexm owns.
-pub const HOSTS_MARK: &str = "# kubexm control-plane endpoint";
-
-/// The address `domain` resolves to on `host`: in mode D 127.0.0.1 on
-/// proxied workers and the node's own address on control-plane nodes, else
-/// the VIP (or the first control-plane node).
-pub fn resolves_to(cluster: &Cluster, topo: &Topology, host: &str) -> String {
-    let cp = cluster.spec.role_groups.control_plane.iter().any(|c| c == host);
-    match cluster.spec.control_plane_endpoint.mode {
-        EndpointMode::LocalProxy if cp => topo.address(host).to_string(),
-        EndpointMode::LocalProxy => "127.0.0.1".into(),
-        _ => topo.endpoint_address.clone(),
-    }
-}
 
 /// What preflight refuses about the endpoint.
 pub fn preflight(cluster: &Cluster) -> Vec<String> {
@@ -80,8 +66,22 @@ pub(super) fn haproxy_cfg(cluster: &Cluster, topo: &Topology, purpose: &str, bin
     )
 }
 
+/// A step that fails, naming what to do, when `program` is not on the host
+/// (the bundle's OS packages install it in the os-packages phase).
+pub(super) fn installed(program: &str) -> Arc<dyn Step> {
+    Arc::new(Shell::new(
+        &format!("{program}-installed"),
+        Some(&format!("command -v {program} >/dev/null")),
+        &format!(
+            "echo \"{program} is not installed on $(hostname): add bundle.osPackages to cluster.yaml so the bundle carries it \
+             (the os-packages phase installs it), or install {program} on the host\" >&2; exit 1"
+        ),
+    ))
+}
+
 pub(super) fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
     vec![
+        installed("haproxy"),
         Arc::new(PutFiles {
             name: "haproxy-config".into(),
             files: vec![(HAPROXY_CFG.into(), cfg.into_bytes(), 0o644)],
@@ -105,21 +105,21 @@ pub fn module(ctx: &Context) -> anyhow::Result<Module> {
 fn plan(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Module> {
     let e = &cluster.spec.control_plane_endpoint;
     let mut tasks = Vec::new();
-    // The endpoint's name on every host.
+    // The endpoint's name on every host (a joining control-plane node in
+    // mode D points at the first one; the control-plane phase moves it).
     for h in &cluster.spec.hosts {
-        let line = format!("{} {} {HOSTS_MARK}", resolves_to(cluster, topo, &h.name), e.domain);
+        let step = match endpoint_name::while_joining(cluster, topo, &h.name) {
+            Some(first) => endpoint_name::step("endpoint-name", &endpoint_name::line(cluster, &first), true),
+            None => endpoint_name::step(
+                "endpoint-name",
+                &endpoint_name::line(cluster, &endpoint_name::resolves_to(cluster, topo, &h.name)),
+                false,
+            ),
+        };
         tasks.push(Task {
             name: format!("endpoint-name-{}", h.name),
             hosts: vec![h.name.clone()],
-            steps: vec![Arc::new(Shell::new(
-                "endpoint-name",
-                Some(&format!("grep -qxF {} /etc/hosts", q(&line))),
-                &format!(
-                    "grep -vF {mark} /etc/hosts > /etc/hosts.kubexm.tmp; echo {line} >> /etc/hosts.kubexm.tmp; cat /etc/hosts.kubexm.tmp > /etc/hosts; rm -f /etc/hosts.kubexm.tmp",
-                    mark = q(HOSTS_MARK),
-                    line = q(&line)
-                ),
-            ))],
+            steps: vec![step],
             after: vec![],
         });
     }
@@ -137,6 +137,7 @@ fn plan(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Module> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint_name::resolves_to;
 
     fn cluster(mode: &str) -> Result<Cluster, Box<dyn std::error::Error>> {
         let vip = if mode == "local-proxy" { "" } else { ", address: 10.0.0.100" };
@@ -154,6 +155,10 @@ mod tests {
         assert_eq!(c.local_proxy_hosts(), ["c", "d"]);
         assert_eq!(resolves_to(&c, &t, "c"), "127.0.0.1");
         assert_eq!(resolves_to(&c, &t, "b"), "10.0.0.2");
+        // b joins through the first control-plane node, then points at itself.
+        assert_eq!(endpoint_name::while_joining(&c, &t, "b").as_deref(), Some("10.0.0.1"));
+        assert_eq!(endpoint_name::while_joining(&c, &t, "a"), None);
+        assert_eq!(endpoint_name::while_joining(&c, &t, "c"), None);
         let cfg = haproxy_cfg(&c, &t, "x", "127.0.0.1:6443")?;
         assert!(
             cfg.contains("server a 10.0.0.1:6443") && cfg.contains("server b 10.0.0.2:6443"),

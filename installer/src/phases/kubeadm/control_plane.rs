@@ -8,12 +8,17 @@ use std::time::Duration;
 
 use super::{CONFIG_DIR, Render, kubeadm, kubelet_running, node_prerequisites};
 use crate::context::Context;
+use crate::endpoint_name;
 use crate::engine::files::{PutFiles, RunWith};
 use crate::engine::plan::{Module, Scope, Task};
 use crate::engine::steps::Shell;
 use crate::paths::ETCD_PKI;
 use crate::paths::{ADMIN_CONF, KUBELET_CONF, KUBERNETES_CA_CRT, KUBERNETES_CA_KEY};
 use crate::pki;
+use crate::waits;
+
+/// How long an API server may take to answer `/readyz` after kubeadm.
+const API_SERVER_WAIT: u64 = 300;
 
 /// The control-plane phase: init on the first node, then the others join in turn.
 pub fn module(i: &Context) -> anyhow::Result<Module> {
@@ -80,6 +85,12 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
                 creds,
             ));
             steps.push(kubelet_running());
+            steps.push(waits::wait(
+                "api-server-ready",
+                "the API server through the control-plane endpoint",
+                &waits::api_server(None),
+                API_SERVER_WAIT,
+            ));
             // Credentials renewed on a later run (the token lives 24 h, uploaded certificates 2 h).
             steps.push(Arc::new(RunWith {
                 name: "join-credentials".into(),
@@ -102,7 +113,23 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
                 "kubeadm join",
                 creds,
             ));
+            if endpoint_name::while_joining(i.cluster, &i.topo, h).is_some() {
+                // Joined: the endpoint's name now points at its own API server.
+                let own = endpoint_name::resolves_to(i.cluster, &i.topo, h);
+                steps.push(endpoint_name::step(
+                    "endpoint-name-own",
+                    &endpoint_name::line(i.cluster, &own),
+                    false,
+                ));
+            }
             steps.push(kubelet_running());
+            let own = format!("https://{}:6443", i.topo.address(h));
+            steps.push(waits::wait(
+                "api-server-ready",
+                &format!("the API server on {h}"),
+                &waits::api_server(Some(&own)),
+                API_SERVER_WAIT,
+            ));
             format!("kubeadm-join-{h}")
         };
         let mut after = gates.clone();

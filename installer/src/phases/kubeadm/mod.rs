@@ -105,12 +105,29 @@ impl Render<'_> {
             kubexm_bom::config::model::CgroupDriver::Systemd => "systemd",
             kubexm_bom::config::model::CgroupDriver::Cgroupfs => "cgroupfs",
         };
-        let kubelet_extra = if k.kubelet.cgroup_v1 { "failCgroupV1: false" } else { "" };
-        let kube_proxy_extra = k
-            .kube_proxy
-            .conntrack_max_per_core
-            .map(|n| format!("conntrack:\n  maxPerCore: {n}"))
-            .unwrap_or_default();
+        let mut kubelet_extra = Vec::new();
+        if k.kubelet.cgroup_v1 {
+            kubelet_extra.push("failCgroupV1: false".to_string());
+        }
+        if !k.kubelet.eviction_hard.is_empty() {
+            kubelet_extra.push("evictionHard:".into());
+            for (signal, value) in &k.kubelet.eviction_hard {
+                kubelet_extra.push(format!("  {signal}: \"{value}\""));
+            }
+        }
+        let kubelet_extra = kubelet_extra.join("\n");
+        let kube_proxy_extra = [
+            k.kube_proxy
+                .conntrack_max_per_core
+                .map(|n| format!("conntrack:\n  maxPerCore: {n}")),
+            k.kube_proxy
+                .localhost_node_ports
+                .map(|b| format!("iptables:\n  localhostNodePorts: {b}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("\n");
         let ignore = if k.kubeadm.ignore_preflight_errors.is_empty() {
             String::new()
         } else {
@@ -140,7 +157,7 @@ impl Render<'_> {
             ("PROXY_MODE", proxy_mode),
             ("TAINTS", taints),
             ("CGROUP_DRIVER", driver),
-            ("KUBELET_EXTRA", kubelet_extra),
+            ("KUBELET_EXTRA", kubelet_extra.as_str()),
             ("KUBE_PROXY_EXTRA", kube_proxy_extra.as_str()),
             ("IGNORE_PREFLIGHT", ignore.as_str()),
             ("INIT_TIMEOUTS", timeouts.as_str()),
@@ -175,11 +192,20 @@ impl Render<'_> {
         } else {
             String::new()
         };
+        // Where the joining node finds the cluster. In mode D a control-plane
+        // node's endpoint name points at its own API server, which does not
+        // run before it has joined: it asks the first control-plane node.
+        let discovery =
+            if control_plane && self.cluster.spec.control_plane_endpoint.mode == kubexm_bom::config::model::EndpointMode::LocalProxy {
+                format!("{}:6443", self.topo.address(&self.topo.first_control_plane))
+            } else {
+                self.topo.endpoint.clone()
+            };
         Ok(self.common(
             &format!("kubeadm join ({})", self.api),
             self.templates()?.1,
             node,
-            &[("CONTROL_PLANE", &cp)],
+            &[("CONTROL_PLANE", &cp), ("DISCOVERY", &discovery)],
         )?)
     }
 }
@@ -301,7 +327,9 @@ mod tests {
         let (init, _) = render(&c, "kubeadm.k8s.io/v1beta4")?;
         for absent in [
             "failCgroupV1",
+            "evictionHard",
             "conntrack",
+            "localhostNodePorts",
             "ignorePreflightErrors",
             "timeouts",
             "timeoutForControlPlane",
@@ -312,13 +340,15 @@ mod tests {
         let k = &mut c.spec.kubernetes;
         k.kubelet.cgroup_v1 = true;
         k.kubelet.cgroup_driver = kubexm_bom::config::model::CgroupDriver::Cgroupfs;
+        k.kubelet.eviction_hard.insert("nodefs.available".into(), "1%".into());
         k.kube_proxy.conntrack_max_per_core = Some(0);
+        k.kube_proxy.localhost_node_ports = Some(false);
         k.kubeadm.ignore_preflight_errors = vec!["SystemVerification".into()];
         k.kubeadm.control_plane_timeout_seconds = Some(600);
         let (init, join) = render(&c, "kubeadm.k8s.io/v1beta4")?;
         for present in [
-            "cgroupDriver: cgroupfs\nfailCgroupV1: false\n",
-            "mode: ipvs\nconntrack:\n  maxPerCore: 0\n",
+            "cgroupDriver: cgroupfs\nfailCgroupV1: false\nevictionHard:\n  nodefs.available: \"1%\"\n",
+            "mode: ipvs\nconntrack:\n  maxPerCore: 0\niptables:\n  localhostNodePorts: false\n",
             "  ignorePreflightErrors: [SystemVerification]\n",
             "timeouts:\n  controlPlaneComponentHealthCheck: 600s\n---",
         ] {

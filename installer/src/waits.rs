@@ -1,0 +1,143 @@
+//! Bounded waits on the cluster, asked through the bundle's kubectl on a
+//! control-plane node over SSH (the installer needs no path to the API
+//! server). Each wait is a step whose check is one probe and whose apply
+//! probes until it passes or its time is up; then it fails naming what is
+//! not ready and where. A probe is a shell snippet that prints nothing when
+//! all is ready and one line per thing that is not.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::plan::Step;
+use crate::engine::steps::Shell;
+use crate::engine::transport::shell_quote as q;
+use crate::paths::ADMIN_CONF;
+
+/// kubectl with the admin kubeconfig (its server is the control-plane endpoint).
+pub fn kubectl() -> String {
+    format!("kubectl --kubeconfig {ADMIN_CONF}")
+}
+
+/// A step that waits up to `secs` for `probe` to print nothing.
+pub fn wait(name: &str, what: &str, probe: &str, secs: u64) -> Arc<dyn Step> {
+    let check = format!("[ -z \"$({probe})\" ]");
+    let apply = format!(
+        "deadline=$((SECONDS + {secs}))\n\
+         while :; do\n  \
+           out=$({probe})\n  \
+           [ -z \"$out\" ] && exit 0\n  \
+           if [ $SECONDS -ge $deadline ]; then\n    \
+             printf '%s not ready after {secs} s:\\n%s\\n' {what} \"$out\" >&2; exit 1\n  \
+           fi\n  \
+           sleep 3\n\
+         done",
+        what = q(what)
+    );
+    Arc::new(Shell {
+        name: name.into(),
+        check: Some(check),
+        apply,
+        timeout: Duration::from_secs(secs + 60),
+    })
+}
+
+/// Probe: the API server answers `/readyz` at `server` (or the kubeconfig's).
+pub fn api_server(server: Option<&str>) -> String {
+    let at = server.map(|s| format!(" --server {}", q(s))).unwrap_or_default();
+    format!(
+        "{k}{at} get --raw=/readyz --request-timeout=5s >/dev/null 2>/tmp/kubexm-readyz.err || \
+         echo \"  API server{shown}: $(tail -1 /tmp/kubexm-readyz.err)\"",
+        k = kubectl(),
+        shown = server
+            .map(|s| format!(" at {s}"))
+            .unwrap_or_else(|| " at the control-plane endpoint".into())
+    )
+}
+
+/// Probe: each node is registered and Ready (else its Ready condition's message).
+pub fn nodes_ready(nodes: &[String]) -> String {
+    let jsonpath = "{range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status}:{.status.conditions[?(@.type==\"Ready\")].message}{\"\\n\"}{end}";
+    format!(
+        "st=$({k} get nodes -o jsonpath={jp} 2>&1) || {{ echo \"  nodes: $st\" | tail -1; exit 0; }}; \
+         for n in {names}; do l=$(printf '%s\\n' \"$st\" | grep \"^$n=\"); \
+           case \"$l\" in \"$n=True:\"*) ;; '') echo \"  $n: not registered\";; *) echo \"  $n: ${{l#*:}}\";; esac; done",
+        k = kubectl(),
+        jp = q(jsonpath),
+        names = nodes.iter().map(|n| q(n)).collect::<Vec<_>>().join(" ")
+    )
+}
+
+/// Probe: a Deployment has rolled out; otherwise its ready count and the
+/// pods that are not running, with their nodes.
+pub fn deployment_available(namespace: &str, name: &str) -> String {
+    let k = kubectl();
+    let (ns, n) = (q(namespace), q(name));
+    format!(
+        "if ! {k} -n {ns} rollout status deployment/{n} --timeout=1s >/dev/null 2>&1; then \
+           echo \"  deployment {namespace}/{name}: $({k} -n {ns} get deployment {n} --no-headers 2>&1 | tail -1)\"; \
+           {k} -n {ns} get pods -o wide --no-headers 2>/dev/null | awk -v p={prefix} \
+             'index($1, p) == 1 {{ split($2, r, \"/\"); if ($3 != \"Running\" || r[1] != r[2]) print \"    pod \" $1 \" on \" $7 \": \" $3 }}'; \
+         fi",
+        prefix = q(&format!("{name}-"))
+    )
+}
+
+/// Probe: the DaemonSet's pod on each of `nodes` is running and ready;
+/// otherwise which node lacks it or what its pod's status is.
+pub fn daemonset_on(namespace: &str, name: &str, nodes: &[String]) -> String {
+    let k = kubectl();
+    format!(
+        "pods=$({k} -n {ns} get pods -o wide --no-headers 2>&1) || {{ echo \"  daemonset {namespace}/{name}: $pods\" | tail -1; exit 0; }}; \
+         for n in {names}; do \
+           l=$(printf '%s\\n' \"$pods\" | awk -v p={prefix} -v n=\"$n\" 'index($1, p) == 1 && $7 == n'); \
+           case \"$l\" in \
+             '') echo \"  daemonset {namespace}/{name}: no pod on $n\";; \
+             *) echo \"$l\" | awk '{{ split($2, r, \"/\"); if ($3 != \"Running\" || r[1] != r[2]) print \"  daemonset {namespace}/{name}: pod \" $1 \" on \" $7 \": \" $3 }}';; \
+           esac; \
+         done",
+        ns = q(namespace),
+        prefix = q(&format!("{name}-")),
+        names = nodes.iter().map(|n| q(n)).collect::<Vec<_>>().join(" ")
+    )
+}
+
+/// The DaemonSets and Deployments in manifests (kind, namespace, name),
+/// lowercased kind as `kubectl rollout` takes it.
+pub fn workloads(manifests: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for doc in manifests.split("\n---") {
+        let Ok(v) = serde_saphyr::from_str::<serde_json::Value>(doc) else {
+            continue;
+        };
+        let kind = match v.get("kind").and_then(|k| k.as_str()) {
+            Some("DaemonSet") => "daemonset",
+            Some("Deployment") => "deployment",
+            _ => continue,
+        };
+        let meta = v.get("metadata");
+        let name = meta.and_then(|m| m.get("name")).and_then(|n| n.as_str());
+        let ns = meta.and_then(|m| m.get("namespace")).and_then(|n| n.as_str()).unwrap_or("default");
+        if let Some(name) = name {
+            out.push((kind.to_string(), ns.to_string(), name.to_string()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_are_found_in_multi_document_manifests() {
+        let text = "kind: Namespace\napiVersion: v1\nmetadata: {name: x}\n---\napiVersion: apps/v1\nkind: DaemonSet\n\
+                    metadata:\n  name: kube-flannel-ds\n  namespace: kube-flannel\n---\nkind: Deployment\nmetadata: {name: d}\n";
+        assert_eq!(
+            workloads(text),
+            [
+                ("daemonset".to_string(), "kube-flannel".to_string(), "kube-flannel-ds".to_string()),
+                ("deployment".into(), "default".into(), "d".into())
+            ]
+        );
+    }
+}
