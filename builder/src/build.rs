@@ -577,3 +577,37 @@ impl Stage {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_mirrors_accept_the_mirrored_checksum_of_an_unpinned_file_and_name_an_unmapped_one() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/single-node.yaml")).unwrap();
+        let catalog = kubexm_bom::catalog::Catalog::builtin().unwrap();
+        let mut cluster = kubexm_bom::config::load_str(&text, "single-node.yaml", &catalog).unwrap();
+        cluster.spec.kubernetes.version = "v1.37.2".into(); // not pinned: upstream's .sha256
+        let all = Mirrors::parse([
+            ("dl.k8s.io", "http://m.example/dl.k8s.io"),
+            ("github.com", "http://m.example/github.com"),
+            ("get.helm.sh", "http://m.example/get.helm.sh"),
+            ("raw.githubusercontent.com", "http://m.example/raw"),
+            ("registry.k8s.io", "http://m.example:5000/registry.k8s.io"),
+            ("docker.io", "http://m.example:5000/docker.io"),
+            ("quay.io", "http://m.example:5000/quay.io"),
+        ])
+        .unwrap();
+        let bom = kubexm_bom::resolve::resolve(&cluster, &catalog, &all).unwrap();
+        assert!(bom.files.iter().any(|f| matches!(f.checksum, Checksum::Published(_))));
+        strict_check(&bom, &all).unwrap();
+        // Without a mapping for dl.k8s.io, the file and its checksum are named.
+        let some = Mirrors::parse([("github.com", "http://m.example/github.com")]).unwrap();
+        let bom = kubexm_bom::resolve::resolve(&cluster, &catalog, &some).unwrap();
+        let err = strict_check(&bom, &some).unwrap_err().to_string();
+        assert!(
+            err.contains("kubeadm checksum: https://dl.k8s.io/release/v1.37.2/bin/linux/"),
+            "{err}"
+        );
+    }
+}

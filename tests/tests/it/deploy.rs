@@ -263,6 +263,35 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     assert!(!kc.exists());
 }
 
+/// This machine's hosts are cgroup v1: the main job's config without
+/// kubelet's opt-in is refused by preflight, naming the host and the setting,
+/// before anything changes on the host.
+#[test]
+fn cgroup_v1_hosts_without_kubelets_opt_in_are_refused_before_anything_changes() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    if lab.ssh_ok("lab1", "stat -fc %T /sys/fs/cgroup").trim() == "cgroup2fs" {
+        eprintln!("SKIP: this machine's hosts are cgroup v2; nothing to refuse");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let b = signed_bundle(&lab, &lab.desc.main_job);
+    let cfg = std::fs::read_to_string(&lab.desc.main_job).unwrap();
+    assert!(cfg.contains("cgroupV1: true, "), "{cfg}");
+    let config = dir.path().join("no-opt-in.yaml");
+    std::fs::write(&config, cfg.replace("cgroupV1: true, ", "")).unwrap();
+    let out = install_with(&lab, &config, &b.bundle, &b.public_key, dir.path(), None);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("lab1: a cgroup v1 host") && err.contains("spec.kubernetes.kubelet.cgroupV1: true"),
+        "{err}"
+    );
+    lab.ssh_ok(
+        "lab1",
+        "! test -e /etc/kubexm && ! test -e /usr/local/bin/kubelet && ! test -e /etc/kubernetes",
+    );
+}
+
 #[test]
 fn mode_a_haproxy_and_keepalived_hold_a_vip_that_fails_over() {
     let Some(lab) = Lab::up(4, 0) else { return };
