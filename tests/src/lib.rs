@@ -179,8 +179,10 @@ impl Lab {
         let guard = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
         let lock = File::create(LOCK).expect("creating the lab lock file");
         lock.lock().expect("taking the lab lock");
-        // A lab left by a killed run is taken down first.
+        // A lab left by a killed run is taken down first, and bundles and
+        // caches earlier test processes left in the temp directory go.
         lab_cmd(&["down"]);
+        remove_bundles_of_ended_processes();
         lab_cmd(&["prepare"]);
         lab_cmd(&["up", &hosts.to_string(), "--arm64", &arm64.to_string()]);
         let path = std::env::var("KUBEXM_LAB").unwrap_or_else(|_| "/run/kubexm-lab/lab.json".into());
@@ -317,6 +319,25 @@ pub fn install_command(lab: &Lab, config: &Path, bundle: &Path, pubkey: &Path, d
         c.args(["--phases", p]);
     }
     c
+}
+
+/// Removes `kubexm-e2e-bundle-<pid>-*` and `kubexm-e2e-bundle-cache-<pid>`
+/// left in the temp directory by test processes that have ended.
+fn remove_bundles_of_ended_processes() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("kubexm-e2e-bundle-") else {
+            continue;
+        };
+        let pid = rest.strip_prefix("cache-").unwrap_or(rest);
+        let pid = pid.split('-').next().unwrap_or("");
+        if !pid.is_empty() && pid.chars().all(|c| c.is_ascii_digit()) && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Signed bundles built in this process, by the text of their config.

@@ -204,6 +204,7 @@ apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failCgroupV1: false
+evictionHard: {nodefs.available: \"1%\", imagefs.available: \"1%\"}
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
