@@ -27,11 +27,12 @@ pub fn wait(name: &str, what: &str, probe: &str, secs: u64) -> Arc<dyn Step> {
            out=$({probe})\n  \
            [ -z \"$out\" ] && exit 0\n  \
            if [ $SECONDS -ge $deadline ]; then\n    \
-             printf '%s not ready after {secs} s:\\n%s\\n' {what} \"$out\" >&2; exit 1\n  \
+             printf '%s not ready after {secs} s:\\n%s\\nlook closer on this host with {k} (describe, logs), fix the cause and run again: done steps are skipped\\n' {what} \"$out\" >&2; exit 1\n  \
            fi\n  \
            sleep 3\n\
          done",
-        what = q(what)
+        what = q(what),
+        k = kubectl()
     );
     Arc::new(Shell {
         name: name.into(),
@@ -45,8 +46,8 @@ pub fn wait(name: &str, what: &str, probe: &str, secs: u64) -> Arc<dyn Step> {
 pub fn api_server(server: Option<&str>) -> String {
     let at = server.map(|s| format!(" --server {}", q(s))).unwrap_or_default();
     format!(
-        "{k}{at} get --raw=/readyz --request-timeout=5s >/dev/null 2>/tmp/kubexm-readyz.err || \
-         echo \"  API server{shown}: $(tail -1 /tmp/kubexm-readyz.err)\"",
+        "e=$({k}{at} get --raw=/readyz --request-timeout=5s 2>&1 >/dev/null) || \
+         echo \"  API server{shown}: $(printf '%s\\n' \"$e\" | tail -1)\"",
         k = kubectl(),
         shown = server
             .map(|s| format!(" at {s}"))
@@ -138,6 +139,28 @@ mod tests {
                 ("daemonset".to_string(), "kube-flannel".to_string(), "kube-flannel-ds".to_string()),
                 ("deployment".into(), "default".into(), "d".into())
             ]
+        );
+    }
+
+    /// The probes as a shell runs them, with a `kubectl` that fails like an
+    /// API server that does not answer.
+    #[test]
+    fn an_unanswered_api_server_is_reported_with_kubectls_last_error_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("kubectl");
+        std::fs::write(&fake, "#!/bin/sh\necho 'first line' >&2\necho 'connection refused' >&2\nexit 1\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(api_server(Some("https://10.0.0.2:6443")))
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "  API server at https://10.0.0.2:6443: connection refused\n"
         );
     }
 }

@@ -243,6 +243,7 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
     let first = i.topo.first_control_plane.clone();
     let registry = i.registry()?.address.clone();
     let kubectl = waits::kubectl();
+    let nodes = waited_nodes(i.cluster);
     let mut tasks = Vec::new();
     let mut previous: Option<String> = None;
     for addon in enabled(&i.topo, want)? {
@@ -278,7 +279,6 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
         // Bounded waits: the addon's Deployments roll out and its
         // DaemonSets run on every node waited for; after the CNI those nodes
         // are Ready and CoreDNS (kubeadm's) is available.
-        let nodes = waited_nodes(i.cluster);
         for (kind, ns, workload) in waits::workloads(&all) {
             let probe = if kind == "daemonset" {
                 waits::daemonset_on(&ns, &workload, &nodes)
