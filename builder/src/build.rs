@@ -486,20 +486,23 @@ fn chart_http_hosts(bom: &Bom) -> Vec<String> {
 /// The sha256 a published checksum file gives for `url`, remembered per
 /// checksum file (one file often lists every arch).
 async fn published(http: &Http, cache: &Cache, artifact: &str, sum_url: &str, url: &str) -> Result<String, FetchError> {
-    let mut known: BTreeMap<String, String> = cache.get_ref("checksums", sum_url).unwrap_or_default();
-    if let Some(h) = known.get(url) {
-        return Ok(h.clone());
-    }
+    // The checksum file is cached whole: several artifacts share one (etcd's
+    // SHA256SUMS lists every arch) and are verified at the same time, so a
+    // per-artifact entry would be a read-modify-write race that loses one.
+    let text: String = match cache.get_ref("checksum-files", sum_url) {
+        Some(t) => t,
+        None => {
+            let t = String::from_utf8_lossy(&http.get_bytes(artifact, sum_url).await?).into_owned();
+            cache.set_ref("checksum-files", sum_url, &t).map_err(FetchError::io("cache"))?;
+            t
+        }
+    };
     let file = url.rsplit('/').next().unwrap_or(url);
-    let text = http.get_bytes(artifact, sum_url).await?;
-    let hex = checksum::find(&String::from_utf8_lossy(&text), file).ok_or_else(|| FetchError::NoChecksum {
+    checksum::find(&text, file).ok_or_else(|| FetchError::NoChecksum {
         artifact: artifact.into(),
         url: sum_url.into(),
         file: file.into(),
-    })?;
-    known.insert(url.to_string(), hex.clone());
-    cache.set_ref("checksums", sum_url, &known).map_err(FetchError::io("cache"))?;
-    Ok(hex)
+    })
 }
 
 /// Progress: bars on a terminal, log lines otherwise.

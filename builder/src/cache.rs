@@ -88,7 +88,10 @@ impl Cache {
         if let Some(dir) = path.parent() {
             fs_err::create_dir_all(dir)?;
         }
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        // Unique per writer: two tasks of one build may record the same key at once.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
         fs_err::write(&tmp, serde_json::to_vec(value).map_err(std::io::Error::other)?)?;
         fs_err::rename(&tmp, &path)
     }
