@@ -12,13 +12,25 @@ use crate::transport::{CmdOutput, Transport, TransportError};
 /// Decides the answer to one command on one host.
 pub type Script = Arc<dyn Fn(&str, &str) -> Result<CmdOutput, TransportError> + Send + Sync>;
 
-/// What every fake host did, in order: (host, command or `put PATH`).
+/// What every fake host did, in order: (host, command or `put PATH`); the
+/// flag, when set, keeps nothing.
 #[derive(Clone, Default)]
-pub struct Log(pub Arc<Mutex<Vec<(String, String)>>>);
+pub struct Log(pub Arc<Mutex<Vec<(String, String)>>>, pub bool);
 
 impl Log {
     pub fn calls(&self) -> Vec<(String, String)> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A log that keeps nothing (benchmarks of the engine, not of the fake).
+    pub fn off() -> Log {
+        Log(Arc::default(), true)
+    }
+
+    fn push(&self, host: &str, what: String) {
+        if !self.1 {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push((host.to_string(), what));
+        }
     }
 }
 
@@ -53,11 +65,7 @@ impl Transport for Fake {
 
     fn run<'a>(&'a self, command: &'a str, _timeout: Duration) -> BoxFuture<'a, Result<CmdOutput, TransportError>> {
         Box::pin(async move {
-            self.log
-                .0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((self.host.clone(), command.to_string()));
+            self.log.push(&self.host, command.to_string());
             if !self.latency.is_zero() {
                 tokio::time::sleep(self.latency).await;
             }
@@ -67,11 +75,7 @@ impl Transport for Fake {
 
     fn put<'a>(&'a self, _data: &'a [u8], path: &'a str, _mode: u32) -> BoxFuture<'a, Result<(), TransportError>> {
         Box::pin(async move {
-            self.log
-                .0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((self.host.clone(), format!("put {path}")));
+            self.log.push(&self.host, format!("put {path}"));
             Ok(())
         })
     }

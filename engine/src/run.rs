@@ -12,7 +12,7 @@
 //! nothing more runs on it, nor anything that waits on it, and every other
 //! host goes on; the report says which steps were not done and why.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -108,10 +108,25 @@ pub async fn run(
     stop: Arc<AtomicBool>,
 ) -> Report {
     let g = &plan.graph;
-    let mut indegree: HashMap<NodeIndex, usize> = g
+    // Everything per node and per host is indexed (node index, host
+    // index): no hashing or string comparison per scheduling event.
+    let mut indegree: Vec<usize> = g
         .node_indices()
-        .map(|n| (n, g.neighbors_directed(n, Direction::Incoming).count()))
+        .map(|n| g.neighbors_directed(n, Direction::Incoming).count())
         .collect();
+    let mut host_names: Vec<&str> = Vec::new();
+    let host_of: Vec<usize> = {
+        let mut ix: HashMap<&str, usize> = HashMap::new();
+        g.node_weights()
+            .map(|node| {
+                *ix.entry(node.host.as_str()).or_insert_with(|| {
+                    host_names.push(node.host.as_str());
+                    host_names.len() - 1
+                })
+            })
+            .collect()
+    };
+    let hosts = host_names.len();
     let mut report = Report::default();
     let done_before = match state.done_nodes(cluster).await {
         Ok(d) => d,
@@ -122,18 +137,19 @@ pub async fn run(
     };
     // Ready nodes wait per host; hosts with ready work and no running step
     // wait in one queue. Every event is O(1), whatever the plan's size.
-    let mut pending: HashMap<&str, VecDeque<NodeIndex>> = HashMap::new();
-    let mut waiting: VecDeque<&str> = VecDeque::new();
-    let mut queued: HashSet<&str> = HashSet::new();
-    let mut busy: HashSet<&str> = HashSet::new();
-    let mut blocked: HashSet<NodeIndex> = HashSet::new();
+    let mut pending: Vec<VecDeque<NodeIndex>> = vec![VecDeque::new(); hosts];
+    let mut waiting: VecDeque<usize> = VecDeque::new();
+    let mut queued = Flags::new(hosts);
+    let mut busy = Flags::new(hosts);
+    let mut blocked = Flags::new(g.node_count());
     let mut running: JoinSet<Done> = JoinSet::new();
-    // Which node each running task is, to name a step that panicked.
-    let mut tasks: HashMap<tokio::task::Id, (NodeIndex, i64)> = HashMap::new();
+    // Each host's transport, by host index.
+    let links: Vec<Option<Arc<dyn Transport>>> = host_names.iter().map(|h| transports.get(*h).cloned()).collect();
     // Hosts that became unreachable, and why each blocked node was not run.
-    let mut lost: HashSet<&str> = HashSet::new();
+    let mut lost = Flags::new(hosts);
     let mut why_blocked: HashMap<NodeIndex, String> = HashMap::new();
-    let mut finished_nodes: HashSet<NodeIndex> = HashSet::new();
+    // Nodes with a result in the report.
+    let mut reported = Flags::new(g.node_count());
     let mut failed = false;
     let events = Emitter::new(opts.events.clone(), job);
     events.emit(|| Event::JobStarted { phases: phases(plan) });
@@ -154,30 +170,46 @@ pub async fn run(
             },
         }
     };
-    for n in g.node_indices().filter(|n| indegree[n] == 0) {
-        let host = g[n].host.as_str();
-        pending.entry(host).or_default().push_back(n);
+    // Barriers pass as soon as they are ready: what waits on them becomes
+    // ready in turn (pushed onto its host's queue).
+    let mut ready: Vec<NodeIndex> = g.node_indices().filter(|n| indegree[n.index()] == 0).collect();
+    while let Some(n) = ready.pop() {
+        if g[n].barrier {
+            for next in g.neighbors_directed(n, Direction::Outgoing) {
+                indegree[next.index()] -= 1;
+                if indegree[next.index()] == 0 {
+                    ready.push(next);
+                }
+            }
+            continue;
+        }
+        let host = host_of[n.index()];
+        pending[host].push_back(n);
         if queued.insert(host) {
             waiting.push_back(host);
         }
     }
     loop {
         let stopping = stop.load(Ordering::Relaxed) || (failed && opts.policy == Policy::FailFast) || report.state_error.is_some();
-        while !stopping && busy.len() < opts.concurrency.max(1) {
+        while !stopping && busy.count < opts.concurrency.max(1) {
             let Some(host) = waiting.pop_front() else { break };
             queued.remove(host);
-            let Some(n) = pending.get_mut(host).and_then(|q| {
+            let Some(n) = ({
+                let q = &mut pending[host];
+                let mut found = None;
                 while let Some(n) = q.pop_front() {
-                    if !blocked.contains(&n) {
-                        return Some(n);
+                    if !blocked.contains(n.index()) {
+                        found = Some(n);
+                        break;
                     }
                 }
-                None
+                found
             }) else {
                 continue;
             };
             let node = &g[n];
-            let Some(t) = transports.get(&node.host).cloned() else {
+            let Some(t) = links[host].clone() else {
+                reported.insert(n.index());
                 report.results.push(NodeResult {
                     id: node.id.clone(),
                     host: node.host.clone(),
@@ -190,11 +222,19 @@ pub async fn run(
             busy.insert(host);
             events.emit(|| step_event(n, None));
             let step = node.step.clone();
-            let done = done_before.contains(&node.id);
+            let done = !done_before.is_empty() && done_before.contains(&node.id);
             let attempts = opts.attempts.max(1);
-            let task = running.spawn(async move {
+            running.spawn(async move {
+                use futures_util::FutureExt;
                 let started = now_ms();
-                let (outcome, log, host_lost) = execute(step.as_ref(), t.as_ref(), done, attempts).await;
+                // A step that panics is a failed step, with the panic's message.
+                let ran = std::panic::AssertUnwindSafe(execute(step.as_ref(), t.as_ref(), done, attempts))
+                    .catch_unwind()
+                    .await;
+                let (outcome, log, host_lost) = match ran {
+                    Ok(r) => r,
+                    Err(panic) => (Outcome::Failed, format!("the step panicked: {}", panic_message(panic)), false),
+                };
                 Done {
                     n,
                     outcome,
@@ -204,40 +244,15 @@ pub async fn run(
                     duration_ms: now_ms() - started,
                 }
             });
-            tasks.insert(task.id(), (n, now_ms()));
         }
-        let Some(first) = running.join_next_with_id().await else { break };
-        // Everything else that finished meanwhile is recorded in the same transaction.
-        let mut finished = vec![first];
-        while let Some(more) = running.try_join_next_with_id() {
-            finished.push(more);
+        let Some(first) = running.join_next().await else { break };
+        // Everything else that finished meanwhile is recorded in the same
+        // transaction. (Tasks catch their steps' panics and are never
+        // aborted, so each ends with its node's result.)
+        let mut finished: Vec<Done> = first.into_iter().collect();
+        while let Some(more) = running.try_join_next() {
+            finished.extend(more);
         }
-        // A step that panicked is a failed step, with the panic's message.
-        let finished: Vec<_> = finished
-            .into_iter()
-            .filter_map(|r| match r {
-                Ok((id, done)) => {
-                    tasks.remove(&id);
-                    Some(done)
-                }
-                Err(e) => {
-                    let (n, started) = tasks.remove(&e.id())?;
-                    let why = if e.is_panic() {
-                        panic_message(e.into_panic())
-                    } else {
-                        "it was cancelled".into()
-                    };
-                    Some(Done {
-                        n,
-                        outcome: Outcome::Failed,
-                        log: format!("the step panicked: {why}"),
-                        host_lost: false,
-                        started,
-                        duration_ms: now_ms() - started,
-                    })
-                }
-            })
-            .collect();
         let records: Vec<Record> = finished
             .iter()
             .map(|d| {
@@ -259,7 +274,7 @@ pub async fn run(
         for d in &finished {
             let (n, outcome) = (d.n, d.outcome);
             let node = &g[n];
-            let host = node.host.as_str();
+            let host = host_of[n.index()];
             busy.remove(host);
             let log = state.redact(&d.log);
             if events.wanted() {
@@ -278,7 +293,7 @@ pub async fn run(
                 outcome,
                 log,
             });
-            finished_nodes.insert(n);
+            reported.insert(n.index());
             if outcome == Outcome::Failed {
                 let lost_host = d.host_lost;
                 let mut roots = vec![n];
@@ -286,20 +301,24 @@ pub async fn run(
                     failed = true;
                 } else if lost.insert(host) {
                     // Nothing more can run on the host: its other nodes are blocked too.
-                    roots.extend(g.node_indices().filter(|m| g[*m].host == host && !finished_nodes.contains(m)));
+                    roots.extend(
+                        g.node_indices()
+                            .filter(|m| host_of[m.index()] == host && !reported.contains(m.index())),
+                    );
                 }
+                let name = host_names[host];
                 let waits = if lost_host {
-                    format!("not done: it waits on {host}, which became unreachable")
+                    format!("not done: it waits on {name}, which became unreachable")
                 } else {
-                    format!("not done: it waits on {} on {host}, which failed", node.id)
+                    format!("not done: it waits on {} on {name}, which failed", node.id)
                 };
                 // Everything that depends on them cannot run.
                 for root in roots {
                     let mut dfs = petgraph::visit::Dfs::new(g, root);
                     while let Some(d) = dfs.next(g) {
-                        if d != n && blocked.insert(d) {
-                            let why = if lost_host && g[d].host == host {
-                                format!("not done: {host} became unreachable")
+                        if d != n && blocked.insert(d.index()) {
+                            let why = if lost_host && host_of[d.index()] == host {
+                                format!("not done: {name} became unreachable")
                             } else {
                                 waits.clone()
                             };
@@ -308,38 +327,47 @@ pub async fn run(
                     }
                 }
             } else {
+                let mut next_ready: Vec<NodeIndex> = Vec::new();
                 for next in g.neighbors_directed(n, Direction::Outgoing) {
-                    if let Some(d) = indegree.get_mut(&next) {
-                        *d -= 1;
-                        if *d == 0 {
-                            pending.entry(g[next].host.as_str()).or_default().push_back(next);
+                    indegree[next.index()] -= 1;
+                    if indegree[next.index()] == 0 {
+                        next_ready.push(next);
+                    }
+                }
+                // A barrier passes at once; its successors are ready in turn.
+                while let Some(next) = next_ready.pop() {
+                    if !g[next].barrier {
+                        let h = host_of[next.index()];
+                        pending[h].push_back(next);
+                        if !busy.contains(h) && queued.insert(h) {
+                            waiting.push_back(h);
+                        }
+                        continue;
+                    }
+                    for after in g.neighbors_directed(next, Direction::Outgoing) {
+                        indegree[after.index()] -= 1;
+                        if indegree[after.index()] == 0 {
+                            next_ready.push(after);
                         }
                     }
                 }
             }
-            if pending.get(host).is_some_and(|q| !q.is_empty()) && queued.insert(host) {
+            if !pending[host].is_empty() && queued.insert(host) {
                 waiting.push_back(host);
-            }
-        }
-        // A host may have work now because of another host's step.
-        for d in &finished {
-            for next in g.neighbors_directed(d.n, Direction::Outgoing) {
-                let h = g[next].host.as_str();
-                if !busy.contains(h) && pending.get(h).is_some_and(|q| !q.is_empty()) && queued.insert(h) {
-                    waiting.push_back(h);
-                }
             }
         }
     }
     report.interrupted = stop.load(Ordering::Relaxed);
-    let finished: HashSet<&str> = report.results.iter().map(|r| r.id.as_str()).collect::<HashSet<_>>();
-    let missing: Vec<NodeIndex> = g.node_indices().filter(|n| !finished.contains(g[*n].id.as_str())).collect();
+    let missing: Vec<NodeIndex> = g
+        .node_indices()
+        .filter(|n| !g[*n].barrier && !reported.contains(n.index()))
+        .collect();
     let mut records = Vec::new();
     for n in &missing {
         let node = &g[*n];
         let why = match why_blocked.get(n) {
             Some(why) => why.as_str(),
-            None if blocked.contains(n) => "not done: an earlier step it depends on failed",
+            None if blocked.contains(n.index()) => "not done: an earlier step it depends on failed",
             None => "not done: the run stopped before it",
         };
         events.emit(|| step_event(*n, Some(Outcome::NotRun)));
@@ -378,11 +406,43 @@ pub async fn run(
     report
 }
 
+/// A set of small indices (nodes, hosts), with its size.
+struct Flags {
+    set: Vec<bool>,
+    count: usize,
+}
+
+impl Flags {
+    fn new(n: usize) -> Flags {
+        Flags {
+            set: vec![false; n],
+            count: 0,
+        }
+    }
+
+    /// Whether it was not there.
+    fn insert(&mut self, i: usize) -> bool {
+        let new = !std::mem::replace(&mut self.set[i], true);
+        self.count += usize::from(new);
+        new
+    }
+
+    fn remove(&mut self, i: usize) {
+        if std::mem::replace(&mut self.set[i], false) {
+            self.count -= 1;
+        }
+    }
+
+    fn contains(&self, i: usize) -> bool {
+        self.set[i]
+    }
+}
+
 /// The plan's phases (modules, in order of first appearance) and their nodes per host.
 fn phases(plan: &Plan) -> Vec<PhaseSize> {
     let mut index: HashMap<&str, (usize, HashMap<&str, usize>)> = HashMap::new();
     let mut out: Vec<PhaseSize> = Vec::new();
-    for node in plan.graph.node_weights() {
+    for node in plan.graph.node_weights().filter(|n| !n.barrier) {
         let (i, hosts) = index.entry(node.module.as_str()).or_insert_with(|| {
             out.push(PhaseSize {
                 module: node.module.clone(),

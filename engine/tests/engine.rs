@@ -30,6 +30,14 @@ fn task(name: &str, hosts: &[String], steps: &[&str], after: &[(&str, Scope)]) -
     }
 }
 
+/// One module `m` of `tasks`.
+fn one_module(tasks: Vec<Task>) -> Pipeline {
+    Pipeline {
+        name: "p".into(),
+        modules: vec![Module { name: "m".into(), tasks }],
+    }
+}
+
 /// One module with one task of `steps` on `hs`.
 fn single(hs: &[String], steps: &[&str]) -> Pipeline {
     Pipeline {
@@ -74,6 +82,40 @@ async fn go(p: &Pipeline, ts: &HashMap<String, Arc<dyn Transport>>, st: &State, 
     let plan = p.plan().unwrap();
     let job = st.begin_job("c", "test").unwrap();
     run(&plan, ts, st, "c", job, &opts, Arc::new(AtomicBool::new(false))).await
+}
+
+/// An all-hosts dependency goes through one barrier: N + M edges, not N x
+/// M, whatever the number of hosts; the barrier is neither a step nor reported.
+#[tokio::test]
+async fn an_all_hosts_dependency_costs_n_plus_m_edges_and_runs_in_order() {
+    let hs = hosts(300);
+    let p = one_module(vec![
+        task("a", &hs, &["a1"], &[]),
+        task("b", &hs, &["b1"], &[("a", Scope::AllHosts)]),
+        task("c", &hs[..2], &["c1"], &[("a", Scope::AllHosts)]),
+    ]);
+    let plan = p.plan().unwrap();
+    assert_eq!(plan.len(), 602);
+    assert_eq!(plan.graph.edge_count(), 300 + 300 + 2, "one shared barrier after a");
+    assert!(!plan.describe().contains("every host"), "{}", plan.describe());
+    let log = Log::default();
+    let dir = tempfile::tempdir().unwrap();
+    let r = go(
+        &p,
+        &transports(&hs, &log, ok_script(), Duration::ZERO),
+        &state(&dir),
+        EngineOptions::default(),
+    )
+    .await;
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(r.results.len(), 602);
+    let calls = log.calls();
+    let last_a = calls.iter().rposition(|(_, c)| c.contains("apply a1")).unwrap();
+    let first_b = calls
+        .iter()
+        .position(|(_, c)| c.contains("apply b1") || c.contains("apply c1"))
+        .unwrap();
+    assert!(last_a < first_b, "b or c started before a finished on every host");
 }
 
 #[tokio::test]
@@ -264,17 +306,11 @@ async fn fail_fast_stops_everything_continue_finishes_other_hosts() {
 async fn a_lost_host_stops_every_other_host_and_reads_as_a_library_error() {
     let hs = hosts(3);
     // t1 on every host, then a gate on h1 after t1 everywhere, then t2 on every host.
-    let p = Pipeline {
-        name: "p".into(),
-        modules: vec![Module {
-            name: "m".into(),
-            tasks: vec![
-                task("t1", &hs, &["a", "b"], &[]),
-                task("gate", &hs[..1], &["g"], &[("t1", Scope::AllHosts)]),
-                task("t2", &hs, &["c"], &[("t1", Scope::SameHost)]),
-            ],
-        }],
-    };
+    let p = one_module(vec![
+        task("t1", &hs, &["a", "b"], &[]),
+        task("gate", &hs[..1], &["g"], &[("t1", Scope::AllHosts)]),
+        task("t2", &hs, &["c"], &[("t1", Scope::SameHost)]),
+    ]);
     let script: Script = Arc::new(|h, c| {
         if h == "h3" && c == "apply b" {
             return Err(TransportError::Lost {
@@ -350,6 +386,71 @@ async fn a_rerun_resumes_from_the_state_database() {
     assert_eq!(job.status, "succeeded");
 }
 
+/// At 5,000 hosts: a run stopped halfway (as by Ctrl-C) and resumed skips
+/// exactly the nodes the first run completed and runs exactly the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_halfway_at_5000_hosts_resumes_with_exactly_the_rest() {
+    let hs: Vec<String> = (0..5000).map(|i| format!("host{i:04}")).collect();
+    let steps: Vec<String> = (0..60).map(|i| format!("s{i}")).collect();
+    let names: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let p = one_module(vec![
+        task("a", &hs, &names[..30], &[]),
+        task("b", &hs, &names[30..], &[("a", Scope::AllHosts)]),
+    ]);
+    let total = 5000 * 60;
+    let dir = tempfile::tempdir().unwrap();
+    let st = state(&dir);
+    let stop = Arc::new(AtomicBool::new(false));
+    let applied = Arc::new(AtomicU32::new(0));
+    let (stop2, applied2) = (stop.clone(), applied.clone());
+    let half: Script = Arc::new(move |_, _| {
+        if applied2.fetch_add(1, Ordering::SeqCst) + 1 == total as u32 / 2 {
+            stop2.store(true, Ordering::SeqCst);
+        }
+        Ok(CmdOutput {
+            code: Some(0),
+            ..Default::default()
+        })
+    });
+    let plan = p.plan().unwrap();
+    let log = Log::default();
+    let job = st.begin_job("c", "test").unwrap();
+    let opts = EngineOptions {
+        concurrency: 250,
+        ..Default::default()
+    };
+    let first = run(&plan, &transports(&hs, &log, half, Duration::ZERO), &st, "c", job, &opts, stop).await;
+    assert!(first.interrupted);
+    let done: std::collections::HashSet<String> = first
+        .results
+        .iter()
+        .filter(|r| r.outcome == Outcome::Applied)
+        .map(|r| r.id.clone())
+        .collect();
+    // Stopped near half: what was running when it stopped finished and was recorded.
+    assert!(done.len() >= total / 2 && done.len() < total / 2 + 300, "{}", done.len());
+    assert_eq!(first.count(Outcome::NotRun), total - done.len());
+    let again = Log::default();
+    let job = st.begin_job("c", "test").unwrap();
+    let second = run(
+        &plan,
+        &transports(&hs, &again, ok_script(), Duration::ZERO),
+        &st,
+        "c",
+        job,
+        &opts,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await;
+    assert!(second.ok());
+    assert_eq!(second.count(Outcome::Skipped), done.len());
+    assert_eq!(second.count(Outcome::Applied), total - done.len());
+    for r in &second.results {
+        assert_eq!(r.outcome == Outcome::Skipped, done.contains(&r.id), "{}", r.id);
+    }
+    assert_eq!(again.calls().len(), total - done.len(), "a completed node ran again");
+}
+
 #[tokio::test]
 async fn transient_transport_failures_are_retried() {
     let hs = hosts(1);
@@ -384,16 +485,10 @@ async fn transient_transport_failures_are_retried() {
 #[test]
 fn cycles_and_unknown_tasks_are_refused() {
     let hs = hosts(1);
-    let p = Pipeline {
-        name: "p".into(),
-        modules: vec![Module {
-            name: "m".into(),
-            tasks: vec![
-                task("a", &hs, &["x"], &[("b", Scope::SameHost)]),
-                task("b", &hs, &["y"], &[("a", Scope::SameHost)]),
-            ],
-        }],
-    };
+    let p = one_module(vec![
+        task("a", &hs, &["x"], &[("b", Scope::SameHost)]),
+        task("b", &hs, &["y"], &[("a", Scope::SameHost)]),
+    ]);
     assert!(matches!(p.plan(), Err(PlanError::Cycle(_))));
     let q = Pipeline {
         name: "p".into(),
