@@ -21,9 +21,15 @@ fetched with apt-get download. OUT_DIR receives:
 Everything is deterministic: fixed mtimes, sorted members, gzip without
 timestamps, so the digests are stable across runs.
 
-kubeadm, kubelet, kubectl, crictl and helm are not packaged anywhere
-reachable; the lab ships stand-ins under those names (stand-ins/), which say
-so in --version.
+Kubernetes, etcd 3.6, CoreDNS, flannel, helm and pause are built from
+source by `ci/lab prepare` (k8s-build, components-build) and served beside
+this tree, with the real MetalLB and NodeLocalDNS manifests from their Go
+modules. crictl cannot be built here: the lab serves a stand-in
+(stand-ins/crictl, which says so in --version) that nothing in the installer
+calls. Calico and openebs are not served by the Go module proxy: their
+manifests here are small stand-ins at the upstream paths, and the images the
+bundle-side config names (calico, openebs, MetalLB, NodeLocalDNS, the demo
+charts') are busybox images that are never run.
 """
 import gzip
 import hashlib
@@ -38,35 +44,28 @@ import tempfile
 
 ARCHES = ["amd64", "arm64"]
 OCI_ARCH = {"amd64": "amd64", "arm64": "arm64"}
-K8S = "v1.33.4-lab"
+# The Kubernetes version ci/lab builds (K8S_VERSION there).
+K8S = "v1.37.2"
 ETCD = "v3.4.23"
 CONTAINERD = "1.6.20"
 RUNC = "v1.1.5"
 CNI = "v1.1.1"
 CRICTL = "v1.29.0-lab"
-HELM = "v3.18.5-lab"
 REGISTRY = "2.8.2"
 # Built from source by ci/lab prepare (components-build), served beside the fixture.
 REAL_ETCD = "v3.6.16"
-REAL_HELM = "v3.20.2"
+HELM = "v3.20.2"
 MTIME = 1700000000
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# Images the lab cluster's BOM asks for, plus what the fixture manifests name.
+# The images of the addons the lab does not build (never run: the lab applies
+# their manifests with the API server's dry run), and the test workloads' image.
+# Kubernetes', CoreDNS', pause's and flannel's images are built (images.py).
 IMAGES = [
-    f"registry.k8s.io/kube-apiserver:{K8S}",
-    f"registry.k8s.io/kube-controller-manager:{K8S}",
-    f"registry.k8s.io/kube-scheduler:{K8S}",
-    f"registry.k8s.io/kube-proxy:{K8S}",
-    "registry.k8s.io/pause:3.10",
-    "registry.k8s.io/coredns/coredns:v1.12.0",
-    "registry.k8s.io/etcd:3.5.21-0",
-    "registry.k8s.io/dns/k8s-dns-node-cache:1.25.0",
+    "registry.k8s.io/dns/k8s-dns-node-cache:1.26.8",
     "docker.io/calico/node:v3.28.1",
     "docker.io/calico/cni:v3.28.1",
     "docker.io/calico/kube-controllers:v3.28.1",
-    "docker.io/flannel/flannel:v0.25.6",
-    "docker.io/flannel/flannel-cni-plugin:v1.5.1-flannel2",
     "quay.io/metallb/controller:v0.14.8",
     "quay.io/metallb/speaker:v0.14.8",
     "docker.io/openebs/provisioner-localpv:4.1.1",
@@ -81,16 +80,6 @@ MANIFESTS = {
     "raw.githubusercontent.com/projectcalico/calico/v3.28.1/manifests/calico.yaml": [
         ("DaemonSet", "calico-node", "kube-system", ["docker.io/calico/cni:v3.28.1"], ["docker.io/calico/node:v3.28.1"]),
         ("Deployment", "calico-kube-controllers", "kube-system", [], ["docker.io/calico/kube-controllers:v3.28.1"]),
-    ],
-    "github.com/flannel-io/flannel/releases/download/v0.25.6/kube-flannel.yml": [
-        ("DaemonSet", "kube-flannel-ds", "kube-flannel", ["docker.io/flannel/flannel-cni-plugin:v1.5.1-flannel2"], ["docker.io/flannel/flannel:v0.25.6"]),
-    ],
-    "raw.githubusercontent.com/kubernetes/kubernetes/v1.33.4/cluster/addons/dns/nodelocaldns/nodelocaldns.yaml": [
-        ("DaemonSet", "node-local-dns", "kube-system", [], ["registry.k8s.io/dns/k8s-dns-node-cache:1.25.0"]),
-    ],
-    "raw.githubusercontent.com/metallb/metallb/v0.14.8/config/manifests/metallb-native.yaml": [
-        ("Deployment", "controller", "metallb-system", [], ["quay.io/metallb/controller:v0.14.8"]),
-        ("DaemonSet", "speaker", "metallb-system", [], ["quay.io/metallb/speaker:v0.14.8"]),
     ],
     "raw.githubusercontent.com/openebs/dynamic-localpv-provisioner/v4.1.1/deploy/kubectl/openebs-operator-lite.yaml": [
         ("Deployment", "openebs-localpv-provisioner", "openebs", [], ["docker.io/openebs/provisioner-localpv:4.1.1"]),
@@ -201,19 +190,10 @@ def main():
         rel = f"github.com/distribution/distribution/releases/download/v{REGISTRY}/{name}"
         d = publish("registry", "v" + REGISTRY, arch, rel, targz([("registry", read(root, "/usr/bin/docker-registry"), 0o755)]))
         write(os.path.join(files, rel + ".sha256"), f"{d}  {name}\n".encode())
-        # Stand-ins: kubeadm, kubelet, kubectl as bare files with .sha256 (bare hex, as dl.k8s.io does).
-        for b in ["kubeadm", "kubelet", "kubectl"]:
-            rel = f"dl.k8s.io/release/{K8S}/bin/linux/{arch}/{b}"
-            d = publish(b, K8S, arch, rel, standin(b), 0o755)
-            write(os.path.join(files, rel + ".sha256"), d.encode())
         name = f"crictl-{CRICTL}-linux-{arch}.tar.gz"
         rel = f"github.com/kubernetes-sigs/cri-tools/releases/download/{CRICTL}/{name}"
         d = publish("crictl", CRICTL, arch, rel, targz([("crictl", standin("crictl"), 0o755)]))
         write(os.path.join(files, rel + ".sha256"), f"{d}  {name}\n".encode())
-        name = f"helm-{HELM}-linux-{arch}.tar.gz"
-        rel = f"get.helm.sh/{name}"
-        d = publish("helm", HELM, arch, rel, targz([(f"linux-{arch}/helm", standin("helm"), 0o755)]))
-        write(os.path.join(files, rel + ".sha256sum"), f"{d}  {name}\n".encode())
         shutil.rmtree(root)
     write(os.path.join(files, f"github.com/etcd-io/etcd/releases/download/{ETCD}/SHA256SUMS"), ("\n".join(etcd_sums) + "\n").encode())
     write(os.path.join(files, f"github.com/opencontainers/runc/releases/download/{RUNC}/runc.sha256sum"), ("\n".join(runc_sums) + "\n").encode())
@@ -229,9 +209,7 @@ def main():
 # settings (manifests/addon-patches.yaml), shaped and indented as upstream
 # has it, so a patch that would miss the real manifest misses these too.
 UPSTREAM_TEXT = {
-    "calico.yaml": "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: calico-node-settings\n  namespace: kube-system\nspec:\n  template:\n    spec:\n      containers:\n        - name: calico-node\n          env:\n            - name: CALICO_NETWORKING_BACKEND\n              value: \"bird\"\n            # The default IPv4 pool to create on startup if none exists. Pod IPs will be\n            # chosen from this range. Changing this value after installation will have\n            # no effect. This should fall within `--cluster-cidr`.\n            # - name: CALICO_IPV4POOL_CIDR\n            #   value: \"192.168.0.0/16\"\n",
-    "kube-flannel.yml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kube-flannel-cfg\n  namespace: kube-flannel\ndata:\n  net-conf.json: |\n    {\n      \"Network\": \"10.244.0.0/16\",\n      \"EnableNFTables\": false,\n      \"Backend\": {\n        \"Type\": \"vxlan\"\n      }\n    }\n",
-    "nodelocaldns.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: node-local-dns\n  namespace: kube-system\ndata:\n  Corefile: |\n    __PILLAR__DNS__DOMAIN__:53 {\n        errors\n        cache {\n                success 9984 30\n                denial 9984 5\n        }\n        reload\n        loop\n        bind __PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__\n        forward . __PILLAR__DNS__SERVER__ {\n                force_tcp\n        }\n        health __PILLAR__LOCAL__DNS__:8080\n        }\n",
+    "calico.yaml": "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: calico-node-settings\n  namespace: kube-system\nspec:\n  selector:\n    matchLabels: {k8s-app: calico-node-settings}\n  template:\n    metadata:\n      labels: {k8s-app: calico-node-settings}\n    spec:\n      containers:\n        - name: calico-node\n          image: docker.io/calico/node:v3.28.1\n          env:\n            - name: CALICO_NETWORKING_BACKEND\n              value: \"bird\"\n            # The default IPv4 pool to create on startup if none exists. Pod IPs will be\n            # chosen from this range. Changing this value after installation will have\n            # no effect. This should fall within `--cluster-cidr`.\n            # - name: CALICO_IPV4POOL_CIDR\n            #   value: \"192.168.0.0/16\"\n",
     "openebs-lite-sc.yaml": "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: openebs-hostpath\n  annotations:\n    openebs.io/cas-type: local\n    cas.openebs.io/config: |\n      - name: StorageType\n        value: \"hostpath\"\n      - name: BasePath\n        value: \"/var/openebs/local/\"\nprovisioner: openebs.io/local\nreclaimPolicy: Delete\nvolumeBindingMode: WaitForFirstConsumer\n",
 }
 
@@ -242,6 +220,9 @@ def manifest(workloads, rel=""):
     extra = UPSTREAM_TEXT.get(rel.rsplit("/", 1)[-1])
     if extra:
         docs.append(extra)
+    # As upstream manifests do, the namespaces they use (kube-system aside) are in them.
+    for ns in sorted({w[2] for w in workloads} - {"kube-system"}):
+        docs.append(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n")
     for kind, name, ns, init, containers in workloads:
         lines = [f"apiVersion: apps/v1\nkind: {kind}\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n"
                  f"  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n"]
@@ -332,21 +313,19 @@ def catalog(out, digests):
              f"default: {K8S}", "components:"]
     for comp in ["kubeadm", "kubelet", "kubectl", "etcd", "containerd", "runc", "crictl", "cni-plugins", "helm"]:
         lines += [f"  {comp}:", "    versions:"]
-        for version, per_arch in digests[comp].items():
+        for version, per_arch in digests.get(comp, {}).items():
             inner = ", ".join(f'{a}: "{d}"' for a, d in sorted(per_arch.items()))
             lines.append(f'      "{version}": {{{inner}}}')
-        if comp == "etcd":
-            lines.append(f'      "{REAL_ETCD}": {{}}')
+        built = {"kubeadm": K8S, "kubelet": K8S, "kubectl": K8S, "etcd": REAL_ETCD, "helm": HELM}.get(comp)
+        if built:
+            lines.append(f'      "{built}": {{}}')
     # The real cluster: Kubernetes v1.37.2, etcd v3.6.16 and helm v3.20.2
     # built from source by `ci/lab prepare` (flannel v0.28.10 too: the
     # built-in catalog lists it).
     # Not pinned here: the builder takes the fixture's published checksum
     # files, as it does upstream's for a version the catalog does not pin.
-    pairs = f'etcd: {ETCD}, containerd: "{CONTAINERD}", runc: {RUNC}, crictl: {CRICTL}, cni-plugins: {CNI}, helm: {HELM}'
-    real = f'etcd: {REAL_ETCD}, containerd: "{CONTAINERD}", runc: {RUNC}, crictl: {CRICTL}, cni-plugins: {CNI}, helm: {REAL_HELM}'
-    lines += ["minors:", "  v1.33:", f"    components: {{{pairs}}}", "    notes:",
-              "      - \"lab: Debian's etcd, containerd, runc and CNI plugins; kubeadm, kubelet, kubectl, crictl and helm are lab stand-ins\"",
-              "  v1.37:", f"    components: {{{real}}}", "    notes:",
+    real = f'etcd: {REAL_ETCD}, containerd: "{CONTAINERD}", runc: {RUNC}, crictl: {CRICTL}, cni-plugins: {CNI}, helm: {HELM}'
+    lines += ["minors:", "  v1.37:", f"    components: {{{real}}}", "    notes:",
               "      - \"lab: Kubernetes, etcd and helm built from source; Debian's containerd, runc and CNI plugins; crictl is a lab stand-in nothing calls\""]
     write(os.path.join(out, "catalog.yaml"), ("\n".join(lines) + "\n").encode())
     with open(os.path.join(out, "digests.json"), "w") as f:

@@ -176,4 +176,7 @@ pub struct Context<'a> {
     pub kubeadm_api: &'a str,
     /// Where the admin kubeconfig is written for the user.
     pub kubeconfig: &'a Path,
+    /// `--server-dry-run`: the cni and addons phases have the API server
+    /// check their manifests instead of applying them.
+    pub server_dry_run: bool,
 }

@@ -106,10 +106,7 @@ pub fn daemonset_on(namespace: &str, name: &str, nodes: &[String]) -> String {
 /// lowercased kind as `kubectl rollout` takes it.
 pub fn workloads(manifests: &str) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
-    for doc in manifests.split("\n---") {
-        let Ok(v) = serde_saphyr::from_str::<serde_json::Value>(doc) else {
-            continue;
-        };
+    for (_, v) in documents(manifests) {
         let kind = match v.get("kind").and_then(|k| k.as_str()) {
             Some("DaemonSet") => "daemonset",
             Some("Deployment") => "deployment",
@@ -123,6 +120,16 @@ pub fn workloads(manifests: &str) -> Vec<(String, String, String)> {
         }
     }
     out
+}
+
+/// The YAML documents of a multi-document manifest, each as its text and
+/// parsed (documents that do not parse, such as empty ones, are left out).
+pub fn documents(manifests: &str) -> Vec<(&str, serde_json::Value)> {
+    manifests
+        .split("\n---")
+        .filter_map(|doc| Some((doc, serde_saphyr::from_str::<serde_json::Value>(doc).ok()?)))
+        .filter(|(_, v)| v.is_object())
+        .collect()
 }
 
 #[cfg(test)]

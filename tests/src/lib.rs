@@ -28,7 +28,7 @@ pub struct Description {
     pub hosts: Vec<Host>,
     pub fixture: Fixture,
     pub mirrors: serde_json::Map<String, serde_json::Value>,
-    /// The lab's bundle-side cluster (fixture stand-ins, every addon): for
+    /// The lab's bundle-side cluster (the main job's with every addon and chart): for
     /// the builder, serve and OS tests.
     pub cluster: PathBuf,
     /// The main job's cluster: Kubernetes built from source, five hosts.
@@ -100,10 +100,10 @@ static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// A kubexm binary of this workspace, built (once per test process) so it
 /// matches the source: a stale binary would test old code.
 pub fn bin(name: &str) -> PathBuf {
-    let package = if name == "kubexm-bundle" {
-        "kubexm-builder"
-    } else {
-        "kubexm-installer"
+    let package = match name {
+        "kubexm-bundle" => "kubexm-builder",
+        "kubexm" => "kubexm-server",
+        _ => "kubexm-installer",
     };
     built(package, "--bin", name, name)
 }

@@ -28,6 +28,12 @@ pub struct InstallOptions {
     pub serve_port: u16,
     pub kubeconfig: Option<PathBuf>,
     pub dry_run: bool,
+    /// Only the cni and addons phases: their manifests checked by the API
+    /// server (`kubectl apply --dry-run=server`), CRDs and Namespaces created.
+    pub server_dry_run: bool,
+    /// The kubexm-install binary the registry host runs as its registry
+    /// service. `None`: this process's own (kubexm-install itself).
+    pub installer: Option<PathBuf>,
     pub engine: EngineSettings,
 }
 
@@ -38,6 +44,25 @@ pub enum InstallReport {
     Plan(String),
     /// What was installed, and what the user has now.
     Installed(String),
+}
+
+/// `file` checked against the catalog `bundle` carries (its first member,
+/// bundle.yaml, read without unpacking anything): what an install, and a
+/// job that will run one, checks first. The config's own errors come first
+/// even without a readable bundle (only its versions need the catalog).
+pub fn validate(
+    file: &std::path::Path,
+    bundle: &std::path::Path,
+) -> anyhow::Result<(kubexm_bundle::manifest::BundleManifest, kubexm_bom::config::Cluster)> {
+    let early = match kubexm_bundle::verify::read_manifest(bundle) {
+        Ok(m) => m,
+        Err(e) => {
+            kubexm_bom::config::load_file_hosts(file)?;
+            return Err(unpack::UnpackError::from(e).classified());
+        }
+    };
+    let cluster = kubexm_bom::config::load_file(file, &super::lock_catalog(&early, bundle)?)?;
+    Ok((early, cluster))
 }
 
 pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
@@ -60,24 +85,25 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
         ));
     }
     // The config is checked against the catalog the bundle carries before
-    // anything is unpacked (bundle.yaml is its first member); the verified
-    // copy read below is the one planned from.
-    let early = match kubexm_bundle::verify::read_manifest(bundle) {
-        Ok(m) => m,
-        Err(e) => {
-            // The config's own errors come first even without a readable
-            // bundle (only its versions need the bundle's catalog).
-            kubexm_bom::config::load_file_hosts(&file)?;
-            return Err(unpack::UnpackError::from(e).classified());
-        }
-    };
-    let cluster = kubexm_bom::config::load_file(&file, &super::lock_catalog(&early, bundle)?)?;
+    // anything is unpacked; the verified copy read below is the one planned from.
+    let (early, cluster) = validate(&file, bundle)?;
     let asked: Vec<String> = if args.phases.is_empty() {
         pipeline::PHASES.iter().map(|p| p.to_string()).collect()
     } else {
         args.phases.clone()
     };
     let (phases, missing) = pipeline::select(&asked).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
+    if args.server_dry_run
+        && let Some(other) = phases.iter().find(|p| *p != "cni" && *p != "addons")
+    {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!(
+                "--server-dry-run checks the cni and addons phases' manifests against an installed cluster; \
+                 phase {other} cannot run that way: pass --phases cni,addons (or one of them)"
+            ),
+        ));
+    }
     if !missing.is_empty() {
         return Err(classified(
             Class::Unsupported,
@@ -128,7 +154,10 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     };
     let file_server = format!("https://{}", std::net::SocketAddr::new(advertise, args.serve_port));
     let ca_pem = pki.ca("registry", "kubexm registry CA")?.cert_pem;
-    let installer = anyhow::Context::context(std::env::current_exe(), "finding the installer binary")?;
+    let installer = match &args.installer {
+        Some(p) => p.clone(),
+        None => anyhow::Context::context(std::env::current_exe(), "finding the installer binary")?,
+    };
     let kubeadm_api = catalog
         .minor(&cluster.spec.kubernetes.version)
         .map(|m| m.kubeadm_api_version.clone())
@@ -174,6 +203,7 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
         phases: &phases,
         kubeadm_api: &kubeadm_api,
         kubeconfig: &kubeconfig,
+        server_dry_run: args.server_dry_run,
     };
     if args.dry_run {
         for h in &cluster.spec.hosts {

@@ -42,6 +42,9 @@ pub struct EngineSettings {
     pub concurrency: usize,
     /// Where the job's events go (the CLI's progress printer).
     pub events: Option<Arc<dyn EventSink>>,
+    /// Set to stop scheduling new steps (running ones finish): a job's
+    /// cancel. Ctrl-C sets it too. `None`: a flag of the operation's own.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl EngineSettings {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for EngineSettings {
             .field("accept_new_host_key", &self.accept_new_host_key)
             .field("concurrency", &self.concurrency)
             .field("events", &self.events.is_some())
+            .field("stop", &self.stop.is_some())
             .finish()
     }
 }
@@ -104,7 +108,7 @@ pub fn engine_context(
 ) -> anyhow::Result<(Arc<State>, Arc<AtomicBool>, tokio::runtime::Runtime)> {
     let (_, secrets) = crate::engine::inventory::targets(cluster).map_err(|e| classified(Class::Config, e))?;
     let state = Arc::new(crate::engine::state::State::open(&engine.state, secrets)?);
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = engine.stop.clone().unwrap_or_default();
     let rt = tokio::runtime::Runtime::new()?;
     let stopper = stop.clone();
     rt.spawn(async move {

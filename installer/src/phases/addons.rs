@@ -229,6 +229,56 @@ pub fn render(i: &Context, addon: &str, registry: &str) -> anyhow::Result<Vec<(S
     Ok(out)
 }
 
+/// `--server-dry-run`: an addon's rendered manifests checked by the API
+/// server without changing what runs. What the check itself needs exists for
+/// real: the CustomResourceDefinitions and Namespaces the manifests define
+/// are applied (server-side, so a re-run is a no-op) and the CRDs waited for,
+/// since a resource of a dry-run CRD or in a dry-run Namespace cannot be
+/// checked. Everything else goes through `kubectl apply --dry-run=server`:
+/// admission, validation and defaulting run, nothing is stored. No stamp is
+/// written, so the step runs every time.
+fn server_dry_run(addon: &str, files: &[(String, String)], kubectl: &str) -> RunWith {
+    let dir = format!("{DIR}/server-dry-run/{addon}");
+    let mut out = Vec::new();
+    let mut cmd = String::from("set -e\n");
+    for (name, text) in files {
+        let (mut crds, mut namespaces, mut rest) = (String::new(), String::new(), String::new());
+        for (doc, v) in waits::documents(text) {
+            let into = match v.get("kind").and_then(|k| k.as_str()) {
+                Some("CustomResourceDefinition") => &mut crds,
+                Some("Namespace") => &mut namespaces,
+                _ => &mut rest,
+            };
+            into.push_str("---\n");
+            into.push_str(doc.trim_start_matches('\n'));
+            into.push('\n');
+        }
+        let stem = name.trim_end_matches(".yaml").trim_end_matches(".yml");
+        for (part, text) in [("namespaces", namespaces), ("crds", crds), ("checked", rest)] {
+            if text.is_empty() {
+                continue;
+            }
+            let path = format!("{dir}/{stem}.{part}.yaml");
+            cmd.push_str(&match part {
+                "checked" => format!("{kubectl} apply --dry-run=server -f {}\n", q(&path)),
+                "crds" => format!(
+                    "{kubectl} apply --server-side --force-conflicts -f {p}\n{kubectl} wait --for=condition=Established --timeout=120s -f {p}\n",
+                    p = q(&path)
+                ),
+                _ => format!("{kubectl} apply --server-side --force-conflicts -f {}\n", q(&path)),
+            });
+            out.push((path, text.into_bytes(), 0o644));
+        }
+    }
+    RunWith {
+        name: format!("server-dry-run-{addon}"),
+        check: "false".into(),
+        files: out,
+        command: cmd,
+        timeout: Duration::from_secs(300),
+    }
+}
+
 /// The `cni` phase: the network plugin (and multus) on the first control-plane node.
 pub fn cni(i: &Context) -> anyhow::Result<Module> {
     phase(i, "cni", AddonPhase::Cni)
@@ -248,6 +298,17 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
     let mut previous: Option<String> = None;
     for addon in enabled(&i.topo, want)? {
         let files = render(i, addon, &registry)?;
+        if i.server_dry_run {
+            let name = format!("{phase}-{addon}");
+            tasks.push(Task {
+                name: name.clone(),
+                hosts: vec![first.clone()],
+                steps: vec![Arc::new(server_dry_run(addon, &files, &kubectl))],
+                after: previous.iter().map(|p| (p.clone(), crate::engine::plan::Scope::AllHosts)).collect(),
+            });
+            previous = Some(name);
+            continue;
+        }
         let mut all = String::new();
         for (_, t) in &files {
             all.push_str(t);
@@ -335,6 +396,43 @@ mod tests {
             "{out}"
         );
         assert_eq!(foreign, ["quay.io/other/x:1"]);
+    }
+
+    /// CRDs and Namespaces are created for real (the check of what uses them
+    /// needs them), everything else only checked; each kind in its own file.
+    #[test]
+    fn a_server_dry_run_creates_crds_and_namespaces_and_checks_the_rest() {
+        let text = "apiVersion: v1\nkind: Namespace\nmetadata: {name: metallb-system}\n---\n\
+                    apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: ipaddresspools.metallb.io}\n\
+                    --- # a comment\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: controller, namespace: metallb-system}\n---\n";
+        let step = server_dry_run("metallb", &[("00-metallb-native.yaml".into(), text.into())], "kubectl");
+        let files: Vec<(&str, String)> = step
+            .files
+            .iter()
+            .map(|(p, t, _)| (p.as_str(), String::from_utf8_lossy(t).into_owned()))
+            .collect();
+        let d = format!("{DIR}/server-dry-run/metallb/00-metallb-native");
+        assert_eq!(files.len(), 3, "{files:?}");
+        assert_eq!(files[0].0, format!("{d}.namespaces.yaml"));
+        assert!(files[0].1.contains("kind: Namespace") && !files[0].1.contains("Deployment"));
+        assert_eq!(files[1].0, format!("{d}.crds.yaml"));
+        assert!(files[1].1.contains("ipaddresspools.metallb.io") && !files[1].1.contains("Namespace"));
+        assert_eq!(files[2].0, format!("{d}.checked.yaml"));
+        assert!(files[2].1.contains("kind: Deployment") && !files[2].1.contains("CustomResourceDefinition"));
+        let c = &step.command;
+        let (ns, crd, wait, check) = (
+            c.find(&format!("kubectl apply --server-side --force-conflicts -f '{d}.namespaces.yaml'"))
+                .unwrap(),
+            c.find(&format!("kubectl apply --server-side --force-conflicts -f '{d}.crds.yaml'"))
+                .unwrap(),
+            c.find(&format!(
+                "kubectl wait --for=condition=Established --timeout=120s -f '{d}.crds.yaml'"
+            ))
+            .unwrap(),
+            c.find(&format!("kubectl apply --dry-run=server -f '{d}.checked.yaml'")).unwrap(),
+        );
+        assert!(ns < crd && crd < wait && wait < check, "{c}");
+        assert_eq!(step.check, "false", "a server dry run always runs");
     }
 
     #[test]

@@ -188,12 +188,12 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|i| i["reference"] == "registry.k8s.io/pause:3.10")
+        .find(|i| i["reference"] == "registry.k8s.io/pause:3.10.2")
         .unwrap();
     let raw = Command::new("skopeo")
         .arg("inspect")
         .arg("--raw")
-        .arg(format!("oci:{}/images:registry.k8s.io/pause:3.10", x.display()))
+        .arg(format!("oci:{}/images:registry.k8s.io/pause:3.10.2", x.display()))
         .output()
         .unwrap();
     assert!(raw.status.success(), "skopeo: {}", text(&raw.stderr));
@@ -204,7 +204,7 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
     let img = ok(
         Command::new("skopeo")
             .arg("inspect")
-            .arg(format!("oci:{}/images:registry.k8s.io/pause:3.10", x.display()))
+            .arg(format!("oci:{}/images:registry.k8s.io/pause:3.10.2", x.display()))
             .output()
             .unwrap(),
         "skopeo inspect",
@@ -232,7 +232,7 @@ fn wrong_catalog_digest_fails_and_names_the_artifact() {
     std::fs::write(
         &bad,
         format!(
-            "components:\n  etcd:\n    versions:\n      \"v3.4.23\": {{amd64: \"{}\"}}\n",
+            "components:\n  etcd:\n    versions:\n      \"v3.6.16\": {{amd64: \"{}\"}}\n",
             "ab".repeat(32)
         ),
     )
@@ -241,10 +241,10 @@ fn wrong_catalog_digest_fails_and_names_the_artifact() {
     assert_eq!(out.status.code(), Some(6), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     assert!(
-        err.contains("etcd v3.4.23 amd64")
+        err.contains("etcd v3.6.16 amd64")
             && err.contains("sha256 mismatch")
             && err.contains(&"ab".repeat(32))
-            && err.contains("etcd-v3.4.23-linux-amd64.tar.gz"),
+            && err.contains("etcd-v3.6.16-linux-amd64.tar.gz"),
         "{err}"
     );
     assert!(!b.path("k.tar.zst").exists(), "an archive was written");

@@ -47,6 +47,9 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     let addr = |h: &str| lab.host(h).address.clone();
     let config = lab.desc.main_job.clone();
     let b = signed_bundle(&lab, &config);
+    // The bundle-side config (same hosts, calico, NodeLocalDNS, MetalLB,
+    // openebs): its addons are checked against this cluster's API server below.
+    let addons = signed_bundle(&lab, &lab.desc.cluster);
     // The air gap is real from here: nothing but kubexm serves the hosts.
     kubexm_e2e::lab_cmd(&["upstream", "stop"]);
     let install = |phases: Option<&str>| install_with(&lab, &config, &b.bundle, &b.public_key, dir.path(), phases);
@@ -216,6 +219,57 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     // A re-run changes nothing: every step is skipped.
     let again = ok(install(None), "install again");
     assert!(again.contains(": 0 steps applied"), "{again}");
+
+    // The addons the lab does not run (their images are not built), as
+    // kubexm renders them from their bundle, checked by this cluster's API
+    // server: NodeLocalDNS's and MetalLB's real upstream manifests (MetalLB's
+    // CRDs created for real, its address pool checked against them), calico's
+    // and openebs' fixture stand-ins. Nothing of theirs runs afterwards.
+    let checked = kubexm_e2e::install_command(
+        &lab,
+        &lab.desc.cluster,
+        &addons.bundle,
+        &addons.public_key,
+        dir.path(),
+        Some("cni,addons"),
+    )
+    .arg("--server-dry-run")
+    .output()
+    .unwrap();
+    let checked = ok(checked, "install --phases cni,addons --server-dry-run");
+    eprintln!("{checked}");
+    for crd in ["ipaddresspools.metallb.io", "l2advertisements.metallb.io", "bgppeers.metallb.io"] {
+        k(&format!("get crd {crd}"));
+    }
+    let workloads = k("get ds,deploy -A --no-headers -o custom-columns=NAME:.metadata.name");
+    for absent in [
+        "calico-node-settings",
+        "node-local-dns",
+        "speaker",
+        "controller",
+        "openebs-localpv-provisioner",
+    ] {
+        assert!(!workloads.lines().any(|l| l == absent), "{absent} was created:\n{workloads}");
+    }
+    let pools = k("get ipaddresspools.metallb.io -A --no-headers");
+    assert!(pools.trim().is_empty(), "an address pool was stored: {pools}");
+    let reject = kubexm_e2e::install_command(
+        &lab,
+        &lab.desc.cluster,
+        &addons.bundle,
+        &addons.public_key,
+        dir.path(),
+        Some("workers,addons"),
+    )
+    .arg("--server-dry-run")
+    .output()
+    .unwrap();
+    assert_eq!(reject.status.code(), Some(2), "{}", text(&reject.stderr));
+    assert!(
+        text(&reject.stderr).contains("pass --phases cni,addons"),
+        "{}",
+        text(&reject.stderr)
+    );
 
     // No secret stays on the hosts.
     for h in &lab.desc.hosts {

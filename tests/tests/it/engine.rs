@@ -17,7 +17,7 @@ fn config(lab: &Lab, dir: &Path, auth: impl Fn(usize) -> (String, String)) -> st
             h.name, h.address, h.arch
         ));
     }
-    s.push_str("  roleGroups: {etcd: [lab1], control-plane: [lab1]}\n  controlPlaneEndpoint: {mode: local-proxy}\n  kubernetes: {version: v1.33.4-lab}\n  bundle: {arches: [amd64]}\n");
+    s.push_str("  roleGroups: {etcd: [lab1], control-plane: [lab1]}\n  controlPlaneEndpoint: {mode: local-proxy}\n  kubernetes: {version: v1.37.2}\n  bundle: {arches: [amd64]}\n");
     let p = dir.join("cluster.yaml");
     std::fs::write(&p, s).unwrap();
     p

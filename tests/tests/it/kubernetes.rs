@@ -215,8 +215,8 @@ iptables: {localhostNodePorts: false}
 /// The pod network by hand: Debian's bridge and host-local CNI plugins on a
 /// node's pod CIDR, and a route to each other node's pod CIDR through it
 /// (kindnet's design; masquerading off: the minbase hosts have no iptables).
-/// A real two-node cluster by a real kubeadm, by hand (the installer still
-/// uses the stand-ins): kubeadm v1.37.2 inits lab1 against etcd 3.6 (built
+/// A real two-node cluster by a real kubeadm, by hand (what kubexm-install
+/// automates, proven without it): kubeadm v1.37.2 inits lab1 against etcd 3.6 (built
 /// from source) with the images built from source, pulled through
 /// containerd from the fixture registry; lab2 joins with a bootstrap token;
 /// with flannel (vxlan, built from source) both nodes are Ready at v1.37.2, the static

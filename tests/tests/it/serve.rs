@@ -62,14 +62,14 @@ fn skopeo_reads_our_registry_over_tls_with_the_lock_digests() {
     let first = Command::new("skopeo")
         .args(["inspect", "--raw", "--cert-dir"])
         .arg(&certs)
-        .arg(format!("docker://127.0.0.1:{port}/registry.k8s.io/pause:3.10"))
+        .arg(format!("docker://127.0.0.1:{port}/registry.k8s.io/pause:3.10.2"))
         .output()
         .unwrap();
     let first_pull = start.elapsed();
     let raw = ok(first, "skopeo inspect");
     assert_eq!(
         format!("sha256:{}", sha256_hex(raw.as_bytes())),
-        lock_digest(&m, "registry.k8s.io/pause:3.10")
+        lock_digest(&m, "registry.k8s.io/pause:3.10.2")
     );
     eprintln!(
         "serve: {}; first pull answered {} ms after start",
@@ -86,7 +86,7 @@ fn skopeo_reads_our_registry_over_tls_with_the_lock_digests() {
     assert!(ready_ms < 1000, "serve took {ready_ms} ms to be ready");
 
     // skopeo copy --all of a multi-arch OCI image and of a Docker schema2 list: digests equal the lock.
-    for image in ["registry.k8s.io/pause:3.10", "quay.io/metallb/speaker:v0.14.8"] {
+    for image in ["registry.k8s.io/pause:3.10.2", "quay.io/metallb/speaker:v0.14.8"] {
         let dest = tmp.path().join(image.replace(['/', ':'], "_"));
         ok(
             Command::new("skopeo")
@@ -109,7 +109,7 @@ fn skopeo_reads_our_registry_over_tls_with_the_lock_digests() {
     // Without our CA, the certificate is refused: TLS is checked for real.
     let untrusted = Command::new("skopeo")
         .args(["inspect", "--raw"])
-        .arg(format!("docker://127.0.0.1:{port}/registry.k8s.io/pause:3.10"))
+        .arg(format!("docker://127.0.0.1:{port}/registry.k8s.io/pause:3.10.2"))
         .output()
         .unwrap();
     assert!(
@@ -174,7 +174,7 @@ fn containerd_in_a_lab_host_pulls_through_our_hosts_toml() {
     );
     lab.ssh_ok("lab1", "tar -xzf /tmp/containerd.tgz -C /usr/local && systemd-run --unit=kx-containerd /usr/local/bin/containerd && for i in $(seq 50); do test -S /run/containerd/containerd.sock && exit 0; sleep 0.2; done; exit 1");
     for image in [
-        "registry.k8s.io/pause:3.10",
+        "registry.k8s.io/pause:3.10.2",
         "docker.io/calico/node:v3.28.1",
         "quay.io/metallb/speaker:v0.14.8",
     ] {
@@ -186,10 +186,10 @@ fn containerd_in_a_lab_host_pulls_through_our_hosts_toml() {
         assert!(listed.contains(&lock_digest(&m, image)), "{image}: {listed}");
     }
     // The same pull with hosts.toml files that do not name our CA fails: TLS is verified against it.
-    lab.ssh_ok("lab1", "cp -r /etc/containerd/certs.d /tmp/no-ca && sed -i '/ca = /d' /tmp/no-ca/*/hosts.toml && ctr -n k8s.io images rm registry.k8s.io/pause:3.10 >/dev/null");
+    lab.ssh_ok("lab1", "cp -r /etc/containerd/certs.d /tmp/no-ca && sed -i '/ca = /d' /tmp/no-ca/*/hosts.toml && ctr -n k8s.io images rm registry.k8s.io/pause:3.10.2 >/dev/null");
     let refused = lab.ssh(
         "lab1",
-        "ctr -n k8s.io images pull --hosts-dir /tmp/no-ca registry.k8s.io/pause:3.10",
+        "ctr -n k8s.io images pull --hosts-dir /tmp/no-ca registry.k8s.io/pause:3.10.2",
     );
     assert!(
         !refused.status.success() && text(&refused.stderr).contains("certificate"),
@@ -273,7 +273,7 @@ fn mirror_into_a_registry_with_tls_and_htpasswd_then_nothing_to_upload() {
     std::fs::create_dir(&certs).unwrap();
     std::fs::copy(&ca.cert, certs.join("ca.crt")).unwrap();
     for image in [
-        "registry.k8s.io/pause:3.10",
+        "registry.k8s.io/pause:3.10.2",
         "quay.io/metallb/speaker:v0.14.8",
         "docker.io/calico/node:v3.28.1",
     ] {

@@ -62,6 +62,11 @@ pub struct InstallArgs {
     /// Print the plan and touch no host.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --phases cni,addons on an installed cluster: have the API server check the
+    /// addons' manifests (kubectl apply --dry-run=server) without running them; their
+    /// CustomResourceDefinitions and Namespaces are created, nothing else changes.
+    #[arg(long)]
+    pub server_dry_run: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

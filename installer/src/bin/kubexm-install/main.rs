@@ -313,6 +313,7 @@ impl EngineArgs {
             concurrency: self.concurrency,
             // The one printer: bars on a terminal, lines otherwise.
             events: Some(std::sync::Arc::new(kubexm_cli::progress::Printer::for_stderr())),
+            stop: None,
         }
     }
 }
@@ -333,6 +334,8 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         serve_port: args.serve_port,
         kubeconfig: args.kubeconfig,
         dry_run: args.dry_run,
+        server_dry_run: args.server_dry_run,
+        installer: None,
         engine: args.engine.settings(),
     };
     match ops::install::install(&opts)? {

@@ -1,0 +1,578 @@
+//! The job database: jobs (what was asked, its status, current step, lease
+//! and claim attempt) and every job's log lines, numbered in order. Embedded
+//! SQLite in WAL mode (`/var/lib/kubexm/jobs.db` by default); the engine's
+//! step results stay in its state database, which the worker names.
+//!
+//! A worker claims a job in one transaction and holds it with a lease it
+//! renews. Every write a worker makes names the claim attempt it holds, and
+//! is refused once the job was claimed again (its lease ran out): a stale
+//! worker cannot overwrite a newer one ("fencing"). One job per cluster runs
+//! at a time; the others wait as Blocked. A cluster's jobs run on the machine
+//! that first ran one (its PKI and unpacked bundle live there).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+/// Where the job database lives unless told otherwise.
+pub const JOBS_DB: &str = "/var/lib/kubexm/jobs.db";
+
+/// The schema, one migration per version (`PRAGMA user_version`).
+const MIGRATIONS: &[&str] = &["CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        cluster TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        config TEXT NOT NULL,
+        config_name TEXT NOT NULL,
+        options TEXT NOT NULL,
+        created INTEGER NOT NULL,
+        started INTEGER,
+        finished INTEGER,
+        current_step TEXT,
+        error TEXT,
+        worker TEXT,
+        attempt INTEGER NOT NULL DEFAULT 0,
+        lease_until INTEGER,
+        cancel_requested INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX jobs_status ON jobs(status, id);
+    CREATE TABLE job_logs (
+        job INTEGER NOT NULL REFERENCES jobs(id),
+        seq INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        line TEXT NOT NULL,
+        PRIMARY KEY (job, seq)
+    );
+    CREATE TABLE clusters (name TEXT PRIMARY KEY, machine TEXT NOT NULL);
+    CREATE TABLE workers (name TEXT PRIMARY KEY, machine TEXT NOT NULL, seen INTEGER NOT NULL);"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobDbError {
+    #[error("job database {path}: {source}")]
+    Sql {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("job database {path}: {what}")]
+    Invalid { path: String, what: String },
+    /// This worker's claim was taken over (its lease ran out).
+    #[error("job {job}: claim attempt {attempt} is no longer this job's (another worker claimed it after the lease ran out)")]
+    Fenced { job: i64, attempt: i64 },
+}
+
+/// A job's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    Pending,
+    /// Another job of the same cluster is running.
+    Blocked,
+    Processing,
+    Success,
+    Failed,
+    Cancelled,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "Pending",
+            Status::Blocked => "Blocked",
+            Status::Processing => "Processing",
+            Status::Success => "Success",
+            Status::Failed => "Failed",
+            Status::Cancelled => "Cancelled",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Status> {
+        [
+            Status::Pending,
+            Status::Blocked,
+            Status::Processing,
+            Status::Success,
+            Status::Failed,
+            Status::Cancelled,
+        ]
+        .into_iter()
+        .find(|x| x.as_str() == s)
+    }
+
+    /// Whether the job has ended.
+    pub fn is_final(self) -> bool {
+        matches!(self, Status::Success | Status::Failed | Status::Cancelled)
+    }
+}
+
+/// A job to store.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub cluster: String,
+    /// install, ...
+    pub kind: String,
+    /// The cluster.yaml text, as given.
+    pub config: String,
+    /// The file it came from (errors name it).
+    pub config_name: String,
+    /// What the operation needs besides the config (JSON).
+    pub options: serde_json::Value,
+}
+
+/// A stored job.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    pub id: i64,
+    pub cluster: String,
+    pub kind: String,
+    pub status: Status,
+    pub current_step: Option<String>,
+    pub error: Option<String>,
+    /// Milliseconds since the epoch.
+    pub created: i64,
+    pub started: Option<i64>,
+    pub finished: Option<i64>,
+    pub worker: Option<String>,
+    pub attempt: i64,
+    pub cancel_requested: bool,
+    #[serde(skip)]
+    pub config: String,
+    #[serde(skip)]
+    pub config_name: String,
+    #[serde(skip)]
+    pub options: serde_json::Value,
+}
+
+/// One log line of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LogLine {
+    pub seq: i64,
+    /// Milliseconds since the epoch.
+    pub at: i64,
+    pub line: String,
+}
+
+/// A job a worker holds: its id and the claim attempt its writes name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    pub job: i64,
+    pub attempt: i64,
+}
+
+pub struct JobDb {
+    conn: Mutex<Connection>,
+    path: String,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+const COLUMNS: &str = "id, cluster, kind, status, current_step, error, created, started, finished, worker, attempt, \
+                       cancel_requested, config, config_name, options";
+
+impl JobDb {
+    /// Opens (creating and migrating) the database at `path`.
+    pub fn open(path: &Path) -> Result<JobDb, JobDbError> {
+        let p = path.display().to_string();
+        let sql = |source| JobDbError::Sql { path: p.clone(), source };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs_err::create_dir_all(dir).map_err(|e| JobDbError::Invalid {
+                path: p.clone(),
+                what: e.to_string(),
+            })?;
+        }
+        let mut conn = Connection::open(path).map_err(sql)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(sql)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql)?;
+        // Concurrent starts migrate once: the version is read and raised
+        // inside one write transaction.
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(sql)?;
+        let version = usize::try_from(version).unwrap_or(usize::MAX);
+        if version > MIGRATIONS.len() {
+            return Err(JobDbError::Invalid {
+                path: p,
+                what: format!(
+                    "schema version {version} is newer than this kubexm knows ({}); use the kubexm that wrote it",
+                    MIGRATIONS.len()
+                ),
+            });
+        }
+        for (i, m) in MIGRATIONS.iter().enumerate().skip(version) {
+            tx.execute_batch(m).map_err(sql)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(sql)?;
+        }
+        tx.commit().map_err(sql)?;
+        Ok(JobDb {
+            conn: Mutex::new(conn),
+            path: p,
+        })
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(&self.path)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T, JobDbError> {
+        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut c).map_err(|source| JobDbError::Sql {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Stores a job as Pending; returns its id.
+    pub fn create(&self, job: &NewJob) -> Result<i64, JobDbError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created) VALUES (?1, ?2, 'Pending', ?3, ?4, ?5, ?6)",
+                params![job.cluster, job.kind, job.config, job.config_name, job.options.to_string(), now_ms()],
+            )?;
+            Ok(c.last_insert_rowid())
+        })
+    }
+
+    fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
+        let status: String = r.get(3)?;
+        let options: String = r.get(14)?;
+        Ok(Job {
+            id: r.get(0)?,
+            cluster: r.get(1)?,
+            kind: r.get(2)?,
+            status: Status::parse(&status).unwrap_or(Status::Failed),
+            current_step: r.get(4)?,
+            error: r.get(5)?,
+            created: r.get(6)?,
+            started: r.get(7)?,
+            finished: r.get(8)?,
+            worker: r.get(9)?,
+            attempt: r.get(10)?,
+            cancel_requested: r.get::<_, i64>(11)? != 0,
+            config: r.get(12)?,
+            config_name: r.get(13)?,
+            options: serde_json::from_str(&options).unwrap_or_default(),
+        })
+    }
+
+    pub fn get(&self, id: i64) -> Result<Option<Job>, JobDbError> {
+        self.with(|c| {
+            c.query_row(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"), [id], Self::row)
+                .optional()
+        })
+    }
+
+    /// Every job, newest first.
+    pub fn list(&self) -> Result<Vec<Job>, JobDbError> {
+        self.with(|c| {
+            let mut st = c.prepare(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id DESC"))?;
+            st.query_map([], Self::row)?.collect()
+        })
+    }
+
+    /// A job's log lines after `after` (0: from the first), in order.
+    pub fn logs(&self, job: i64, after: i64) -> Result<Vec<LogLine>, JobDbError> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT seq, at, line FROM job_logs WHERE job = ?1 AND seq > ?2 ORDER BY seq")?;
+            st.query_map(params![job, after], |r| {
+                Ok(LogLine {
+                    seq: r.get(0)?,
+                    at: r.get(1)?,
+                    line: r.get(2)?,
+                })
+            })?
+            .collect()
+        })
+    }
+
+    /// Asks a job to stop: one not started yet is Cancelled at once; a
+    /// running one stops scheduling steps when its worker sees the request.
+    /// Returns the job's status afterwards (`None`: no such job).
+    pub fn request_cancel(&self, id: i64) -> Result<Option<Status>, JobDbError> {
+        self.with(|c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            tx.execute(
+                "UPDATE jobs SET status = 'Cancelled', finished = ?2, current_step = NULL WHERE id = ?1 AND status IN ('Pending', 'Blocked')",
+                params![id, now_ms()],
+            )?;
+            tx.execute(
+                "UPDATE jobs SET cancel_requested = 1 WHERE id = ?1 AND status = 'Processing'",
+                [id],
+            )?;
+            let s: Option<String> = tx.query_row("SELECT status FROM jobs WHERE id = ?1", [id], |r| r.get(0)).optional()?;
+            tx.commit()?;
+            Ok(s.and_then(|s| Status::parse(&s)))
+        })
+    }
+
+    /// Records that `worker` on `machine` is alive (for `--detach`).
+    pub fn heartbeat(&self, worker: &str, machine: &str) -> Result<(), JobDbError> {
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO workers (name, machine, seen) VALUES (?1, ?2, ?3) ON CONFLICT(name) DO UPDATE SET seen = ?3",
+                params![worker, machine, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Workers seen within `within_ms`.
+    pub fn live_workers(&self, within_ms: i64) -> Result<Vec<String>, JobDbError> {
+        self.with(|c| {
+            let mut st = c.prepare("SELECT name FROM workers WHERE seen >= ?1 ORDER BY name")?;
+            st.query_map([now_ms() - within_ms], |r| r.get(0))?.collect()
+        })
+    }
+
+    pub fn forget_worker(&self, worker: &str) -> Result<(), JobDbError> {
+        self.with(|c| c.execute("DELETE FROM workers WHERE name = ?1", [worker]).map(|_| ()))
+    }
+
+    /// Claims the oldest runnable job (`only`: that job only) for `worker`
+    /// on `machine`, in one transaction: Pending, or Processing with its
+    /// lease run out (a dead worker's), of a cluster no other job is running
+    /// and whose jobs run on this machine (or no machine yet: this one is
+    /// recorded). Pending jobs of busy clusters are marked Blocked, and
+    /// Blocked ones of free clusters Pending again.
+    pub fn claim(&self, worker: &str, machine: &str, lease_ms: i64, only: Option<i64>) -> Result<Option<Claim>, JobDbError> {
+        self.with(|c| {
+            let now = now_ms();
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let busy = "SELECT cluster FROM jobs WHERE status = 'Processing' AND lease_until >= ?1";
+            tx.execute(
+                &format!("UPDATE jobs SET status = 'Blocked' WHERE status = 'Pending' AND cluster IN ({busy})"),
+                [now],
+            )?;
+            tx.execute(
+                &format!("UPDATE jobs SET status = 'Pending' WHERE status = 'Blocked' AND cluster NOT IN ({busy})"),
+                [now],
+            )?;
+            let found: Option<(i64, String, i64)> = tx
+                .query_row(
+                    &format!(
+                        "SELECT j.id, j.cluster, j.attempt FROM jobs j LEFT JOIN clusters k ON k.name = j.cluster
+                         WHERE (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < ?1))
+                           AND (k.machine IS NULL OR k.machine = ?2)
+                           AND (?3 IS NULL OR j.id = ?3)
+                           AND j.cluster NOT IN ({busy})
+                         ORDER BY j.id LIMIT 1"
+                    ),
+                    params![now, machine, only],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            let Some((id, cluster, attempt)) = found else {
+                tx.commit()?;
+                return Ok(None);
+            };
+            let attempt = attempt + 1;
+            tx.execute(
+                "UPDATE jobs SET status = 'Processing', worker = ?2, attempt = ?3, lease_until = ?4,
+                   started = COALESCE(started, ?5) WHERE id = ?1",
+                params![id, worker, attempt, now + lease_ms, now],
+            )?;
+            tx.execute(
+                "INSERT INTO clusters (name, machine) VALUES (?1, ?2) ON CONFLICT(name) DO NOTHING",
+                params![cluster, machine],
+            )?;
+            tx.commit()?;
+            Ok(Some(Claim { job: id, attempt }))
+        })
+    }
+
+    /// Runs `f` on the job's row only while `claim` still holds it.
+    fn fenced(&self, claim: Claim, f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>) -> Result<(), JobDbError> {
+        let held = self.with(|c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let held: bool = tx
+                .query_row(
+                    "SELECT 1 FROM jobs WHERE id = ?1 AND attempt = ?2 AND status = 'Processing'",
+                    params![claim.job, claim.attempt],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some();
+            if held {
+                f(&tx)?;
+            }
+            tx.commit()?;
+            Ok(held)
+        })?;
+        if held {
+            Ok(())
+        } else {
+            Err(JobDbError::Fenced {
+                job: claim.job,
+                attempt: claim.attempt,
+            })
+        }
+    }
+
+    /// Extends the lease; returns whether a cancel was asked for.
+    pub fn renew(&self, claim: Claim, lease_ms: i64) -> Result<bool, JobDbError> {
+        self.fenced(claim, |tx| {
+            tx.execute(
+                "UPDATE jobs SET lease_until = ?2 WHERE id = ?1",
+                params![claim.job, now_ms() + lease_ms],
+            )
+            .map(|_| ())
+        })?;
+        Ok(self.get(claim.job)?.is_some_and(|j| j.cancel_requested))
+    }
+
+    /// Appends log lines (numbered after the job's last) and, if given, the
+    /// current step.
+    pub fn append(&self, claim: Claim, lines: &[String], current_step: Option<&str>) -> Result<(), JobDbError> {
+        self.fenced(claim, |tx| {
+            let last: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM job_logs WHERE job = ?1", [claim.job], |r| {
+                r.get(0)
+            })?;
+            let now = now_ms();
+            let mut st = tx.prepare_cached("INSERT INTO job_logs (job, seq, at, line) VALUES (?1, ?2, ?3, ?4)")?;
+            for (i, l) in lines.iter().enumerate() {
+                st.execute(params![claim.job, last + 1 + i as i64, now, l])?;
+            }
+            if let Some(s) = current_step {
+                tx.execute("UPDATE jobs SET current_step = ?2 WHERE id = ?1", params![claim.job, s])?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Ends the job with `status` (and `error` when it failed).
+    pub fn finish(&self, claim: Claim, status: Status, error: Option<&str>) -> Result<(), JobDbError> {
+        self.fenced(claim, |tx| {
+            tx.execute(
+                "UPDATE jobs SET status = ?2, error = ?3, finished = ?4, lease_until = NULL,
+                   current_step = CASE WHEN ?2 = 'Success' THEN NULL ELSE current_step END WHERE id = ?1",
+                params![claim.job, status.as_str(), error, now_ms()],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Gives a job back unfinished (Ctrl-C of a foreground run): Pending
+    /// again, so the next claim resumes it and skips the steps done.
+    pub fn release(&self, claim: Claim) -> Result<(), JobDbError> {
+        self.fenced(claim, |tx| {
+            tx.execute(
+                "UPDATE jobs SET status = 'Pending', lease_until = NULL, worker = NULL WHERE id = ?1",
+                [claim.job],
+            )
+            .map(|_| ())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(cluster: &str) -> NewJob {
+        NewJob {
+            cluster: cluster.into(),
+            kind: "install".into(),
+            config: "apiVersion: kubexm.io/v1alpha1\n".into(),
+            config_name: "cluster.yaml".into(),
+            options: serde_json::json!({}),
+        }
+    }
+
+    #[test]
+    fn migrations_run_once_and_a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("jobs.db");
+        let a = JobDb::open(&p).unwrap();
+        let id = a.create(&job("a")).unwrap();
+        drop(a);
+        let b = JobDb::open(&p).unwrap();
+        assert_eq!(b.get(id).unwrap().unwrap().status, Status::Pending);
+        b.with(|c| c.pragma_update(None, "user_version", 99)).unwrap();
+        drop(b);
+        let err = JobDb::open(&p).err().unwrap().to_string();
+        assert!(err.contains("schema version 99 is newer"), "{err}");
+    }
+
+    #[test]
+    fn one_job_per_cluster_runs_and_the_others_wait_blocked() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+        let (a1, a2, b1) = (
+            db.create(&job("a")).unwrap(),
+            db.create(&job("a")).unwrap(),
+            db.create(&job("b")).unwrap(),
+        );
+        let c1 = db.claim("w1", "m", 60_000, None).unwrap().unwrap();
+        assert_eq!(c1, Claim { job: a1, attempt: 1 });
+        let c2 = db.claim("w2", "m", 60_000, None).unwrap().unwrap();
+        assert_eq!(c2.job, b1, "a's second job waits for its first");
+        assert_eq!(db.get(a2).unwrap().unwrap().status, Status::Blocked);
+        assert_eq!(db.claim("w3", "m", 60_000, None).unwrap(), None);
+        db.finish(c1, Status::Success, None).unwrap();
+        let c3 = db.claim("w3", "m", 60_000, None).unwrap().unwrap();
+        assert_eq!(c3.job, a2);
+    }
+
+    #[test]
+    fn an_expired_lease_is_claimed_again_and_the_stale_worker_is_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+        let id = db.create(&job("a")).unwrap();
+        let stale = db.claim("w1", "m", -1, None).unwrap().unwrap();
+        db.append(stale, &["one".into()], Some("etcd/x@lab1")).unwrap();
+        let fresh = db.claim("w2", "m", 60_000, None).unwrap().unwrap();
+        assert_eq!(fresh, Claim { job: id, attempt: 2 });
+        assert!(matches!(
+            db.append(stale, &["late".into()], None),
+            Err(JobDbError::Fenced { attempt: 1, .. })
+        ));
+        assert!(matches!(
+            db.finish(stale, Status::Failed, Some("x")),
+            Err(JobDbError::Fenced { .. })
+        ));
+        db.append(fresh, &["two".into(), "three".into()], None).unwrap();
+        let lines: Vec<(i64, String)> = db.logs(id, 0).unwrap().into_iter().map(|l| (l.seq, l.line)).collect();
+        assert_eq!(lines, [(1, "one".into()), (2, "two".into()), (3, "three".into())]);
+        assert_eq!(db.logs(id, 2).unwrap().len(), 1);
+        db.finish(fresh, Status::Success, None).unwrap();
+        let j = db.get(id).unwrap().unwrap();
+        assert_eq!((j.status, j.worker.as_deref(), j.attempt), (Status::Success, Some("w2"), 2));
+    }
+
+    #[test]
+    fn a_clusters_jobs_run_on_the_machine_that_first_ran_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+        let first = db.claim("w1", "m1", 60_000, None).unwrap();
+        assert_eq!(first, None);
+        db.create(&job("a")).unwrap();
+        let c = db.claim("w1", "m1", 60_000, None).unwrap().unwrap();
+        db.finish(c, Status::Success, None).unwrap();
+        db.create(&job("a")).unwrap();
+        assert_eq!(db.claim("w2", "m2", 60_000, None).unwrap(), None, "another machine took a's job");
+        assert!(db.claim("w1", "m1", 60_000, None).unwrap().is_some());
+    }
+
+    #[test]
+    fn cancel_ends_a_waiting_job_and_flags_a_running_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+        let (a, b) = (db.create(&job("a")).unwrap(), db.create(&job("b")).unwrap());
+        assert_eq!(db.request_cancel(a).unwrap(), Some(Status::Cancelled));
+        let c = db.claim("w", "m", 60_000, None).unwrap().unwrap();
+        assert_eq!(c.job, b);
+        assert!(!db.renew(c, 60_000).unwrap());
+        assert_eq!(db.request_cancel(b).unwrap(), Some(Status::Processing));
+        assert!(db.renew(c, 60_000).unwrap(), "the worker sees the request");
+        assert_eq!(db.request_cancel(999).unwrap(), None);
+    }
+}

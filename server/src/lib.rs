@@ -1,0 +1,10 @@
+//! kubexm-server: clusters as jobs. A request (`kubexm create cluster`) is
+//! validated and stored as a job in the job database ([`jobdb`]); a worker
+//! ([`worker`]) claims it and runs the same operation the CLI runs, on the
+//! same engine, writing the current step and every log line into the
+//! database as it goes; clients read and follow them ([`ops`]). Binary:
+//! `kubexm`.
+
+pub mod jobdb;
+pub mod ops;
+pub mod worker;

@@ -1,0 +1,105 @@
+//! The job operations every trigger shares (today the `kubexm` CLI; the API
+//! server later): create a job from a validated request, read one, follow
+//! its log, cancel it. None prints.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kubexm_cli::{Class, classified};
+
+use crate::jobdb::{Job, JobDb, LogLine, NewJob};
+use crate::worker::InstallJob;
+
+/// `create cluster`: `file` validated against the bundle's catalog (the
+/// same errors, with line and column, as an install or `kubexm-bundle
+/// validate`), then stored as a Pending install job. Nothing is stored when
+/// it is invalid.
+pub fn create_cluster(db: &JobDb, file: &Path, job: &InstallJob) -> anyhow::Result<i64> {
+    let (_, cluster) = kubexm_installer::ops::install::validate(file, &job.bundle)?;
+    let text = fs_err::read_to_string(file)?;
+    let mut job = job.clone();
+    // The worker may run elsewhere in the file system's view: absolute paths.
+    for p in [
+        Some(&mut job.bundle),
+        job.pubkey.as_mut(),
+        Some(&mut job.root),
+        job.kubeconfig.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if p.is_relative() {
+            *p = std::env::current_dir()?.join(&*p);
+        }
+    }
+    Ok(db.create(&NewJob {
+        cluster: cluster.metadata.name.clone(),
+        kind: "install".into(),
+        config: text,
+        config_name: file.display().to_string(),
+        options: serde_json::to_value(&job)?,
+    })?)
+}
+
+/// A job by id, or a usage error naming it.
+pub fn job(db: &JobDb, id: i64) -> anyhow::Result<Job> {
+    db.get(id)?.ok_or_else(|| {
+        classified(
+            Class::Usage,
+            anyhow::anyhow!("no job {id} in {}; `kubexm get jobs` lists them", db.path().display()),
+        )
+    })
+}
+
+/// Hands `line` every log line of job `id` after `after`, in order and
+/// each once, until the job has ended (`follow`) or until the lines
+/// written so far are read; returns the job as it ended (or is).
+pub fn follow(
+    db: &JobDb,
+    id: i64,
+    mut after: i64,
+    follow: bool,
+    quit: &Arc<AtomicBool>,
+    mut line: impl FnMut(&LogLine),
+) -> anyhow::Result<Job> {
+    loop {
+        // The status first: once final, the lines read next are all there are.
+        let j = job(db, id)?;
+        for l in db.logs(id, after)? {
+            line(&l);
+            after = l.seq;
+        }
+        if !follow || j.status.is_final() || quit.load(Ordering::Relaxed) {
+            return Ok(j);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A job that ended other than in Success, as an error with what to do.
+pub fn outcome(j: &Job) -> anyhow::Result<()> {
+    use crate::jobdb::Status;
+    match j.status {
+        Status::Success => Ok(()),
+        Status::Failed => Err(classified(
+            Class::Host,
+            anyhow::anyhow!(
+                "job {} failed: {}\nfix the cause and create the job again: the steps done are skipped",
+                j.id,
+                j.error.as_deref().unwrap_or("(no error recorded)")
+            ),
+        )),
+        Status::Cancelled => Err(classified(Class::Host, anyhow::anyhow!("job {} was cancelled", j.id))),
+        s => Err(classified(
+            Class::Interrupted,
+            anyhow::anyhow!(
+                "job {} is {}: `kubexm worker` resumes it (the steps done are skipped); `kubexm get job {} --follow` watches it",
+                j.id,
+                s.as_str(),
+                j.id
+            ),
+        )),
+    }
+}

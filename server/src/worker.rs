@@ -1,0 +1,309 @@
+//! Workers: claim a job, run its operation on the engine (the same
+//! operation the CLI runs), and write its current step and log lines into
+//! the job database as they happen, holding the job with a lease renewed in
+//! the background. A cancel stops the scheduling of new steps (running ones
+//! finish); Ctrl-C of a foreground run gives the job back as Pending, so the
+//! next claim resumes it and skips the steps already done.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kubexm_installer::engine::events::{Event, EventSink, Numbered};
+use kubexm_installer::ops;
+use serde::{Deserialize, Serialize};
+
+use crate::jobdb::{Claim, JobDb, JobDbError, Status};
+
+/// What an install job needs besides its config: the install's flags,
+/// given to `kubexm create cluster`. Never a secret: hosts' passwords and
+/// keys are read by the worker from the files or environment the config names.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InstallJob {
+    pub bundle: PathBuf,
+    pub pubkey: Option<PathBuf>,
+    #[serde(default)]
+    pub allow_unsigned: bool,
+    pub advertise: std::net::IpAddr,
+    pub serve_port: u16,
+    pub root: PathBuf,
+    #[serde(default)]
+    pub phases: Vec<String>,
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// `host:pid`, shown on the jobs it claims.
+    pub name: String,
+    /// The machine (its `/etc/machine-id`): a cluster's jobs run where its first ran.
+    pub machine: String,
+    pub lease: Duration,
+    /// The engine's state database (step results, pinned host keys).
+    pub state: PathBuf,
+    /// Where job configs are written for the operation (`<dir>/<id>/`).
+    pub jobs_dir: PathBuf,
+    pub concurrency: usize,
+}
+
+impl WorkerOptions {
+    /// This process on this machine.
+    pub fn here(state: PathBuf, jobs_dir: PathBuf) -> WorkerOptions {
+        let host = fs_err::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into());
+        let machine = fs_err::read_to_string("/etc/machine-id")
+            .map(|m| m.trim().to_string())
+            .ok()
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| host.clone());
+        WorkerOptions {
+            name: format!("{host}:{}", std::process::id()),
+            machine,
+            lease: Duration::from_secs(30),
+            state,
+            jobs_dir,
+            concurrency: 20,
+        }
+    }
+}
+
+/// How a claimed job ended for its worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// With this status written.
+    Final(Status),
+    /// Given back as Pending (Ctrl-C).
+    Released,
+    /// Another worker holds it now; nothing more was written.
+    Fenced,
+}
+
+/// Engine events rendered as log lines and written under the claim; a
+/// refused write (fenced) stops the run.
+struct DbSink {
+    db: Arc<JobDb>,
+    claim: Claim,
+    stop: Arc<AtomicBool>,
+    fenced: Arc<AtomicBool>,
+}
+
+/// One event as a log line, and the step it makes current.
+pub fn render(event: &Event) -> (String, Option<String>) {
+    match event {
+        Event::JobStarted { phases } => (
+            format!("plan: {}", phases.iter().map(|p| p.module.as_str()).collect::<Vec<_>>().join(", ")),
+            None,
+        ),
+        Event::StepStarted { node, module, host } => (format!("{host}: {module}/{node} started"), Some(format!("{module}/{node}"))),
+        Event::LogLine { node, host, line } => (format!("{host}: {node}: {line}"), None),
+        Event::StepFinished {
+            node,
+            module,
+            host,
+            outcome,
+        } => (format!("{host}: {module}/{node} {}", outcome.as_str()), None),
+        Event::JobFinished { status } => (format!("engine job {status}"), None),
+    }
+}
+
+impl EventSink for DbSink {
+    fn emit(&self, e: &Numbered) {
+        if self.fenced.load(Ordering::Relaxed) {
+            return;
+        }
+        let (line, step) = render(&e.event);
+        match self.db.append(self.claim, &[line], step.as_deref()) {
+            Ok(()) => {}
+            Err(JobDbError::Fenced { .. }) => {
+                self.fenced.store(true, Ordering::Relaxed);
+                self.stop.store(true, Ordering::Relaxed);
+            }
+            Err(err) => tracing::warn!("job {}: {err}", self.claim.job),
+        }
+    }
+}
+
+/// Runs a claimed job to its end. `quit` is the caller's Ctrl-C flag: the
+/// job stops scheduling steps and is given back as Pending.
+pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBool>) -> Result<Ended, JobDbError> {
+    let job = db.get(claim.job)?.ok_or_else(|| JobDbError::Invalid {
+        path: db.path().display().to_string(),
+        what: format!("job {} vanished", claim.job),
+    })?;
+    let fenced = Arc::new(AtomicBool::new(false));
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    // This job's stop: a cancel, a lost claim or the caller's quit.
+    let stop = Arc::new(AtomicBool::new(false));
+    // The lease, renewed at a third of its length.
+    let lease = {
+        let (db, stop, fenced, cancelled, done, quit) = (
+            db.clone(),
+            stop.clone(),
+            fenced.clone(),
+            cancelled.clone(),
+            done.clone(),
+            quit.clone(),
+        );
+        let (every, ms) = (o.lease / 3, o.lease.as_millis() as i64);
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                match db.renew(claim, ms) {
+                    Ok(true) => {
+                        cancelled.store(true, Ordering::Relaxed);
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    Ok(false) => {}
+                    Err(JobDbError::Fenced { .. }) => {
+                        fenced.store(true, Ordering::Relaxed);
+                        stop.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(e) => tracing::warn!("job {}: renewing the lease: {e}", claim.job),
+                }
+                let mut slept = Duration::ZERO;
+                while slept < every && !done.load(Ordering::Relaxed) {
+                    if quit.load(Ordering::Relaxed) {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                    slept += Duration::from_millis(100);
+                }
+            }
+        })
+    };
+    let sink = Arc::new(DbSink {
+        db: db.clone(),
+        claim,
+        stop: stop.clone(),
+        fenced: fenced.clone(),
+    });
+    db.append(claim, &[format!("claimed by {} (attempt {})", o.name, claim.attempt)], None)?;
+    let result = operate(&job, o, sink, stop.clone());
+    done.store(true, Ordering::Relaxed);
+    let _ = lease.join();
+    if fenced.load(Ordering::Relaxed) {
+        return Ok(Ended::Fenced);
+    }
+    let cancelled = cancelled.load(Ordering::Relaxed) || db.get(claim.job)?.is_some_and(|j| j.cancel_requested);
+    let ended = match result {
+        _ if cancelled => {
+            db.append(claim, &["cancelled: no new step was started after the request".into()], None)?;
+            db.finish(claim, Status::Cancelled, Some("cancelled"))?;
+            Ended::Final(Status::Cancelled)
+        }
+        Ok(report) => {
+            let lines: Vec<String> = report.lines().map(str::to_string).collect();
+            db.append(claim, &lines, None)?;
+            db.finish(claim, Status::Success, None)?;
+            Ended::Final(Status::Success)
+        }
+        Err(_) if quit.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) => {
+            db.append(
+                claim,
+                &["interrupted: the job is Pending again; the next claim skips the steps done".into()],
+                None,
+            )?;
+            db.release(claim)?;
+            Ended::Released
+        }
+        Err(e) => {
+            let text = format!("{e:#}");
+            let lines: Vec<String> = text.lines().map(|l| format!("error: {l}")).collect();
+            db.append(claim, &lines, None)?;
+            db.finish(claim, Status::Failed, Some(&text))?;
+            Ended::Final(Status::Failed)
+        }
+    };
+    Ok(ended)
+}
+
+/// The job's operation, as the CLI would run it.
+fn operate(job: &crate::jobdb::Job, o: &WorkerOptions, sink: Arc<DbSink>, stop: Arc<AtomicBool>) -> anyhow::Result<String> {
+    let dir = o.jobs_dir.join(job.id.to_string());
+    fs_err::create_dir_all(&dir)?;
+    let name = std::path::Path::new(&job.config_name)
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "cluster.yaml".into());
+    let file = dir.join(name);
+    fs_err::write(&file, &job.config)?;
+    let engine = ops::EngineSettings {
+        state: o.state.clone(),
+        accept_new_host_key: false,
+        concurrency: o.concurrency,
+        events: Some(sink),
+        stop: Some(stop),
+    };
+    match job.kind.as_str() {
+        "install" => {
+            let j: InstallJob = serde_json::from_value(job.options.clone())?;
+            let opts = ops::install::InstallOptions {
+                bundle: Some(j.bundle),
+                file: Some(file),
+                pubkey: j.pubkey,
+                allow_unsigned: j.allow_unsigned,
+                root: j.root,
+                phases: j.phases,
+                advertise: Some(j.advertise),
+                serve_port: j.serve_port,
+                kubeconfig: j.kubeconfig,
+                dry_run: false,
+                server_dry_run: false,
+                installer: Some(installer_binary()?),
+                engine,
+            };
+            match ops::install::install(&opts)? {
+                ops::install::InstallReport::Plan(t) | ops::install::InstallReport::Installed(t) => Ok(t),
+            }
+        }
+        other => Err(kubexm_cli::classified(
+            kubexm_cli::Class::Unsupported,
+            anyhow::anyhow!("job kind {other} is not supported yet by this worker"),
+        )),
+    }
+}
+
+/// The kubexm-install binary beside this one: an install puts it on the
+/// registry host, which runs it as its registry service.
+fn installer_binary() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let dir = me.parent().unwrap_or(std::path::Path::new("/"));
+    let p = dir.join("kubexm-install");
+    if !p.is_file() {
+        anyhow::bail!(
+            "{} is missing: an install job puts kubexm-install on the registry host (it serves the bundle there); \
+             install kubexm-install beside kubexm in {}",
+            p.display(),
+            dir.display()
+        );
+    }
+    Ok(p)
+}
+
+/// Claims and runs jobs until `quit` is set (checked between jobs and
+/// every poll); `once`: returns after the first job or when none is waiting.
+pub fn serve(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, once: bool) -> Result<usize, JobDbError> {
+    let mut ran = 0;
+    while !quit.load(Ordering::Relaxed) {
+        db.heartbeat(&o.name, &o.machine)?;
+        match db.claim(&o.name, &o.machine, o.lease.as_millis() as i64, None)? {
+            Some(claim) => {
+                tracing::info!("job {} claimed (attempt {})", claim.job, claim.attempt);
+                let ended = run(db, claim, o, quit.clone())?;
+                tracing::info!("job {}: {ended:?}", claim.job);
+                ran += 1;
+                if once {
+                    break;
+                }
+            }
+            None if once => break,
+            None => std::thread::sleep(Duration::from_millis(500)),
+        }
+    }
+    db.forget_worker(&o.name)?;
+    Ok(ran)
+}

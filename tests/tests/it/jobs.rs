@@ -1,0 +1,213 @@
+//! Clusters as jobs on the lab: `kubexm create cluster` stores a validated
+//! job, `kubexm worker` runs it with the same install as kubexm-install (a
+//! real one-node cluster), and `kubexm get job --follow` streams its log,
+//! resumable by sequence number.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kubexm_e2e::{Lab, bin, free_port, ok, signed_bundle, text};
+
+/// `kubexm --db DIR/jobs.db ARGS`.
+fn kubexm(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(bin("kubexm"));
+    c.arg("--db").arg(dir.join("jobs.db")).args(args);
+    c
+}
+
+fn job_json(dir: &Path, id: i64) -> serde_json::Value {
+    serde_json::from_str(&ok(
+        kubexm(dir, &["get", "job", &id.to_string(), "-o", "json"]).output().unwrap(),
+        "get job -o json",
+    ))
+    .unwrap()
+}
+
+fn wait_status(dir: &Path, id: i64, want: &str, secs: u64) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let j = job_json(dir, id);
+        if j["job"]["status"] == want {
+            return j;
+        }
+        assert!(start.elapsed() < Duration::from_secs(secs), "job {id} not {want}: {j}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn create_cluster_runs_as_a_job_that_a_worker_claims_and_a_client_follows() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    // The worker runs kubexm-install's install and puts that binary on the registry host.
+    bin("kubexm-install");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let config = lab.desc.main_job.clone();
+    let b = signed_bundle(&lab, &config);
+    let (root, state) = (d.join("root"), d.join("state.db"));
+    let create = |extra: &[&str], config: &Path| {
+        let port = free_port(&lab.desc.gateway).to_string();
+        let mut c = kubexm(d, &["create", "cluster"]);
+        c.arg("-f")
+            .arg(config)
+            .arg("--bundle")
+            .arg(&b.bundle)
+            .arg("--pubkey")
+            .arg(&b.public_key)
+            .args(["--advertise", &lab.desc.gateway, "--serve-port", &port])
+            .arg("--root")
+            .arg(&root)
+            .arg("--state")
+            .arg(&state)
+            .args(extra);
+        c
+    };
+
+    // A bad config: the validation errors with line:column, exit 3, nothing stored.
+    let bad = d.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("podCIDR: 198.19.0.0/16", "podCIDR: 198.19.0.0/33"),
+    )
+    .unwrap();
+    let refused = create(&[], &bad).output().unwrap();
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("bad.yaml:"), "{}", text(&refused.stderr));
+    // --detach without a worker is refused.
+    let detached = create(&["--detach"], &config).output().unwrap();
+    assert_eq!(detached.status.code(), Some(2), "{}", text(&detached.stderr));
+    assert!(
+        text(&detached.stderr).contains("no worker is running"),
+        "{}",
+        text(&detached.stderr)
+    );
+    let listed = ok(kubexm(d, &["get", "jobs", "-o", "json"]).output().unwrap(), "get jobs");
+    assert_eq!(listed.trim(), "[]", "a refused request stored a job");
+
+    // A worker, frozen (SIGSTOP) right after it announced itself: the job stays Pending.
+    let mut worker = kubexm(d, &["worker", "--lease-seconds", "15"])
+        .arg("--state")
+        .arg(&state)
+        .stderr(Stdio::from(std::fs::File::create(d.join("worker.log")).unwrap()))
+        .spawn()
+        .unwrap();
+    let wpid = worker.id().to_string();
+    std::thread::sleep(Duration::from_secs(2));
+    ok(Command::new("kill").args(["-STOP", &wpid]).output().unwrap(), "SIGSTOP");
+    let created = ok(create(&["--detach"], &config).output().unwrap(), "create cluster --detach");
+    assert_eq!(created.trim(), "Job created with ID 1. Run 'kubexm get job 1' to check status.");
+    assert_eq!(job_json(d, 1)["job"]["status"], "Pending");
+
+    // A follower from the start, killed after 30 lines, reconnects from
+    // the last sequence number it got (its line count: the numbers are 1, 2, ...).
+    let follower = {
+        let d = d.to_path_buf();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut first = kubexm(&d, &["get", "job", "1", "--follow"]).stdout(Stdio::piped()).spawn().unwrap();
+            let mut got: Vec<String> = Vec::new();
+            for line in std::io::BufReader::new(first.stdout.take().unwrap()).lines() {
+                got.push(line.unwrap());
+                if got.len() == 30 {
+                    break;
+                }
+            }
+            first.kill().unwrap();
+            let _ = first.wait();
+            let rest = kubexm(&d, &["get", "job", "1", "--follow", "--from", &got.len().to_string()])
+                .output()
+                .unwrap();
+            assert!(rest.status.success(), "{}", text(&rest.stderr));
+            got.extend(text(&rest.stdout).lines().map(str::to_string));
+            got
+        })
+    };
+    ok(Command::new("kill").args(["-CONT", &wpid]).output().unwrap(), "SIGCONT");
+    // Status and current step as the job runs.
+    let mut steps = std::collections::BTreeSet::new();
+    let mut statuses = vec!["Pending".to_string()];
+    let start = Instant::now();
+    let end = loop {
+        let j = job_json(d, 1);
+        let s = j["job"]["status"].as_str().unwrap().to_string();
+        if statuses.last() != Some(&s) {
+            statuses.push(s.clone());
+        }
+        if let Some(step) = j["job"]["current_step"].as_str() {
+            steps.insert(step.to_string());
+        }
+        if s == "Success" || s == "Failed" {
+            break j;
+        }
+        assert!(start.elapsed() < Duration::from_secs(900), "job 1 still {s}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(statuses, ["Pending", "Processing", "Success"], "{end}");
+    assert!(steps.len() > 10, "the current step hardly changed: {steps:?}");
+    let followed = follower.join().unwrap();
+    // Every line exactly once, in order, as the database has them.
+    let db_lines: Vec<String> = end["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["line"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(followed, db_lines);
+    let seqs: Vec<i64> = end["logs"].as_array().unwrap().iter().map(|l| l["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    assert!(db_lines.iter().any(|l| l.contains("installed phases")), "{db_lines:?}");
+    // A reconnect from a sequence number gets exactly the rest.
+    let half = seqs.len() / 2;
+    let rest = ok(
+        kubexm(d, &["get", "job", "1", "--follow", "--from", &half.to_string()])
+            .output()
+            .unwrap(),
+        "follow --from",
+    );
+    assert_eq!(rest.lines().collect::<Vec<_>>(), db_lines[half..]);
+
+    // The cluster is up: the node Ready through the handed-over kubeconfig.
+    let node = lab.ssh_ok("lab1", "kubectl --kubeconfig /etc/kubernetes/admin.conf get node lab1 --no-headers");
+    assert!(node.contains(" Ready "), "{node}");
+
+    // A second create, with the worker running: followed here, 0 steps applied.
+    let again = ok(create(&[], &config).output().unwrap(), "create cluster again");
+    assert!(again.starts_with("Job created with ID 2."), "{again}");
+    assert!(again.contains(": 0 steps applied"), "{again}");
+
+    // Cancel: a job cancelled ends Cancelled; the next one completes.
+    ok(create(&["--detach"], &config).output().unwrap(), "create 3");
+    ok(kubexm(d, &["cancel", "job", "3"]).output().unwrap(), "cancel job 3");
+    wait_status(d, 3, "Cancelled", 300);
+    ok(create(&[], &config).output().unwrap(), "create 4 after a cancel");
+    assert_eq!(job_json(d, 4)["job"]["status"], "Success");
+
+    // No credential in the job database: the config names the SSH key's
+    // file; the key itself (a line of its body) is in no table or log.
+    let db = std::fs::read(d.join("jobs.db")).unwrap();
+    let key = std::fs::read_to_string(&lab.desc.ssh.key).unwrap();
+    let body = key.lines().nth(2).unwrap();
+    assert!(body.len() > 40);
+    assert!(!db.windows(body.len()).any(|w| w == body.as_bytes()), "the SSH key is in jobs.db");
+
+    ok(Command::new("kill").args(["-INT", &wpid]).output().unwrap(), "SIGINT");
+    let status = worker.wait().unwrap();
+    assert!(status.success(), "{}", std::fs::read_to_string(d.join("worker.log")).unwrap());
+
+    // Leave the host clean for the next test.
+    let reset = Command::new(bin("kubexm-install"))
+        .arg("reset")
+        .arg("-f")
+        .arg(&config)
+        .arg("--root")
+        .arg(&root)
+        .arg("--state")
+        .arg(&state)
+        .arg("--yes")
+        .output()
+        .unwrap();
+    ok(reset, "reset");
+}
