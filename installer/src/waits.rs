@@ -152,22 +152,22 @@ mod tests {
     /// The probes as a shell runs them, with a `kubectl` that fails like an
     /// API server that does not answer.
     #[test]
-    fn an_unanswered_api_server_is_reported_with_kubectls_last_error_line() {
-        let dir = tempfile::tempdir().unwrap();
+    fn an_unanswered_api_server_is_reported_with_kubectls_last_error_line() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
         let fake = dir.path().join("kubectl");
-        std::fs::write(&fake, "#!/bin/sh\necho 'first line' >&2\necho 'connection refused' >&2\nexit 1\n").unwrap();
+        std::fs::write(&fake, "#!/bin/sh\necho 'first line' >&2\necho 'connection refused' >&2\nexit 1\n")?;
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))?;
         let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(api_server(Some("https://10.0.0.2:6443")))
             .env("PATH", path)
-            .output()
-            .unwrap();
+            .output()?;
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             "  API server at https://10.0.0.2:6443: connection refused\n"
         );
+        Ok(())
     }
 }

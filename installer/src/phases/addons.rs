@@ -401,7 +401,7 @@ mod tests {
     /// CRDs and Namespaces are created for real (the check of what uses them
     /// needs them), everything else only checked; each kind in its own file.
     #[test]
-    fn a_server_dry_run_creates_crds_and_namespaces_and_checks_the_rest() {
+    fn a_server_dry_run_creates_crds_and_namespaces_and_checks_the_rest() -> Result<(), Box<dyn std::error::Error>> {
         let text = "apiVersion: v1\nkind: Namespace\nmetadata: {name: metallb-system}\n---\n\
                     apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: ipaddresspools.metallb.io}\n\
                     --- # a comment\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: controller, namespace: metallb-system}\n---\n";
@@ -422,17 +422,19 @@ mod tests {
         let c = &step.command;
         let (ns, crd, wait, check) = (
             c.find(&format!("kubectl apply --server-side --force-conflicts -f '{d}.namespaces.yaml'"))
-                .unwrap(),
+                .ok_or("command missing")?,
             c.find(&format!("kubectl apply --server-side --force-conflicts -f '{d}.crds.yaml'"))
-                .unwrap(),
+                .ok_or("command missing")?,
             c.find(&format!(
                 "kubectl wait --for=condition=Established --timeout=120s -f '{d}.crds.yaml'"
             ))
-            .unwrap(),
-            c.find(&format!("kubectl apply --dry-run=server -f '{d}.checked.yaml'")).unwrap(),
+            .ok_or("command missing")?,
+            c.find(&format!("kubectl apply --dry-run=server -f '{d}.checked.yaml'"))
+                .ok_or("command missing")?,
         );
         assert!(ns < crd && crd < wait && wait < check, "{c}");
         assert_eq!(step.check, "false", "a server dry run always runs");
+        Ok(())
     }
 
     #[test]

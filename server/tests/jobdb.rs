@@ -1,0 +1,105 @@
+//! The job database on its own: migrations, claims, one job per cluster,
+//! leases and fencing, machine affinity, cancel.
+
+use kubexm_server::jobdb::{Claim, JobDb, JobDbError, NewJob, Status};
+fn job(cluster: &str) -> NewJob {
+    NewJob {
+        cluster: cluster.into(),
+        kind: "install".into(),
+        config: "apiVersion: kubexm.io/v1alpha1\n".into(),
+        config_name: "cluster.yaml".into(),
+        options: serde_json::json!({}),
+    }
+}
+
+#[test]
+fn migrations_run_once_and_a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("jobs.db");
+    let a = JobDb::open(&p).unwrap();
+    let id = a.create(&job("a")).unwrap();
+    drop(a);
+    let b = JobDb::open(&p).unwrap();
+    assert_eq!(b.get(id).unwrap().unwrap().status, Status::Pending);
+    rusqlite::Connection::open(&p)
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
+    drop(b);
+    let err = JobDb::open(&p).err().unwrap().to_string();
+    assert!(err.contains("schema version 99 is newer"), "{err}");
+}
+
+#[test]
+fn one_job_per_cluster_runs_and_the_others_wait_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+    let (a1, a2, b1) = (
+        db.create(&job("a")).unwrap(),
+        db.create(&job("a")).unwrap(),
+        db.create(&job("b")).unwrap(),
+    );
+    let c1 = db.claim("w1", "m", 60_000, None).unwrap().unwrap();
+    assert_eq!(c1, Claim { job: a1, attempt: 1 });
+    let c2 = db.claim("w2", "m", 60_000, None).unwrap().unwrap();
+    assert_eq!(c2.job, b1, "a's second job waits for its first");
+    assert_eq!(db.get(a2).unwrap().unwrap().status, Status::Blocked);
+    assert_eq!(db.claim("w3", "m", 60_000, None).unwrap(), None);
+    db.finish(c1, Status::Success, None).unwrap();
+    let c3 = db.claim("w3", "m", 60_000, None).unwrap().unwrap();
+    assert_eq!(c3.job, a2);
+}
+
+#[test]
+fn an_expired_lease_is_claimed_again_and_the_stale_worker_is_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+    let id = db.create(&job("a")).unwrap();
+    let stale = db.claim("w1", "m", -1, None).unwrap().unwrap();
+    db.append(stale, &["one".into()], Some("etcd/x@lab1")).unwrap();
+    let fresh = db.claim("w2", "m", 60_000, None).unwrap().unwrap();
+    assert_eq!(fresh, Claim { job: id, attempt: 2 });
+    assert!(matches!(
+        db.append(stale, &["late".into()], None),
+        Err(JobDbError::Fenced { attempt: 1, .. })
+    ));
+    assert!(matches!(
+        db.finish(stale, Status::Failed, Some("x")),
+        Err(JobDbError::Fenced { .. })
+    ));
+    db.append(fresh, &["two".into(), "three".into()], None).unwrap();
+    let lines: Vec<(i64, String)> = db.logs(id, 0).unwrap().into_iter().map(|l| (l.seq, l.line)).collect();
+    assert_eq!(lines, [(1, "one".into()), (2, "two".into()), (3, "three".into())]);
+    assert_eq!(db.logs(id, 2).unwrap().len(), 1);
+    db.finish(fresh, Status::Success, None).unwrap();
+    let j = db.get(id).unwrap().unwrap();
+    assert_eq!((j.status, j.worker.as_deref(), j.attempt), (Status::Success, Some("w2"), 2));
+}
+
+#[test]
+fn a_clusters_jobs_run_on_the_machine_that_first_ran_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+    let first = db.claim("w1", "m1", 60_000, None).unwrap();
+    assert_eq!(first, None);
+    db.create(&job("a")).unwrap();
+    let c = db.claim("w1", "m1", 60_000, None).unwrap().unwrap();
+    db.finish(c, Status::Success, None).unwrap();
+    db.create(&job("a")).unwrap();
+    assert_eq!(db.claim("w2", "m2", 60_000, None).unwrap(), None, "another machine took a's job");
+    assert!(db.claim("w1", "m1", 60_000, None).unwrap().is_some());
+}
+
+#[test]
+fn cancel_ends_a_waiting_job_and_flags_a_running_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+    let (a, b) = (db.create(&job("a")).unwrap(), db.create(&job("b")).unwrap());
+    assert_eq!(db.request_cancel(a).unwrap(), Some(Status::Cancelled));
+    let c = db.claim("w", "m", 60_000, None).unwrap().unwrap();
+    assert_eq!(c.job, b);
+    assert!(!db.renew(c, 60_000).unwrap());
+    assert_eq!(db.request_cancel(b).unwrap(), Some(Status::Processing));
+    assert!(db.renew(c, 60_000).unwrap(), "the worker sees the request");
+    assert_eq!(db.request_cancel(999).unwrap(), None);
+}
