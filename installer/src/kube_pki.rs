@@ -27,7 +27,8 @@ impl JoinCredentials {
     }
 }
 
-fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
+/// `n` bytes from the kernel's random source.
+pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut b = vec![0u8; n];
     fs_err::File::open("/dev/urandom")?.read_exact(&mut b)?;

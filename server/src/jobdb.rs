@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 pub const JOBS_DB: &str = "/var/lib/kubexm/jobs.db";
 
 /// The schema, one migration per version (`PRAGMA user_version`).
-const MIGRATIONS: &[&str] = &["CREATE TABLE jobs (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE jobs (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         cluster TEXT NOT NULL,
         kind TEXT NOT NULL,
@@ -48,7 +49,15 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE jobs (
         PRIMARY KEY (job, seq)
     );
     CREATE TABLE clusters (name TEXT PRIMARY KEY, machine TEXT NOT NULL);
-    CREATE TABLE workers (name TEXT PRIMARY KEY, machine TEXT NOT NULL, seen INTEGER NOT NULL);"];
+    CREATE TABLE workers (name TEXT PRIMARY KEY, machine TEXT NOT NULL, seen INTEGER NOT NULL);",
+    // 2: API bearer tokens, only their sha256 kept.
+    "CREATE TABLE tokens (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        sha256 TEXT NOT NULL UNIQUE,
+        created INTEGER NOT NULL
+    );",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobDbError {
@@ -123,7 +132,7 @@ pub struct NewJob {
 }
 
 /// A stored job.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Job {
     pub id: i64,
     pub cluster: String,
@@ -147,7 +156,7 @@ pub struct Job {
 }
 
 /// One log line of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogLine {
     pub seq: i64,
     /// Milliseconds since the epoch.
@@ -457,6 +466,36 @@ impl JobDb {
                 params![claim.job, status.as_str(), error, now_ms()],
             )
             .map(|_| ())
+        })
+    }
+
+    /// Stores a new API token named `name` (only its sha256); returns the
+    /// token, which is shown once and never again.
+    pub fn create_token(&self, name: &str) -> Result<String, JobDbError> {
+        let token = format!(
+            "kxm_{}",
+            hex::encode(kubexm_installer::kube_pki::random_bytes(32).map_err(|e| JobDbError::Invalid {
+                path: self.path.clone(),
+                what: format!("reading /dev/urandom: {e}"),
+            })?)
+        );
+        let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO tokens (name, sha256, created) VALUES (?1, ?2, ?3)",
+                params![name, hash, now_ms()],
+            )
+            .map(|_| ())
+        })?;
+        Ok(token)
+    }
+
+    /// The name of the token `token`, if it is one.
+    pub fn token_name(&self, token: &str) -> Result<Option<String>, JobDbError> {
+        let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
+        self.with(|c| {
+            c.query_row("SELECT name FROM tokens WHERE sha256 = ?1", [hash], |r| r.get(0))
+                .optional()
         })
     }
 

@@ -5,6 +5,9 @@
 //! database as it goes; clients read and follow them ([`ops`]). Binary:
 //! `kubexm`.
 
+pub mod api;
+pub mod bundles;
+pub mod client;
 pub mod jobdb;
 pub mod ops;
 pub mod worker;

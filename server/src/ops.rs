@@ -19,6 +19,33 @@ use crate::worker::InstallJob;
 pub fn create_cluster(db: &JobDb, file: &Path, job: &InstallJob) -> anyhow::Result<i64> {
     let (_, cluster) = kubexm_installer::ops::install::validate(file, &job.bundle)?;
     let text = fs_err::read_to_string(file)?;
+    store(db, &cluster, text, file.display().to_string(), job)
+}
+
+/// `create cluster` from config text (the API): validated against
+/// `catalog` (the bundle's), the errors naming `name`; stored as a Pending
+/// install job. Nothing is stored when it is invalid.
+pub fn create_cluster_text(
+    db: &JobDb,
+    text: &str,
+    name: &str,
+    catalog: &kubexm_bom::catalog::Catalog,
+    job: &InstallJob,
+) -> Result<i64, CreateError> {
+    let cluster = kubexm_bom::config::load_str(text, name, catalog)?;
+    store(db, &cluster, text.to_string(), name.to_string(), job).map_err(CreateError::Store)
+}
+
+/// Why a job was not created from config text.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error(transparent)]
+    Invalid(#[from] kubexm_bom::config::LoadError),
+    #[error(transparent)]
+    Store(anyhow::Error),
+}
+
+fn store(db: &JobDb, cluster: &kubexm_bom::config::Cluster, text: String, name: String, job: &InstallJob) -> anyhow::Result<i64> {
     let mut job = job.clone();
     // The worker may run elsewhere in the file system's view: absolute paths.
     for p in [
@@ -38,7 +65,7 @@ pub fn create_cluster(db: &JobDb, file: &Path, job: &InstallJob) -> anyhow::Resu
         cluster: cluster.metadata.name.clone(),
         kind: "install".into(),
         config: text,
-        config_name: file.display().to_string(),
+        config_name: name,
         options: serde_json::to_value(&job)?,
     })?)
 }

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kubexm_cli::{Class, classified};
-use kubexm_server::jobdb::{JOBS_DB, Job, JobDb, LogLine};
-use kubexm_server::{ops, worker};
+use kubexm_server::jobdb::{JOBS_DB, Job, JobDb, LogLine, Status};
+use kubexm_server::{api, bundles, client, ops, worker};
 
 /// Clusters as jobs: `create cluster` stores a validated request as a job; a
 /// worker runs it with the same operations and engine as kubexm-install,
@@ -25,6 +25,11 @@ struct Cli {
     /// The job database (SQLite).
     #[arg(long, global = true, value_name = "FILE", default_value = JOBS_DB)]
     db: PathBuf,
+    /// The client config (server, its CA, credentials). When it exists, create, get and
+    /// cancel go to that API server instead of the local job database.
+    /// [default: $KUBEXM_CONFIG, else /etc/kubexm/client.yaml if it exists]
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// More log output (-v info, -vv debug).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -51,12 +56,109 @@ enum Command {
     },
     /// Claim and run jobs from the job database until stopped.
     Worker(WorkerArgs),
-    /// The HTTP API (not supported yet).
-    ApiServer,
-    /// Bearer tokens for the API (not supported yet).
-    Token,
-    /// Bundles a worker holds by digest (not supported yet).
-    Bundle,
+    /// The HTTPS API for automation, with an embedded worker.
+    ApiServer(ApiServerArgs),
+    /// Bearer tokens for the API.
+    Token {
+        #[command(subcommand)]
+        what: TokenCmd,
+    },
+    /// Client certificates from the API server's CA.
+    ClientCert {
+        #[command(subcommand)]
+        what: ClientCertCmd,
+    },
+    /// Bundles held by digest (API jobs name one).
+    Bundle {
+        #[command(subcommand)]
+        what: BundleCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Make a token (printed once; only its sha256 is stored in the job database).
+    Create {
+        /// Who or what it is for (shown in the job database, never secret).
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClientCertCmd {
+    /// Sign a client certificate `<out>/<name>.crt` (and key) with the API server's CA.
+    Create {
+        name: String,
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        out: PathBuf,
+        /// The API server's TLS directory (its CA).
+        #[arg(long, value_name = "DIR", default_value = api::tls::TLS_DIR)]
+        tls_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum BundleCmd {
+    /// Check a bundle's signature and hold it by digest (prints the digest).
+    Add {
+        file: PathBuf,
+        /// The bundle's minisign public key.
+        #[arg(long, value_name = "FILE")]
+        pubkey: PathBuf,
+        #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
+        bundles: PathBuf,
+    },
+    /// The digests of the bundles held.
+    List {
+        #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
+        bundles: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct ApiServerArgs {
+    /// Address and port to listen on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:8443")]
+    listen: std::net::SocketAddr,
+    /// Its CA (generated on first start, or yours as ca.crt and ca.key), certificate and key.
+    #[arg(long, value_name = "DIR", default_value = api::tls::TLS_DIR)]
+    tls_dir: PathBuf,
+    /// A name or address clients reach the server by (repeatable); the host name,
+    /// localhost, 127.0.0.1 and the listen address are always covered.
+    #[arg(long, value_name = "NAME")]
+    san: Vec<String>,
+    /// The bundles jobs name by digest (`kubexm bundle add`).
+    #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
+    bundles: PathBuf,
+    /// Run no embedded worker (workers run elsewhere, sharing the job database).
+    #[arg(long)]
+    no_worker: bool,
+    #[command(flatten)]
+    install: InstallFlags,
+    /// The engine's state database of the embedded worker.
+    #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+    state: PathBuf,
+    /// Seconds a claim holds without renewal before another worker may take the job.
+    #[arg(long, default_value_t = 30)]
+    lease_seconds: u64,
+}
+
+/// The install's options a worker applies to API jobs.
+#[derive(Args)]
+struct InstallFlags {
+    /// The address hosts reach the worker's machine at (its file server).
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<std::net::IpAddr>,
+    /// The bundles' minisign public key.
+    #[arg(long, value_name = "FILE")]
+    pubkey: Option<PathBuf>,
+    /// Port of the file server the worker runs during the install.
+    #[arg(long, default_value_t = 5443)]
+    serve_port: u16,
+    /// The installer's state root on the worker's machine (unpacked bundles, PKI).
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    root: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -70,18 +172,22 @@ struct CreateCluster {
     /// cluster.yaml.
     #[arg(short, long, value_name = "FILE")]
     file: PathBuf,
-    /// The bundle (built by kubexm-bundle).
-    #[arg(long, value_name = "FILE")]
-    bundle: PathBuf,
+    /// The bundle: a file, or the digest of one held (`kubexm bundle list`; the only
+    /// form an API server takes).
+    #[arg(long, value_name = "DIGEST_OR_FILE")]
+    bundle: String,
+    /// Where bundles named by digest are held.
+    #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
+    bundles: PathBuf,
     /// The bundle's minisign public key.
-    #[arg(long, value_name = "FILE", required_unless_present = "allow_unsigned")]
+    #[arg(long, value_name = "FILE")]
     pubkey: Option<PathBuf>,
     /// Accept a bundle without checking a signature (warns loudly).
     #[arg(long)]
     allow_unsigned: bool,
     /// The address hosts reach the worker's machine at (its file server).
     #[arg(long, value_name = "ADDR")]
-    advertise: std::net::IpAddr,
+    advertise: Option<std::net::IpAddr>,
     /// Port of the file server the worker runs during the install.
     #[arg(long, default_value_t = 5443)]
     serve_port: u16,
@@ -181,29 +287,197 @@ fn jobs_dir(db: &JobDb) -> PathBuf {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let unsupported = |what: &str| {
-        Err(classified(
-            Class::Unsupported,
-            anyhow::anyhow!(
-                "{what} is not supported yet; this release runs jobs from the local job database (create cluster, get, cancel, worker)"
-            ),
-        ))
-    };
+    let open =
+        |path: &std::path::Path| -> anyhow::Result<Arc<JobDb>> { Ok(Arc::new(JobDb::open(path).map_err(|e| classified(Class::Io, e))?)) };
     match cli.command {
-        Command::ApiServer => return unsupported("kubexm api-server"),
-        Command::Token => return unsupported("kubexm token"),
-        Command::Bundle => return unsupported("kubexm bundle"),
-        _ => {}
+        Command::Token {
+            what: TokenCmd::Create { name },
+        } => {
+            let db = open(&cli.db)?;
+            let token = db.create_token(&name)?;
+            println!("{token}");
+            eprintln!(
+                "token {name:?}: shown once; {} keeps only its sha256. Put it in a file (mode 0600) named by tokenFile in the client config.",
+                db.path().display()
+            );
+            Ok(())
+        }
+        Command::ClientCert {
+            what: ClientCertCmd::Create { name, out, tls_dir },
+        } => {
+            let (crt, key) = api::tls::client_cert(&tls_dir, &name, &out)?;
+            println!("{}\n{}", crt.display(), key.display());
+            eprintln!(
+                "signed by {}: name them as clientCert and clientKey in the client config",
+                tls_dir.join("ca.crt").display()
+            );
+            Ok(())
+        }
+        Command::Bundle {
+            what: BundleCmd::Add {
+                file,
+                pubkey,
+                bundles: dir,
+            },
+        } => {
+            let held = bundles::add(&file, &pubkey, &dir).map_err(|e| classified(Class::Verify, e))?;
+            println!("{}", held.digest);
+            eprintln!(
+                "held as {} (cluster {}, Kubernetes {}); jobs name it by this digest",
+                held.path.display(),
+                held.cluster,
+                held.kubernetes
+            );
+            Ok(())
+        }
+        Command::Bundle {
+            what: BundleCmd::List { bundles: dir },
+        } => {
+            for d in bundles::list(&dir)? {
+                println!("{d}");
+            }
+            Ok(())
+        }
+        Command::ApiServer(a) => api_server(open(&cli.db)?, a),
+        Command::Worker(w) => {
+            let db = open(&cli.db)?;
+            let mut o = worker::WorkerOptions::here(w.state, jobs_dir(&db));
+            o.lease = std::time::Duration::from_secs(w.lease_seconds.max(3));
+            eprintln!("kubexm worker {} on {}: claiming jobs", o.name, db.path().display());
+            let ran = worker::serve(&db, &o, quit_flag(), w.once)?;
+            eprintln!("kubexm worker {}: ran {ran} job(s)", o.name);
+            Ok(())
+        }
+        command => {
+            let config = cli
+                .config
+                .or_else(|| std::env::var_os("KUBEXM_CONFIG").map(PathBuf::from))
+                .or_else(|| Some(PathBuf::from(client::CLIENT_CONFIG)).filter(|p| p.exists()));
+            match config {
+                Some(c) => remote(&client::ClientConfig::load(&c).map_err(|e| classified(Class::Usage, e))?, command),
+                None => local(open(&cli.db)?, command),
+            }
+        }
     }
-    let db = Arc::new(JobDb::open(&cli.db).map_err(|e| classified(Class::Io, e))?);
+}
+
+/// `kubexm api-server`: serves until SIGINT or SIGTERM; the embedded worker
+/// then starts no new step and gives its job back.
+fn api_server(db: Arc<JobDb>, a: ApiServerArgs) -> anyhow::Result<()> {
+    let Some(advertise) = a.install.advertise else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --advertise ADDR: the address hosts reach this machine at, for the jobs' file server"),
+        ));
+    };
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    if let Ok(h) = fs_err::read_to_string("/etc/hostname") {
+        names.push(h.trim().to_string());
+    }
+    if !a.listen.ip().is_unspecified() {
+        names.push(a.listen.ip().to_string());
+    }
+    names.extend(a.san);
+    names.retain(|n| !n.is_empty());
+    names.dedup();
+    let o = api::ApiOptions {
+        listen: a.listen,
+        tls_dir: a.tls_dir,
+        names,
+        bundles: a.bundles,
+        install: worker::InstallJob {
+            bundle: PathBuf::new(),
+            allow_unsigned: a.install.pubkey.is_none(),
+            pubkey: a.install.pubkey,
+            advertise,
+            serve_port: a.install.serve_port,
+            root: a.install.root,
+            phases: Vec::new(),
+            kubeconfig: None,
+        },
+    };
+    if o.install.allow_unsigned {
+        eprintln!("WARNING: no --pubkey: the bundles of API jobs are installed without a signature check");
+    }
+    let quit = Arc::new(AtomicBool::new(false));
+    let embedded = (!a.no_worker).then(|| {
+        let mut w = worker::WorkerOptions::here(a.state, jobs_dir(&db));
+        w.lease = std::time::Duration::from_secs(a.lease_seconds.max(3));
+        let (db, quit) = (db.clone(), quit.clone());
+        std::thread::spawn(move || worker::serve(&db, &w, quit, false))
+    });
+    let rt = tokio::runtime::Runtime::new()?;
+    let q = quit.clone();
+    let stop = async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+        eprintln!("stopping: no new step starts; a running job is given back for the next claim");
+        q.store(true, Ordering::Relaxed);
+    };
+    eprintln!(
+        "kubexm api-server on https://{} (CA {}), job database {}{}",
+        o.listen,
+        o.tls_dir.join("ca.crt").display(),
+        db.path().display(),
+        if embedded.is_some() { ", embedded worker" } else { "" }
+    );
+    let handle = axum_server::Handle::new();
+    let h = handle.clone();
+    let served = rt.block_on(async move {
+        tokio::spawn(async move {
+            stop.await;
+            h.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
+        });
+        api::serve(db, o, handle).await
+    });
+    quit.store(true, Ordering::Relaxed);
+    if let Some(w) = embedded {
+        w.join().map_err(|_| anyhow::anyhow!("the embedded worker panicked"))??;
+    }
+    served
+}
+
+/// The bundle a local job installs from: a file, or one held by digest.
+fn bundle_file(given: &str, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    if given.starts_with("sha256:") {
+        Ok(bundles::find(dir, given).map_err(|e| classified(Class::Usage, e))?)
+    } else {
+        Ok(PathBuf::from(given))
+    }
+}
+
+/// create, get and cancel against the local job database.
+fn local(db: Arc<JobDb>, command: Command) -> anyhow::Result<()> {
     let quit = quit_flag();
-    match cli.command {
+    match command {
         Command::Create { what: Create::Cluster(c) } => {
             if c.allow_unsigned && c.pubkey.is_none() {
                 eprintln!(
                     "WARNING: --allow-unsigned: this bundle's origin is NOT verified. Anyone who could change it could run code on every node."
                 );
             }
+            if c.pubkey.is_none() && !c.allow_unsigned {
+                return Err(classified(
+                    Class::Usage,
+                    anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
+                ));
+            }
+            let Some(advertise) = c.advertise else {
+                return Err(classified(
+                    Class::Usage,
+                    anyhow::anyhow!("pass --advertise ADDR: the address hosts reach the worker's machine at"),
+                ));
+            };
             let live = db.live_workers(10_000)?;
             if c.detach && live.is_empty() {
                 return Err(classified(
@@ -215,10 +489,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 ));
             }
             let job = worker::InstallJob {
-                bundle: c.bundle,
+                bundle: bundle_file(&c.bundle, &c.bundles)?,
                 pubkey: c.pubkey,
                 allow_unsigned: c.allow_unsigned,
-                advertise: c.advertise,
+                advertise,
                 serve_port: c.serve_port,
                 root: c.root,
                 phases: c.phases,
@@ -270,90 +544,154 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get {
             what: Get::Job { id, output, follow, from },
         } => {
-            let mut out = std::io::stdout().lock();
-            match output {
-                Format::Text => {
-                    let j = ops::job(&db, id)?;
-                    if !follow {
-                        write!(out, "{}", describe(&j))?;
-                        writeln!(out, "Log:")?;
-                    }
-                    let j = ops::follow(&db, id, from, follow, &quit, |l| {
-                        let _ = writeln!(
-                            out,
-                            "{}",
-                            if follow {
-                                l.line.clone()
-                            } else {
-                                format!("  {:>5}  {}", l.seq, l.line)
-                            }
-                        );
-                    })?;
-                    if follow { ops::outcome(&j) } else { Ok(()) }
-                }
-                Format::Json | Format::Yaml => {
-                    let mut logs = Vec::new();
-                    let j = ops::follow(&db, id, from, follow, &quit, |l| logs.push(l.clone()))?;
-                    let v = serde_json::json!({"job": j, "logs": logs});
-                    match output {
-                        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?,
-                        _ => write!(out, "{}", serde_saphyr::to_string(&v)?)?,
-                    }
-                    Ok(())
-                }
-            }
+            let head = ops::job(&db, id)?;
+            let mut logs = Vec::new();
+            let mut p = JobPrinter::new(output, follow);
+            p.head(&head)?;
+            let j = ops::follow(&db, id, from, follow, &quit, |l| p.line(l, &mut logs))?;
+            p.end(&j, logs)
         }
         Command::Get {
             what: Get::Jobs { output },
-        } => {
-            let jobs = db.list()?;
-            let mut out = std::io::stdout().lock();
-            match output {
-                Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&jobs)?)?,
-                Format::Yaml => write!(out, "{}", serde_saphyr::to_string(&jobs)?)?,
-                Format::Text => {
-                    writeln!(
-                        out,
-                        "{:<6} {:<16} {:<8} {:<10} {:<20} CURRENT STEP",
-                        "ID", "CLUSTER", "KIND", "STATUS", "CREATED"
-                    )?;
-                    for j in &jobs {
-                        writeln!(
-                            out,
-                            "{:<6} {:<16} {:<8} {:<10} {:<20} {}",
-                            j.id,
-                            j.cluster,
-                            j.kind,
-                            j.status.as_str(),
-                            utc(j.created),
-                            j.current_step.as_deref().unwrap_or("-")
-                        )?;
-                    }
-                }
-            }
-            Ok(())
-        }
+        } => print_jobs(&db.list()?, output),
         Command::Cancel { what: Cancel::Job { id } } => match db.request_cancel(id)? {
             None => Err(classified(Class::Usage, anyhow::anyhow!("no job {id} in {}", db.path().display()))),
-            Some(s) if s.as_str() == "Processing" => {
-                println!("job {id}: cancel requested; its worker starts no new step and marks it Cancelled");
-                Ok(())
-            }
-            Some(s) => {
-                println!("job {id}: {}", s.as_str());
-                Ok(())
-            }
+            Some(s) => print_cancelled(id, s),
         },
-        Command::Worker(w) => {
-            let mut o = worker::WorkerOptions::here(w.state, jobs_dir(&db));
-            o.lease = std::time::Duration::from_secs(w.lease_seconds.max(3));
-            eprintln!("kubexm worker {} on {}: claiming jobs", o.name, db.path().display());
-            let ran = worker::serve(&db, &o, quit, w.once)?;
-            eprintln!("kubexm worker {}: ran {ran} job(s)", o.name);
-            Ok(())
-        }
-        Command::ApiServer | Command::Token | Command::Bundle => Ok(()),
+        _ => Ok(()),
     }
+}
+
+/// create, get and cancel against the API server the client config names.
+fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Result<()> {
+    let c = client::Client::new(config).map_err(|e| classified(Class::Usage, e))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let api = |e: client::ClientError| match e {
+        client::ClientError::Invalid(_) => classified(Class::Config, e),
+        client::ClientError::Refused { status: 404, .. } | client::ClientError::Refused { status: 400, .. } => classified(Class::Usage, e),
+        e => classified(Class::Fetch, e),
+    };
+    rt.block_on(async {
+        match command {
+            Command::Create { what: Create::Cluster(cc) } => {
+                if !cc.bundle.starts_with("sha256:") {
+                    return Err(classified(
+                        Class::Usage,
+                        anyhow::anyhow!(
+                            "{}: with an API server ({}), name the bundle by digest: `kubexm bundle add FILE --pubkey KEY` on the server prints it",
+                            cc.bundle,
+                            config.server
+                        ),
+                    ));
+                }
+                let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
+                let id = c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?;
+                println!("Job created with ID {id}. Run 'kubexm get job {id}' to check status.");
+                if cc.detach {
+                    return Ok(());
+                }
+                let mut out = std::io::stdout().lock();
+                c.follow(id, 0, true, |l| {
+                    let _ = writeln!(out, "{}", l.line);
+                })
+                .await
+                .map_err(api)?;
+                ops::outcome(&c.job(id).await.map_err(api)?)
+            }
+            Command::Get {
+                what: Get::Job { id, output, follow, from },
+            } => {
+                let head = c.job(id).await.map_err(api)?;
+                let mut logs = Vec::new();
+                let mut p = JobPrinter::new(output, follow);
+                p.head(&head)?;
+                c.follow(id, from, follow, |l| p.line(l, &mut logs)).await.map_err(api)?;
+                let j = if follow { c.job(id).await.map_err(api)? } else { head };
+                p.end(&j, logs)
+            }
+            Command::Get {
+                what: Get::Jobs { output },
+            } => print_jobs(&c.jobs().await.map_err(api)?, output),
+            Command::Cancel { what: Cancel::Job { id } } => print_cancelled(id, c.cancel(id).await.map_err(api)?),
+            _ => Ok(()),
+        }
+    })
+}
+
+fn print_cancelled(id: i64, s: Status) -> anyhow::Result<()> {
+    if s == Status::Processing {
+        println!("job {id}: cancel requested; its worker starts no new step and marks it Cancelled");
+    } else {
+        println!("job {id}: {}", s.as_str());
+    }
+    Ok(())
+}
+
+/// `get job` output, the same from the database or the API.
+struct JobPrinter {
+    output: Format,
+    follow: bool,
+}
+
+impl JobPrinter {
+    fn new(output: Format, follow: bool) -> JobPrinter {
+        JobPrinter { output, follow }
+    }
+
+    fn head(&mut self, j: &Job) -> anyhow::Result<()> {
+        if matches!(self.output, Format::Text) && !self.follow {
+            print!("{}", describe(j));
+            println!("Log:");
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, l: &LogLine, keep: &mut Vec<LogLine>) {
+        match self.output {
+            Format::Text if self.follow => println!("{}", l.line),
+            Format::Text => println!("  {:>5}  {}", l.seq, l.line),
+            _ => keep.push(l.clone()),
+        }
+    }
+
+    fn end(&self, j: &Job, logs: Vec<LogLine>) -> anyhow::Result<()> {
+        let v = serde_json::json!({"job": j, "logs": logs});
+        match self.output {
+            Format::Text if self.follow => return ops::outcome(j),
+            Format::Text => {}
+            Format::Json => println!("{}", serde_json::to_string_pretty(&v)?),
+            Format::Yaml => print!("{}", serde_saphyr::to_string(&v)?),
+        }
+        Ok(())
+    }
+}
+
+fn print_jobs(jobs: &[Job], output: Format) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match output {
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&jobs)?)?,
+        Format::Yaml => write!(out, "{}", serde_saphyr::to_string(&jobs)?)?,
+        Format::Text => {
+            writeln!(
+                out,
+                "{:<6} {:<16} {:<8} {:<10} {:<20} CURRENT STEP",
+                "ID", "CLUSTER", "KIND", "STATUS", "CREATED"
+            )?;
+            for j in jobs {
+                writeln!(
+                    out,
+                    "{:<6} {:<16} {:<8} {:<10} {:<20} {}",
+                    j.id,
+                    j.cluster,
+                    j.kind,
+                    j.status.as_str(),
+                    utc(j.created),
+                    j.current_step.as_deref().unwrap_or("-")
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A job for people.

@@ -1,0 +1,331 @@
+//! `kubexm api-server`: the job operations over HTTPS for automation (a
+//! CMDB, a portal, CI). A request is validated and stored as a job, or
+//! refused with every error and its line:column, storing nothing; the jobs,
+//! their status and their log lines (server-sent events, resumable from a
+//! sequence number) are read from the job database the workers write.
+//! Clients authenticate with a bearer token (only its sha256 is stored) or
+//! a client certificate from the server's CA ([`tls`]). The OpenAPI document
+//! it serves is the one committed in `manifests/api/openapi.json`.
+
+pub mod tls;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::bundles;
+use crate::jobdb::{JobDb, LogLine};
+use crate::ops::{self, CreateError};
+use crate::worker::InstallJob;
+
+/// The OpenAPI document of this API, as committed.
+pub const OPENAPI: &str = include_str!("../../../manifests/api/openapi.json");
+
+/// The port the API listens on unless told otherwise.
+pub const PORT: u16 = 8443;
+
+/// How the API server runs.
+#[derive(Debug, Clone)]
+pub struct ApiOptions {
+    pub listen: SocketAddr,
+    /// CA, server certificate and key (made on first start).
+    pub tls_dir: PathBuf,
+    /// Names and addresses the server certificate covers.
+    pub names: Vec<String>,
+    /// The bundles jobs may name by digest.
+    pub bundles: PathBuf,
+    /// The install options of API jobs (the worker's: advertise address,
+    /// public key, ...); each job's bundle replaces `bundle`.
+    pub install: InstallJob,
+}
+
+struct App {
+    db: Arc<JobDb>,
+    o: ApiOptions,
+    /// The catalog each bundle carries, read once.
+    catalogs: Mutex<HashMap<PathBuf, Arc<kubexm_bom::catalog::Catalog>>>,
+}
+
+/// An error answer: `{"error": "..."}` with its status.
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.0, axum::Json(json!({"error": self.1}))).into_response();
+        if self.0 == StatusCode::UNAUTHORIZED {
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        r
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!("{e}");
+    ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+/// Runs `f` (a database call) off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(internal)?
+}
+
+/// The API's routes over `db`.
+pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
+    let app = Arc::new(App {
+        db,
+        o,
+        catalogs: Mutex::new(HashMap::new()),
+    });
+    let guarded = Router::new()
+        .route("/api/v1/clusters", post(create_cluster))
+        .route("/api/v1/jobs", get(jobs))
+        .route("/api/v1/jobs/{id}", get(job))
+        .route("/api/v1/jobs/{id}/logs", get(logs))
+        .route("/api/v1/jobs/{id}/cancel", post(cancel))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), authenticate))
+        .layer(DefaultBodyLimit::max(kubexm_bom::config::MAX_CONFIG_BYTES as usize + 1));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/api/v1/openapi.json", get(openapi))
+        .merge(guarded)
+        .with_state(app)
+}
+
+/// Serves the API on `o.listen` over TLS until `handle` is shut down
+/// (`handle.listening()` gives the address once bound).
+pub async fn serve(db: Arc<JobDb>, o: ApiOptions, handle: axum_server::Handle<SocketAddr>) -> anyhow::Result<()> {
+    let t = tls::server(&o.tls_dir, &o.names)?;
+    let listen = o.listen;
+    axum_server::bind(listen)
+        .acceptor(tls::Acceptor::new(t.config))
+        .handle(handle)
+        .serve(router(db, o).into_make_service())
+        .await
+        .map_err(|e| anyhow::anyhow!("the API server on {listen}: {e}"))
+}
+
+async fn authenticate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    if req.extensions().get::<tls::ClientCertificate>().is_some_and(|c| c.0) {
+        return next.run(req).await;
+    }
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_string());
+    let Some(token) = token else {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            "no credentials: send `Authorization: Bearer <token>` (`kubexm token create` makes one) or a client certificate from this server's CA".into(),
+        )
+        .into_response();
+    };
+    let db = app.db.clone();
+    match blocking(move || db.token_name(&token).map_err(internal)).await {
+        Ok(Some(_)) => next.run(req).await,
+        Ok(None) => ApiError(StatusCode::UNAUTHORIZED, "unknown token".into()).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+#[derive(Deserialize)]
+struct CreateQuery {
+    /// `sha256:<hex>` of a bundle held; optional when exactly one is.
+    bundle: Option<String>,
+}
+
+async fn create_cluster(State(app): State<Arc<App>>, Query(q): Query<CreateQuery>, body: Bytes) -> Result<Response, ApiError> {
+    blocking(move || {
+        let bad = |m: String| ApiError(StatusCode::BAD_REQUEST, m);
+        let digest = match q.bundle {
+            Some(d) => d,
+            None => {
+                let held = bundles::list(&app.o.bundles).map_err(internal)?;
+                match held.as_slice() {
+                    [one] => one.clone(),
+                    [] => {
+                        return Err(bad(format!(
+                            "no bundle is held in {}: add one with `kubexm bundle add FILE --pubkey KEY`",
+                            app.o.bundles.display()
+                        )));
+                    }
+                    _ => {
+                        return Err(bad(format!(
+                            "{} bundles are held: name one with ?bundle=sha256:... (`kubexm bundle list`)",
+                            held.len()
+                        )));
+                    }
+                }
+            }
+        };
+        let bundle = bundles::find(&app.o.bundles, &digest).map_err(|e| bad(e.to_string()))?;
+        let catalog = app.catalog(&bundle)?;
+        let text = String::from_utf8(body.to_vec()).map_err(|e| {
+            ApiError(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("the body is not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+            )
+        })?;
+        let mut job = app.o.install.clone();
+        job.bundle = bundle;
+        match ops::create_cluster_text(&app.db, &text, "cluster.yaml", &catalog, &job) {
+            Ok(id) => Ok((StatusCode::ACCEPTED, axum::Json(json!({"job_id": id}))).into_response()),
+            Err(CreateError::Invalid(kubexm_bom::config::LoadError::Invalid(d))) => Ok((
+                StatusCode::UNPROCESSABLE_ENTITY,
+                axum::Json(json!({"error": d.to_string(), "file": d.file, "errors": d.diagnostics})),
+            )
+                .into_response()),
+            Err(CreateError::Invalid(e)) => Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
+            Err(CreateError::Store(e)) => Err(internal(format!("{e:#}"))),
+        }
+    })
+    .await
+}
+
+impl App {
+    fn catalog(&self, bundle: &std::path::Path) -> Result<Arc<kubexm_bom::catalog::Catalog>, ApiError> {
+        if let Some(c) = self.catalogs.lock().unwrap_or_else(|e| e.into_inner()).get(bundle) {
+            return Ok(c.clone());
+        }
+        let m = kubexm_bundle::verify::read_manifest(bundle).map_err(internal)?;
+        let c = Arc::new(kubexm_installer::ops::lock_catalog(&m, bundle).map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("{e:#}")))?);
+        self.catalogs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(bundle.to_path_buf(), c.clone());
+        Ok(c)
+    }
+}
+
+fn not_found(id: i64) -> ApiError {
+    ApiError(StatusCode::NOT_FOUND, format!("no job {id}"))
+}
+
+async fn jobs(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
+    let jobs = blocking(move || app.db.list().map_err(internal)).await?;
+    Ok(axum::Json(json!({"jobs": jobs})).into_response())
+}
+
+async fn job(State(app): State<Arc<App>>, UrlPath(id): UrlPath<i64>) -> Result<Response, ApiError> {
+    let j = blocking(move || app.db.get(id).map_err(internal)).await?.ok_or(not_found(id))?;
+    Ok(axum::Json(j).into_response())
+}
+
+async fn cancel(State(app): State<Arc<App>>, UrlPath(id): UrlPath<i64>) -> Result<Response, ApiError> {
+    let s = blocking(move || app.db.request_cancel(id).map_err(internal))
+        .await?
+        .ok_or(not_found(id))?;
+    Ok(axum::Json(json!({"id": id, "status": s})).into_response())
+}
+
+#[derive(Deserialize)]
+struct LogQuery {
+    #[serde(default)]
+    follow: bool,
+    /// The last sequence number the client has (0: from the first line).
+    from: Option<i64>,
+}
+
+/// The log of a job as server-sent events: one event per line (`id` its
+/// sequence number, `data` the line), then an `end` event with the job's
+/// status once it has ended (with `follow`) or once the lines written so
+/// far are sent. A reconnecting client sends `from` (or `Last-Event-ID`).
+async fn logs(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<i64>,
+    Query(q): Query<LogQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let db = app.db.clone();
+    blocking(move || db.get(id).map_err(internal)).await?.ok_or(not_found(id))?;
+    let from = q.from.or_else(|| {
+        headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    });
+    struct Cursor {
+        db: Arc<JobDb>,
+        after: i64,
+        queue: std::collections::VecDeque<Event>,
+        done: bool,
+        follow: bool,
+        id: i64,
+    }
+    let cursor = Cursor {
+        db: app.db.clone(),
+        after: from.unwrap_or(0).max(0),
+        queue: Default::default(),
+        done: false,
+        follow: q.follow,
+        id,
+    };
+    let stream = futures_util::stream::unfold(cursor, |mut c| async move {
+        loop {
+            if let Some(e) = c.queue.pop_front() {
+                return Some((Ok(e), c));
+            }
+            if c.done {
+                return None;
+            }
+            let (db, id, after) = (c.db.clone(), c.id, c.after);
+            // The status first: once final, the lines read next are all there are.
+            let read = tokio::task::spawn_blocking(move || -> Result<_, crate::jobdb::JobDbError> {
+                let j = db.get(id)?;
+                Ok((j, db.logs(id, after)?))
+            })
+            .await;
+            let (j, lines): (_, Vec<LogLine>) = match read {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    c.queue.push_back(Event::default().event("error").data(e.to_string()));
+                    c.done = true;
+                    continue;
+                }
+                Err(e) => {
+                    c.queue.push_back(Event::default().event("error").data(e.to_string()));
+                    c.done = true;
+                    continue;
+                }
+            };
+            for l in &lines {
+                c.queue.push_back(Event::default().id(l.seq.to_string()).data(&l.line));
+                c.after = l.seq;
+            }
+            let status = j.map(|j| j.status);
+            if !c.follow || status.is_none_or(|s| s.is_final()) {
+                let s = status.map(|s| s.as_str()).unwrap_or("Gone");
+                c.queue.push_back(
+                    Event::default()
+                        .event("end")
+                        .data(json!({"status": s, "last": c.after}).to_string()),
+                );
+                c.done = true;
+            } else if lines.is_empty() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}

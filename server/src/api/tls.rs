@@ -1,0 +1,129 @@
+//! The API server's TLS: a CA kept in its TLS directory (generated on first
+//! start, or the operator's own `ca.crt` and `ca.key` put there before), a
+//! server certificate it signs for the names the server is reached by, and
+//! client certificates it signs for people and automation. A client may
+//! present a certificate: one signed by this CA authenticates it; one signed
+//! by any other CA fails the handshake. A client without one must send a
+//! bearer token.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Extension;
+use axum_server::accept::Accept;
+use axum_server::tls_rustls::RustlsAcceptor;
+use futures_util::future::BoxFuture;
+use kubexm_installer::pki::{self, PkiError, Usage};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::server::TlsStream;
+use tower_layer::Layer;
+
+/// Where the API server keeps its CA and certificate unless told otherwise.
+pub const TLS_DIR: &str = "/var/lib/kubexm/api";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    #[error("{path}: {why}")]
+    Bad { path: String, why: String },
+}
+
+/// The server's CA, its certificate and key, PEM.
+pub struct ServerTls {
+    pub ca_cert: PathBuf,
+    pub config: rustls::ServerConfig,
+}
+
+fn bad(path: &Path, why: impl ToString) -> TlsError {
+    TlsError::Bad {
+        path: path.display().to_string(),
+        why: why.to_string(),
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// The CA of `dir`, made on first use.
+pub fn ca(dir: &Path) -> Result<pki::Ca, TlsError> {
+    Ok(pki::ensure_ca(dir, "kubexm API CA")?)
+}
+
+/// The TLS configuration for `names` (DNS names and addresses clients use),
+/// the CA and server certificate made or reused in `dir`.
+pub fn server(dir: &Path, names: &[String]) -> Result<ServerTls, TlsError> {
+    let ca = ca(dir)?;
+    let cert = pki::ensure_cert(&ca, dir, "server", "kubexm-api-server", names, Usage::Server)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(&dir.join("server.crt"), e))?;
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).map_err(|e| bad(&dir.join("server.key"), e))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca.cert).map_err(|e| bad(&ca.cert, e))? {
+        roots.add(c.map_err(|e| bad(&ca.cert, e))?).map_err(|e| bad(&ca.cert, e))?;
+    }
+    let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| bad(&ca.cert, e))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(dir, e))?
+        .with_client_cert_verifier(clients)
+        .with_single_cert(chain, key)
+        .map_err(|e| bad(&dir.join("server.crt"), e))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(ServerTls { ca_cert: ca.cert, config })
+}
+
+/// A client certificate `<out>/<name>.crt` and `.key` signed by the CA in
+/// `dir`; returns the two paths.
+pub fn client_cert(dir: &Path, name: &str, out: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
+    let ca = ca(dir)?;
+    fs_err::create_dir_all(out).map_err(|e| bad(out, e))?;
+    pki::ensure_cert(&ca, out, name, name, &[], Usage::Client)?;
+    Ok((out.join(format!("{name}.crt")), out.join(format!("{name}.key"))))
+}
+
+/// Set on a request whose connection presented a certificate this server's
+/// CA signed (the handshake refuses any other).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCertificate(pub bool);
+
+/// The TLS acceptor, marking each connection's requests with whether the
+/// client authenticated with a certificate.
+#[derive(Clone)]
+pub struct Acceptor {
+    inner: RustlsAcceptor,
+}
+
+impl Acceptor {
+    pub fn new(config: rustls::ServerConfig) -> Acceptor {
+        Acceptor {
+            inner: RustlsAcceptor::new(axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config))),
+        }
+    }
+}
+
+impl<I, S> Accept<I, S> for Acceptor
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Send + 'static,
+{
+    type Stream = TlsStream<I>;
+    type Service = axum::middleware::AddExtension<S, ClientCertificate>;
+    type Future = BoxFuture<'static, std::io::Result<(Self::Stream, Self::Service)>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let (stream, service) = inner.accept(stream, service).await?;
+            let presented = stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
+            Ok((stream, Extension(ClientCertificate(presented)).layer(service)))
+        })
+    }
+}

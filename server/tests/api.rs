@@ -1,0 +1,458 @@
+//! The API server on loopback with its real TLS, tokens and job database:
+//! authentication, validation answers, the log stream resumed by sequence
+//! number, the committed OpenAPI document, a restart, and the `kubexm`
+//! command as an API client. No worker runs: jobs are driven through the
+//! job database as a worker would.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kubexm_bundle::pack::{PackMember, Source, listing, pack};
+use kubexm_server::api::{self, ApiOptions};
+use kubexm_server::jobdb::{JobDb, Status};
+use kubexm_server::worker::InstallJob;
+
+const EXAMPLE: &str = include_str!("../../manifests/templates/cluster.example.yaml");
+
+/// A small signed bundle carrying the built-in catalog, held by digest in `dir/bundles`.
+fn held_bundle(dir: &Path) -> (String, PathBuf) {
+    let members: Vec<PackMember> = [("files/a/1/amd64/a", b"alpha".to_vec())]
+        .into_iter()
+        .map(|(p, d)| PackMember {
+            path: p.into(),
+            size: d.len() as u64,
+            sha256: kubexm_bundle::digest::sha256_hex(&d),
+            source: Source::Bytes(d),
+        })
+        .collect();
+    let catalog = kubexm_bom::catalog::Catalog::builtin().unwrap();
+    let mut m = kubexm_bundle::testing::manifest(listing(&members));
+    m.lock.kubernetes_version = catalog.default_kubernetes().to_string();
+    m.catalog = Some(catalog);
+    let bundle = dir.join("k.tar.zst");
+    pack(&bundle, &m, &members, 1, &|_| {}).unwrap();
+    let (secret, public) = (dir.join("k.key"), dir.join("k.pub"));
+    kubexm_builder::sign::keygen(&secret, &public, true, false).unwrap();
+    kubexm_builder::sign::sign(&bundle, &secret, "test").unwrap();
+    let held = kubexm_server::bundles::add(&bundle, &public, &dir.join("bundles")).unwrap();
+    (held.digest, public)
+}
+
+struct Server {
+    dir: tempfile::TempDir,
+    db: Arc<JobDb>,
+    addr: SocketAddr,
+    handle: axum_server::Handle<SocketAddr>,
+    token: String,
+    digest: String,
+}
+
+impl Server {
+    fn options(dir: &Path, pubkey: &Path) -> ApiOptions {
+        ApiOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            tls_dir: dir.join("tls"),
+            names: vec!["127.0.0.1".into(), "localhost".into()],
+            bundles: dir.join("bundles"),
+            install: InstallJob {
+                bundle: PathBuf::new(),
+                pubkey: Some(pubkey.to_path_buf()),
+                allow_unsigned: false,
+                advertise: "127.0.0.1".parse().unwrap(),
+                serve_port: 5443,
+                root: dir.join("root"),
+                phases: vec![],
+                kubeconfig: None,
+            },
+        }
+    }
+
+    async fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let (digest, _) = held_bundle(dir.path());
+        let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).unwrap());
+        let token = db.create_token("test").unwrap();
+        let (handle, addr) = Self::serve(&db, dir.path()).await;
+        Server {
+            dir,
+            db,
+            addr,
+            handle,
+            token,
+            digest,
+        }
+    }
+
+    async fn serve(db: &Arc<JobDb>, dir: &Path) -> (axum_server::Handle<SocketAddr>, SocketAddr) {
+        let handle = axum_server::Handle::new();
+        let o = Self::options(dir, &dir.join("k.pub"));
+        tokio::spawn(api::serve(db.clone(), o, handle.clone()));
+        let addr = handle.listening().await.expect("the API server did not start");
+        (handle, addr)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.addr.port())
+    }
+
+    fn ca(&self) -> reqwest::Certificate {
+        reqwest::Certificate::from_pem(&std::fs::read(self.dir.path().join("tls/ca.crt")).unwrap()).unwrap()
+    }
+
+    fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder().tls_certs_only([self.ca()]).build().unwrap()
+    }
+
+    async fn get_json(&self, url: String) -> serde_json::Value {
+        let r = self.client().get(url).bearer_auth(&self.token).send().await.unwrap();
+        r.json().await.unwrap()
+    }
+
+    async fn post(&self, yaml: &str) -> reqwest::Response {
+        self.client()
+            .post(self.url(&format!("/api/v1/clusters?bundle={}", self.digest)))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/yaml")
+            .body(yaml.to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_valid_config_is_stored_as_a_pending_job_and_answers_202() {
+    let s = Server::start().await;
+    let r = s.post(EXAMPLE).await;
+    assert_eq!(r.status(), 202);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let id = v["job_id"].as_i64().unwrap();
+    let j = s.db.get(id).unwrap().unwrap();
+    assert_eq!(
+        (j.status, j.cluster.as_str(), j.kind.as_str()),
+        (Status::Pending, "demo", "install")
+    );
+    assert_eq!(j.config, EXAMPLE);
+    // The install options are the worker's, the bundle the one named.
+    let job: InstallJob = serde_json::from_value(j.options).unwrap();
+    assert!(job.bundle.starts_with(s.dir.path().join("bundles")), "{job:?}");
+    assert_eq!(job.advertise.to_string(), "127.0.0.1");
+    let got: serde_json::Value = s.get_json(s.url(&format!("/api/v1/jobs/{id}"))).await;
+    assert_eq!(got["status"], "Pending");
+    assert_eq!(got["id"], id);
+    let list: serde_json::Value = s.get_json(s.url("/api/v1/jobs")).await;
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 1);
+    s.handle.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_config_answers_422_with_the_errors_and_positions_of_validate_and_stores_nothing() {
+    let s = Server::start().await;
+    let bad = EXAMPLE
+        .replace("name: demo ", "name: Demo_1 ")
+        .replace("port: 22", "port: 99999")
+        .replace("roleGroups:", "roleGroupz:");
+    let r = s.post(&bad).await;
+    assert_eq!(r.status(), 422);
+    let v: serde_json::Value = r.json().await.unwrap();
+    // The same diagnostics, in the same order and at the same positions, as
+    // `kubexm-bundle validate` (the same loader, the bundle's catalog).
+    let expected = kubexm_bom::config::load_str(&bad, "cluster.yaml", &kubexm_bom::catalog::Catalog::builtin().unwrap()).unwrap_err();
+    let kubexm_bom::config::LoadError::Invalid(d) = expected else {
+        panic!("{expected}")
+    };
+    assert!(d.diagnostics.len() >= 3, "{d}");
+    assert_eq!(v["errors"], serde_json::to_value(&d.diagnostics).unwrap());
+    assert_eq!(v["error"], d.to_string());
+    for e in v["errors"].as_array().unwrap() {
+        assert!(e["line"].as_u64().unwrap() > 0 && e["column"].as_u64().unwrap() > 0, "{e}");
+    }
+    assert!(s.db.list().unwrap().is_empty(), "a job was stored");
+    // Not YAML at all, and an unknown bundle: refused, nothing stored.
+    assert_eq!(s.post("{ nope: [").await.status(), 422);
+    let r = s
+        .client()
+        .post(s.url(&format!("/api/v1/clusters?bundle=sha256:{}", "0".repeat(64))))
+        .bearer_auth(&s.token)
+        .body(EXAMPLE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("kubexm bundle add"), "{v}");
+    assert!(s.db.list().unwrap().is_empty(), "a job was stored");
+    s.handle.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_401() {
+    let s = Server::start().await;
+    let c = s.client();
+    for (m, p) in [
+        (reqwest::Method::GET, "/api/v1/jobs"),
+        (reqwest::Method::GET, "/api/v1/jobs/1"),
+        (reqwest::Method::GET, "/api/v1/jobs/1/logs"),
+        (reqwest::Method::POST, "/api/v1/jobs/1/cancel"),
+        (reqwest::Method::POST, "/api/v1/clusters"),
+    ] {
+        let r = c.request(m.clone(), s.url(p)).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{m} {p}");
+        assert_eq!(r.headers()["www-authenticate"], "Bearer");
+        let r = c.request(m.clone(), s.url(p)).bearer_auth("kxm_not-a-token").send().await.unwrap();
+        assert_eq!(r.status(), 401, "{m} {p}");
+    }
+    // The token is stored only as its sha256.
+    let conn = rusqlite::Connection::open(s.dir.path().join("jobs.db")).unwrap();
+    let stored: String = conn.query_row("SELECT sha256 FROM tokens", [], |r| r.get(0)).unwrap();
+    assert_eq!(stored, kubexm_bundle::digest::sha256_hex(s.token.as_bytes()));
+    assert!(!stored.contains(&s.token));
+    assert_eq!(c.get(s.url("/healthz")).send().await.unwrap().status(), 200);
+    s.handle.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_certificate_from_the_servers_ca_authenticates_and_one_from_another_ca_is_refused() {
+    let s = Server::start().await;
+    let (crt, key) = api::tls::client_cert(&s.dir.path().join("tls"), "ci", &s.dir.path().join("client")).unwrap();
+    let identity = |crt: &Path, key: &Path| {
+        let mut pem = std::fs::read(crt).unwrap();
+        pem.extend(std::fs::read(key).unwrap());
+        reqwest::Identity::from_pem(&pem).unwrap()
+    };
+    let ours = reqwest::Client::builder()
+        .tls_certs_only([s.ca()])
+        .identity(identity(&crt, &key))
+        .build()
+        .unwrap();
+    assert_eq!(ours.get(s.url("/api/v1/jobs")).send().await.unwrap().status(), 200);
+    // A certificate signed by another CA: the handshake fails.
+    let other = tempfile::tempdir().unwrap();
+    let (crt, key) = api::tls::client_cert(&other.path().join("tls"), "intruder", other.path()).unwrap();
+    let theirs = reqwest::Client::builder()
+        .tls_certs_only([s.ca()])
+        .identity(identity(&crt, &key))
+        .build()
+        .unwrap();
+    let r = theirs.get(s.url("/api/v1/jobs")).send().await;
+    assert!(r.is_err() || r.as_ref().is_ok_and(|r| r.status() == 401), "{r:?}");
+    s.handle.shutdown();
+}
+
+/// Reads server-sent events from `r` until `stop_after` lines (then drops
+/// the connection, as a killed client) or the end event.
+async fn events(r: reqwest::Response, stop_after: Option<usize>) -> (Vec<(i64, String)>, Option<String>) {
+    use futures_util::StreamExt;
+    let mut body = r.bytes_stream();
+    let (mut buf, mut lines, mut end) = (Vec::new(), Vec::new(), None);
+    'read: while let Some(chunk) = body.next().await {
+        buf.extend_from_slice(&chunk.unwrap());
+        while let Some(at) = buf.windows(2).position(|w| w == b"\n\n") {
+            let ev: Vec<u8> = buf.drain(..at + 2).collect();
+            let ev = String::from_utf8(ev).unwrap();
+            let field = |k: &str| ev.lines().find_map(|l| l.strip_prefix(k).map(|v| v.trim_start().to_string()));
+            match (field("event:"), field("id:"), field("data:")) {
+                (Some(e), _, d) if e == "end" => {
+                    end = d;
+                    break 'read;
+                }
+                (None, Some(id), Some(d)) => lines.push((id.parse().unwrap(), d)),
+                _ => {}
+            }
+            if stop_after.is_some_and(|n| lines.len() >= n) {
+                break 'read;
+            }
+        }
+    }
+    (lines, end)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_log_stream_broken_off_and_resumed_from_its_last_sequence_number_misses_and_repeats_nothing() {
+    let s = Server::start().await;
+    let id = s.post(EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
+        .as_i64()
+        .unwrap();
+    let claim = s.db.claim("w", "m", 60_000, None).unwrap().unwrap();
+    // A worker writing 300 lines in batches while clients read.
+    let writer = {
+        let db = s.db.clone();
+        std::thread::spawn(move || {
+            for b in 0..30 {
+                let lines: Vec<String> = (0..10).map(|i| format!("line {} of batch {b}", b * 10 + i + 1)).collect();
+                db.append(claim, &lines, Some(&format!("step {b}"))).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            db.finish(claim, Status::Success, None).unwrap();
+        })
+    };
+    let c = s.client();
+    let logs = |from: i64| {
+        c.get(s.url(&format!("/api/v1/jobs/{id}/logs?follow=true&from={from}")))
+            .bearer_auth(&s.token)
+            .send()
+    };
+    let mut got = Vec::new();
+    let mut from = 0;
+    // Killed three times mid-stream, reconnecting each time after the last line it had.
+    for n in [7, 55, 101] {
+        let (lines, end) = events(logs(from).await.unwrap(), Some(n)).await;
+        assert!(end.is_none());
+        from = lines.last().unwrap().0;
+        got.extend(lines);
+    }
+    let (lines, end) = events(logs(from).await.unwrap(), None).await;
+    got.extend(lines);
+    writer.join().unwrap();
+    let end: serde_json::Value = serde_json::from_str(&end.expect("no end event")).unwrap();
+    assert_eq!(end["status"], "Success");
+    let stored: Vec<(i64, String)> = s.db.logs(id, 0).unwrap().into_iter().map(|l| (l.seq, l.line)).collect();
+    assert_eq!(stored.len(), 300);
+    assert_eq!(got, stored, "missed or repeated lines");
+    // The Last-Event-ID header resumes as `from` does; without follow the
+    // stream ends after the lines written.
+    let r = c
+        .get(s.url(&format!("/api/v1/jobs/{id}/logs")))
+        .header("last-event-id", "290")
+        .bearer_auth(&s.token)
+        .send()
+        .await
+        .unwrap();
+    let (lines, _) = events(r, None).await;
+    assert_eq!(lines, stored[290..].to_vec());
+    s.handle.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_ends_a_waiting_job_and_unknown_jobs_answer_404() {
+    let s = Server::start().await;
+    let id = s.post(EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
+        .as_i64()
+        .unwrap();
+    let c = s.client();
+    let r = c
+        .post(s.url(&format!("/api/v1/jobs/{id}/cancel")))
+        .bearer_auth(&s.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "Cancelled");
+    for p in ["/api/v1/jobs/999", "/api/v1/jobs/999/logs"] {
+        assert_eq!(c.get(s.url(p)).bearer_auth(&s.token).send().await.unwrap().status(), 404, "{p}");
+    }
+    let r = c.post(s.url("/api/v1/jobs/999/cancel")).bearer_auth(&s.token).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    s.handle.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_served_openapi_document_is_the_committed_one() {
+    let s = Server::start().await;
+    let served = s
+        .client()
+        .get(s.url("/api/v1/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let committed = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/api/openapi.json")).unwrap();
+    assert_eq!(served, committed);
+    s.handle.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restarting_the_api_server_loses_no_job_and_no_log_line() {
+    let s = Server::start().await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            s.post(EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
+                .as_i64()
+                .unwrap(),
+        );
+    }
+    let claim = s.db.claim("w", "m", 60_000, None).unwrap().unwrap();
+    let lines: Vec<String> = (1..=50).map(|i| format!("line {i}")).collect();
+    s.db.append(claim, &lines, Some("etcd")).unwrap();
+    s.handle.shutdown();
+    // A new server process over the same database file.
+    let db = Arc::new(JobDb::open(&s.dir.path().join("jobs.db")).unwrap());
+    let (handle, addr) = Server::serve(&db, s.dir.path()).await;
+    let url = |p: &str| format!("https://127.0.0.1:{}{p}", addr.port());
+    let list = s.get_json(url("/api/v1/jobs")).await;
+    let mut listed: Vec<i64> = list["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_i64().unwrap()).collect();
+    listed.sort();
+    assert_eq!(listed, ids);
+    let r = s
+        .client()
+        .get(url(&format!("/api/v1/jobs/{}/logs", claim.job)))
+        .bearer_auth(&s.token)
+        .send()
+        .await
+        .unwrap();
+    let (got, _) = events(r, None).await;
+    assert_eq!(got.into_iter().map(|(_, l)| l).collect::<Vec<_>>(), lines);
+    handle.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kubexm_command_reads_jobs_and_cancels_through_the_api_with_a_client_config() {
+    let s = Server::start().await;
+    let id = s.post(EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
+        .as_i64()
+        .unwrap();
+    let d = s.dir.path();
+    std::fs::write(d.join("token"), &s.token).unwrap();
+    std::fs::write(
+        d.join("client.yaml"),
+        format!("server: https://127.0.0.1:{}\nca: tls/ca.crt\ntokenFile: token\n", s.addr.port()),
+    )
+    .unwrap();
+    let kubexm = |args: &[&str]| {
+        let out = assert_cmd::Command::cargo_bin("kubexm")
+            .unwrap()
+            .args(["--config", d.join("client.yaml").to_str().unwrap(), "--db", "/nonexistent/jobs.db"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, out, err) = tokio::task::block_in_place(|| kubexm(&["get", "jobs"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("demo") && out.contains("Pending"), "{out}");
+    let (code, out, err) = tokio::task::block_in_place(|| kubexm(&["get", "job", &id.to_string(), "-o", "json"]));
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["job"]["id"], id);
+    // A bad config: refused with its positions, exit 3, nothing stored.
+    std::fs::write(d.join("bad.yaml"), EXAMPLE.replace("port: 22", "port: 99999")).unwrap();
+    let bad = d.join("bad.yaml").to_str().unwrap().to_string();
+    let create = |bundle: &str| {
+        let args = ["create", "cluster", "-f", &bad, "--bundle", bundle, "--detach"];
+        tokio::task::block_in_place(|| kubexm(&args))
+    };
+    let (code, _, err) = create(&s.digest);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("cluster.yaml:") && err.contains("port"), "{err}");
+    let (code, out, err) = create("k.tar.zst");
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("by digest"), "{err}");
+    let (code, out, err) = tokio::task::block_in_place(|| kubexm(&["cancel", "job", &id.to_string()]));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("Cancelled"), "{out}");
+    assert_eq!(s.db.list().unwrap().len(), 1);
+    // Without credentials the command says so.
+    std::fs::write(d.join("token"), "kxm_wrong").unwrap();
+    let (code, _, err) = tokio::task::block_in_place(|| kubexm(&["get", "jobs"]));
+    assert_ne!(code, Some(0));
+    assert!(err.contains("401"), "{err}");
+    s.handle.shutdown();
+}
