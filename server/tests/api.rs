@@ -8,36 +8,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kubexm_bundle::pack::{PackMember, Source, listing, pack};
 use kubexm_server::api::{self, ApiOptions};
 use kubexm_server::jobdb::{JobDb, Status};
 use kubexm_server::worker::InstallJob;
 
-const EXAMPLE: &str = include_str!("../../manifests/templates/cluster.example.yaml");
-
-/// A small signed bundle carrying the built-in catalog, held by digest in `dir/bundles`.
-fn held_bundle(dir: &Path) -> (String, PathBuf) {
-    let members: Vec<PackMember> = [("files/a/1/amd64/a", b"alpha".to_vec())]
-        .into_iter()
-        .map(|(p, d)| PackMember {
-            path: p.into(),
-            size: d.len() as u64,
-            sha256: kubexm_bundle::digest::sha256_hex(&d),
-            source: Source::Bytes(d),
-        })
-        .collect();
-    let catalog = kubexm_bom::catalog::Catalog::builtin().unwrap();
-    let mut m = kubexm_bundle::testing::manifest(listing(&members));
-    m.lock.kubernetes_version = catalog.default_kubernetes().to_string();
-    m.catalog = Some(catalog);
-    let bundle = dir.join("k.tar.zst");
-    pack(&bundle, &m, &members, 1, &|_| {}).unwrap();
-    let (secret, public) = (dir.join("k.key"), dir.join("k.pub"));
-    kubexm_builder::sign::keygen(&secret, &public, true, false).unwrap();
-    kubexm_builder::sign::sign(&bundle, &secret, "test").unwrap();
-    let held = kubexm_server::bundles::add(&bundle, &public, &dir.join("bundles")).unwrap();
-    (held.digest, public)
-}
+mod common;
+use common::{EXAMPLE, held_bundle};
 
 struct Server {
     dir: tempfile::TempDir,

@@ -59,7 +59,16 @@ struct App {
     o: ApiOptions,
     /// The catalog each bundle carries, read once.
     catalogs: Mutex<HashMap<PathBuf, Arc<kubexm_bom::catalog::Catalog>>>,
+    /// Tokens found valid, by sha256, and when: a busy client is not looked
+    /// up in the database on every request.
+    tokens: Mutex<HashMap<String, std::time::Instant>>,
+    /// Validations running at once: one per core. More only switch threads
+    /// and fight over the allocator, which shows as tail latency.
+    validating: tokio::sync::Semaphore,
 }
+
+/// How long a token found valid is trusted without asking the database again.
+const TOKEN_TRUST: Duration = Duration::from_secs(10);
 
 /// An error answer: `{"error": "..."}` with its status.
 struct ApiError(StatusCode, String);
@@ -91,6 +100,8 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
         db,
         o,
         catalogs: Mutex::new(HashMap::new()),
+        tokens: Mutex::new(HashMap::new()),
+        validating: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
     });
     let guarded = Router::new()
         .route("/api/v1/clusters", post(create_cluster))
@@ -137,9 +148,22 @@ async fn authenticate(State(app): State<Arc<App>>, req: Request, next: Next) -> 
         )
         .into_response();
     };
+    let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
+    let fresh = |seen: &std::time::Instant| seen.elapsed() < TOKEN_TRUST;
+    let known = app.tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&hash).is_some_and(fresh);
+    if known {
+        return next.run(req).await;
+    }
     let db = app.db.clone();
     match blocking(move || db.token_name(&token).map_err(internal)).await {
-        Ok(Some(_)) => next.run(req).await,
+        Ok(Some(_)) => {
+            {
+                let mut known = app.tokens.lock().unwrap_or_else(|e| e.into_inner());
+                known.retain(|_, seen| fresh(seen));
+                known.insert(hash, std::time::Instant::now());
+            }
+            next.run(req).await
+        }
         Ok(None) => ApiError(StatusCode::UNAUTHORIZED, "unknown token".into()).into_response(),
         Err(e) => e.into_response(),
     }
@@ -156,6 +180,8 @@ struct CreateQuery {
 }
 
 async fn create_cluster(State(app): State<Arc<App>>, Query(q): Query<CreateQuery>, body: Bytes) -> Result<Response, ApiError> {
+    let _turn = app.validating.acquire().await.map_err(internal)?;
+    let app = app.clone();
     blocking(move || {
         let bad = |m: String| ApiError(StatusCode::BAD_REQUEST, m);
         let digest = match q.bundle {
@@ -259,6 +285,9 @@ async fn logs(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let db = app.db.clone();
     blocking(move || db.get(id).map_err(internal)).await?.ok_or(not_found(id))?;
+    if q.from.is_some_and(|f| f < 0) {
+        return Err(ApiError(StatusCode::BAD_REQUEST, "from: a log sequence number, 0 or more".into()));
+    }
     let from = q.from.or_else(|| {
         headers
             .get("last-event-id")
