@@ -115,12 +115,7 @@ fn broken_pipe(err: &anyhow::Error) -> bool {
 fn quiet_on_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let msg = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or_default();
+        let msg = kubexm_engine::run::panic_message(info.payload());
         if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
             std::process::exit(0);
         }

@@ -233,7 +233,7 @@ pub async fn run(
                     .await;
                 let (outcome, log, host_lost) = match ran {
                     Ok(r) => r,
-                    Err(panic) => (Outcome::Failed, format!("the step panicked: {}", panic_message(panic)), false),
+                    Err(panic) => (Outcome::Failed, format!("the step panicked: {}", panic_message(&*panic)), false),
                 };
                 Done {
                     n,
@@ -460,13 +460,13 @@ fn phases(plan: &Plan) -> Vec<PhaseSize> {
     out
 }
 
-/// The text of a panic's payload.
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+/// The text of a panic's payload ("" when it carries none).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
     payload
         .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "(no message)".into())
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default()
 }
 
 /// A node's run, as the scheduler gets it back.

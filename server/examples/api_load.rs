@@ -5,6 +5,10 @@
 //! `api_load URL CA TOKEN KIND CLIENTS REQUESTS [BODY_FILE]`, KIND one of
 //! `health` (GET /healthz: the baseline), `get` (GET /api/v1/jobs/1),
 //! `post` (POST /api/v1/clusters with BODY_FILE).
+//! `api_load pg-claims URL JOBS WORKERS`: JOBS jobs over 10 clusters in the
+//! PostgreSQL job database at URL, claimed and finished by WORKERS worker
+//! threads (each its own connection pool, as separate processes); prints
+//! the claims per second.
 //! `api_load make-bundle DIR`: a small signed bundle carrying the built-in
 //! catalog, held in `DIR/bundles` (the tests' fixture); prints its digest.
 
@@ -13,14 +17,20 @@ use std::time::{Duration, Instant};
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let a: Vec<String> = std::env::args().collect();
+    if a.len() == 5 && a[1] == "pg-claims" {
+        return pg_claims(&a[2], a[3].parse()?, a[4].parse()?);
+    }
     if a.len() == 3 && a[1] == "make-bundle" {
         let (digest, _) = common::held_bundle(std::path::Path::new(&a[2]));
         println!("{digest}");
         return Ok(());
     }
+    tokio::runtime::Runtime::new()?.block_on(load(a))
+}
+
+async fn load(a: Vec<String>) -> anyhow::Result<()> {
     anyhow::ensure!(
         a.len() >= 7,
         "usage: api_load URL CA TOKEN health|get|post CLIENTS REQUESTS [BODY_FILE]"
@@ -75,6 +85,52 @@ async fn main() -> anyhow::Result<()> {
         pct(0.99),
         pct(1.0),
         all.len() as f64 / wall.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn pg_claims(url: &str, jobs: usize, workers: usize) -> anyhow::Result<()> {
+    use kubexm_server::jobdb::{JobDb, NewJob, Status};
+    let db = JobDb::open(std::path::Path::new(url))?;
+    for i in 0..jobs {
+        db.create(&NewJob {
+            cluster: format!("c{}", i % 10),
+            kind: "facts".into(),
+            config: String::new(),
+            config_name: "cluster.yaml".into(),
+            options: serde_json::json!({}),
+        })?;
+    }
+    let started = Instant::now();
+    let threads: Vec<_> = (0..workers)
+        .map(|w| {
+            let url = url.to_string();
+            std::thread::spawn(move || -> anyhow::Result<usize> {
+                let db = JobDb::open(std::path::Path::new(&url))?;
+                let (mut n, mut idle) = (0, 0);
+                while idle < 3 {
+                    match db.claim(&format!("w{w}"), "m", 30_000, None)? {
+                        Some(c) => {
+                            idle = 0;
+                            db.finish(c, Status::Success, None)?;
+                            n += 1;
+                        }
+                        None => idle += 1,
+                    }
+                }
+                Ok(n)
+            })
+        })
+        .collect();
+    let mut claimed = 0;
+    for t in threads {
+        claimed += t.join().map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
+    }
+    let took = started.elapsed().as_secs_f64();
+    anyhow::ensure!(claimed == jobs, "{claimed} of {jobs} jobs claimed");
+    println!(
+        "pg-claims: {claimed} jobs, {workers} workers: {:.0} claims/s ({took:.2} s)",
+        claimed as f64 / took
     );
     Ok(())
 }

@@ -10,4 +10,5 @@ pub mod bundles;
 pub mod client;
 pub mod jobdb;
 pub mod ops;
+pub mod testing;
 pub mod worker;

@@ -70,6 +70,20 @@ fn store(db: &JobDb, cluster: &kubexm_bom::config::Cluster, text: String, name: 
     })?)
 }
 
+/// A facts or reset job for the hosts of `file` (validated as those
+/// operations read it: no catalog needed). Nothing is stored when it is invalid.
+pub fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json::Value) -> anyhow::Result<i64> {
+    let cluster = kubexm_bom::config::load_file_hosts(file)?;
+    let text = fs_err::read_to_string(file)?;
+    Ok(db.create(&NewJob {
+        cluster: cluster.metadata.name.clone(),
+        kind: kind.into(),
+        config: text,
+        config_name: file.display().to_string(),
+        options,
+    })?)
+}
+
 /// A job by id, or a usage error naming it.
 pub fn job(db: &JobDb, id: i64) -> anyhow::Result<Job> {
     db.get(id)?.ok_or_else(|| {

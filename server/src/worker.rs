@@ -33,6 +33,13 @@ pub struct InstallJob {
     pub kubeconfig: Option<PathBuf>,
 }
 
+/// What a reset job needs besides its config: the installer's state root
+/// on the worker's machine (the cluster's PKI is forgotten there too).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResetJob {
+    pub root: PathBuf,
+}
+
 /// How a worker runs.
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {
@@ -182,7 +189,12 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
         fenced: fenced.clone(),
     });
     db.append(claim, &[format!("claimed by {} (attempt {})", o.name, claim.attempt)], None)?;
-    let result = operate(&job, o, sink, stop.clone());
+    // A panic is a failed job (with its message), never a worker that
+    // keeps renewing the lease of a job nobody runs.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| operate(&job, o, sink, stop.clone()))).unwrap_or_else(|panic| {
+        let what = kubexm_engine::run::panic_message(&*panic);
+        Err(anyhow::anyhow!("this is a bug in kubexm: the worker panicked: {what}"))
+    });
     done.store(true, Ordering::Relaxed);
     let _ = lease.join();
     if fenced.load(Ordering::Relaxed) {
@@ -260,6 +272,40 @@ fn operate(job: &crate::jobdb::Job, o: &WorkerOptions, sink: Arc<DbSink>, stop: 
                 ops::install::InstallReport::Plan(t) | ops::install::InstallReport::Installed(t) => Ok(t),
             }
         }
+        "facts" => {
+            let o = ops::facts::FactsOptions {
+                file,
+                dry_run: false,
+                graph: None,
+                engine,
+            };
+            match ops::facts::facts(&o)? {
+                ops::facts::FactsReport::Plan(t) => Ok(t),
+                ops::facts::FactsReport::Gathered { facts, errors, .. } => {
+                    let mut lines: Vec<String> = facts
+                        .iter()
+                        .map(|f| {
+                            format!(
+                                "{}: {} {} {}, kernel {}, {} CPUs, {} MB",
+                                f.host, f.os_id, f.os_version, f.arch, f.kernel, f.cpus, f.memory_mb
+                            )
+                        })
+                        .collect();
+                    if !errors.is_empty() {
+                        anyhow::bail!("facts of {} host(s) could not be gathered:\n{}", errors.len(), errors.join("\n"));
+                    }
+                    lines.push(format!("facts of {} host(s) gathered", facts.len()));
+                    Ok(lines.join("\n"))
+                }
+            }
+        }
+        "reset" => {
+            let j: ResetJob = serde_json::from_value(job.options.clone())?;
+            match ops::reset::reset(&file, true, &j.root, &engine)? {
+                ops::reset::ResetReport::Done(t) => Ok(t),
+                ops::reset::ResetReport::NotConfirmed { refusal, .. } => anyhow::bail!(refusal),
+            }
+        }
         other => Err(kubexm_cli::classified(
             kubexm_cli::Class::Unsupported,
             anyhow::anyhow!("job kind {other} is not supported yet by this worker"),
@@ -301,7 +347,7 @@ pub fn serve(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, once: bo
                 }
             }
             None if once => break,
-            None => std::thread::sleep(Duration::from_millis(500)),
+            None => db.wait_for_work(Duration::from_millis(500)),
         }
     }
     db.forget_worker(&o.name)?;

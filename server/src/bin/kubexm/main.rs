@@ -22,7 +22,8 @@ use kubexm_server::{api, bundles, client, ops, worker};
     after_help = "Exit codes: 0 ok, 1 bug, 2 usage, 3 invalid config, 4 file I/O, 5 fetch, 6 verification, 7 host or failed job, 8 not supported yet, 130 interrupted."
 )]
 struct Cli {
-    /// The job database (SQLite).
+    /// The job database: a SQLite file, or PostgreSQL as postgres://user@host[:port]/db
+    /// (workers on several machines; a password belongs in ~/.pgpass or PGPASSWORD, not here).
     #[arg(long, global = true, value_name = "FILE", default_value = JOBS_DB)]
     db: PathBuf,
     /// The client config (server, its CA, credentials). When it exists, create, get and
@@ -48,6 +49,11 @@ enum Command {
     Get {
         #[command(subcommand)]
         what: Get,
+    },
+    /// Store a reset job (runs like any other job).
+    Reset {
+        #[command(subcommand)]
+        what: ResetCmd,
     },
     /// Cancel a job: one waiting ends at once; a running one starts no new step.
     Cancel {
@@ -165,6 +171,37 @@ struct InstallFlags {
 enum Create {
     /// A cluster from cluster.yaml and a bundle: validated, stored, run.
     Cluster(CreateCluster),
+    /// A facts job: every host of cluster.yaml asked for its OS, arch, kernel, ports, leftovers.
+    Facts(HostsJob),
+}
+
+/// A job that only reaches the config's hosts (no bundle).
+#[derive(Args)]
+struct HostsJob {
+    /// cluster.yaml.
+    #[arg(short, long, value_name = "FILE")]
+    file: PathBuf,
+    /// Store the job and return: a running `kubexm worker` runs it.
+    #[arg(long)]
+    detach: bool,
+    /// The engine's state database, for a job run here.
+    #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+    state: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum ResetCmd {
+    /// Stop and remove what kubexm installed on every host of cluster.yaml, etcd data included.
+    Cluster {
+        #[command(flatten)]
+        job: HostsJob,
+        /// Confirm: without it nothing is stored.
+        #[arg(long)]
+        yes: bool,
+        /// The installer's state root on the worker's machine.
+        #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+        root: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -283,7 +320,7 @@ fn quit_flag() -> Arc<AtomicBool> {
 }
 
 fn jobs_dir(db: &JobDb) -> PathBuf {
-    db.path().parent().map(|p| p.join("jobs")).unwrap_or_else(|| PathBuf::from("jobs"))
+    db.jobs_dir()
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -478,16 +515,7 @@ fn local(db: Arc<JobDb>, command: Command) -> anyhow::Result<()> {
                     anyhow::anyhow!("pass --advertise ADDR: the address hosts reach the worker's machine at"),
                 ));
             };
-            let live = db.live_workers(10_000)?;
-            if c.detach && live.is_empty() {
-                return Err(classified(
-                    Class::Usage,
-                    anyhow::anyhow!(
-                        "--detach: no worker is running on {}; start `kubexm worker` (or kubexm-worker.service), or drop --detach to run the job here",
-                        db.path().display()
-                    ),
-                ));
-            }
+            let live = detachable(&db, c.detach)?;
             let job = worker::InstallJob {
                 bundle: bundle_file(&c.bundle, &c.bundles)?,
                 pubkey: c.pubkey,
@@ -499,47 +527,33 @@ fn local(db: Arc<JobDb>, command: Command) -> anyhow::Result<()> {
                 kubeconfig: c.kubeconfig,
             };
             let id = ops::create_cluster(&db, &c.file, &job)?;
-            println!("Job created with ID {id}. Run 'kubexm get job {id}' to check status.");
-            if c.detach {
-                return Ok(());
+            run_created(&db, id, c.detach, &live, c.state, &quit)
+        }
+        Command::Create { what: Create::Facts(h) } => {
+            let live = detachable(&db, h.detach)?;
+            let id = ops::create_hosts_job(&db, &h.file, "facts", serde_json::json!({}))?;
+            run_created(&db, id, h.detach, &live, h.state, &quit)
+        }
+        Command::Reset {
+            what: ResetCmd::Cluster { job: h, yes, root },
+        } => {
+            if !yes {
+                return Err(classified(
+                    Class::Usage,
+                    anyhow::anyhow!(
+                        "reset deletes the cluster of {} on its hosts, etcd data included; nothing was stored. Pass --yes to do it",
+                        h.file.display()
+                    ),
+                ));
             }
-            let mut out = std::io::stdout().lock();
-            let mut print = |l: &LogLine| {
-                let _ = writeln!(out, "{}", l.line);
+            let live = detachable(&db, h.detach)?;
+            let root = if root.is_relative() {
+                std::env::current_dir()?.join(root)
+            } else {
+                root
             };
-            if !live.is_empty() {
-                // A worker runs it; follow it here.
-                let j = ops::follow(&db, id, 0, true, &quit, &mut print)?;
-                return ops::outcome(&j);
-            }
-            // No worker: this process is one, for this job, while the log streams here.
-            let o = worker::WorkerOptions::here(c.state, jobs_dir(&db));
-            let claim = db
-                .claim(&o.name, &o.machine, o.lease.as_millis() as i64, Some(id))?
-                .ok_or_else(|| {
-                    classified(
-                        Class::Host,
-                        anyhow::anyhow!(
-                            "job {id} cannot run here now: another job of its cluster is running, or its cluster's jobs run on another machine; `kubexm get job {id}` shows it"
-                        ),
-                    )
-                })?;
-            let runner = {
-                let (db, quit) = (db.clone(), quit.clone());
-                std::thread::spawn(move || worker::run(&db, claim, &o, quit))
-            };
-            let mut after = 0;
-            while !runner.is_finished() {
-                ops::follow(&db, id, after, false, &quit, |l| {
-                    print(l);
-                    after = l.seq;
-                })?;
-                std::thread::sleep(std::time::Duration::from_millis(250));
-            }
-            runner.join().map_err(|_| anyhow::anyhow!("the job's worker thread panicked"))??;
-            let never = Arc::new(AtomicBool::new(false));
-            let j = ops::follow(&db, id, after, false, &never, print)?;
-            ops::outcome(&j)
+            let id = ops::create_hosts_job(&db, &h.file, "reset", serde_json::to_value(worker::ResetJob { root })?)?;
+            run_created(&db, id, h.detach, &live, h.state, &quit)
         }
         Command::Get {
             what: Get::Job { id, output, follow, from },
@@ -560,6 +574,67 @@ fn local(db: Arc<JobDb>, command: Command) -> anyhow::Result<()> {
         },
         _ => Ok(()),
     }
+}
+
+/// The live workers; with `detach`, refused when there is none.
+fn detachable(db: &JobDb, detach: bool) -> anyhow::Result<Vec<String>> {
+    let live = db.live_workers(10_000)?;
+    if detach && live.is_empty() {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!(
+                "--detach: no worker is running on {}; start `kubexm worker` (or kubexm-worker.service), or drop --detach to run the job here",
+                db.path().display()
+            ),
+        ));
+    }
+    Ok(live)
+}
+
+/// After a job is stored: return (`detach`), follow a running worker's run
+/// of it, or run it here as a worker for this job while its log streams.
+fn run_created(db: &Arc<JobDb>, id: i64, detach: bool, live: &[String], state: PathBuf, quit: &Arc<AtomicBool>) -> anyhow::Result<()> {
+    println!("Job created with ID {id}. Run 'kubexm get job {id}' to check status.");
+    if detach {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    let mut print = |l: &LogLine| {
+        let _ = writeln!(out, "{}", l.line);
+    };
+    if !live.is_empty() {
+        // A worker runs it; follow it here.
+        let j = ops::follow(db, id, 0, true, quit, &mut print)?;
+        return ops::outcome(&j);
+    }
+    // No worker: this process is one, for this job, while the log streams here.
+    let o = worker::WorkerOptions::here(state, jobs_dir(db));
+    let claim = db
+        .claim(&o.name, &o.machine, o.lease.as_millis() as i64, Some(id))?
+        .ok_or_else(|| {
+            classified(
+                Class::Host,
+                anyhow::anyhow!(
+                    "job {id} cannot run here now: another job of its cluster is running, or its cluster's jobs run on another machine; `kubexm get job {id}` shows it"
+                ),
+            )
+        })?;
+    let runner = {
+        let (db, quit) = (db.clone(), quit.clone());
+        std::thread::spawn(move || worker::run(&db, claim, &o, quit))
+    };
+    let mut after = 0;
+    while !runner.is_finished() {
+        ops::follow(db, id, after, false, quit, |l| {
+            print(l);
+            after = l.seq;
+        })?;
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    runner.join().map_err(|_| anyhow::anyhow!("the job's worker thread panicked"))??;
+    let never = Arc::new(AtomicBool::new(false));
+    let j = ops::follow(db, id, after, false, &never, print)?;
+    ops::outcome(&j)
 }
 
 /// create, get and cancel against the API server the client config names.
@@ -613,6 +688,15 @@ fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Result<()>
                 what: Get::Jobs { output },
             } => print_jobs(&c.jobs().await.map_err(api)?, output),
             Command::Cancel { what: Cancel::Job { id } } => print_cancelled(id, c.cancel(id).await.map_err(api)?),
+            Command::Create {
+                what: Create::Facts(_),
+            }
+            | Command::Reset { .. } => Err(classified(
+                Class::Unsupported,
+                anyhow::anyhow!(
+                    "facts and reset jobs through the API server are not supported yet; run them against the local job database (no client config)"
+                ),
+            )),
             _ => Ok(()),
         }
     })

@@ -9,6 +9,11 @@
 //! worker cannot overwrite a newer one ("fencing"). One job per cluster runs
 //! at a time; the others wait as Blocked. A cluster's jobs run on the machine
 //! that first ran one (its PKI and unpacked bundle live there).
+//!
+//! The same database on PostgreSQL ([`pg`]) serves workers on several
+//! machines: `--db postgres://user@host/db`.
+
+mod pg;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -98,7 +103,7 @@ impl Status {
         }
     }
 
-    fn parse(s: &str) -> Option<Status> {
+    pub(crate) fn parse(s: &str) -> Option<Status> {
         [
             Status::Pending,
             Status::Blocked,
@@ -155,6 +160,57 @@ pub struct Job {
     pub options: serde_json::Value,
 }
 
+/// A row of `SELECT {COLUMNS} FROM jobs`, from either backend.
+pub(crate) trait JobRow {
+    type Error;
+    fn text(&self, i: usize) -> Result<String, Self::Error>;
+    fn maybe_text(&self, i: usize) -> Result<Option<String>, Self::Error>;
+    fn int(&self, i: usize) -> Result<i64, Self::Error>;
+    fn maybe_int(&self, i: usize) -> Result<Option<i64>, Self::Error>;
+    fn flag(&self, i: usize) -> Result<bool, Self::Error>;
+}
+
+impl JobRow for rusqlite::Row<'_> {
+    type Error = rusqlite::Error;
+    fn text(&self, i: usize) -> rusqlite::Result<String> {
+        self.get(i)
+    }
+    fn maybe_text(&self, i: usize) -> rusqlite::Result<Option<String>> {
+        self.get(i)
+    }
+    fn int(&self, i: usize) -> rusqlite::Result<i64> {
+        self.get(i)
+    }
+    fn maybe_int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(i)
+    }
+    fn flag(&self, i: usize) -> rusqlite::Result<bool> {
+        Ok(self.get::<_, i64>(i)? != 0)
+    }
+}
+
+impl Job {
+    fn from_row<R: JobRow>(r: &R) -> Result<Job, R::Error> {
+        Ok(Job {
+            id: r.int(0)?,
+            cluster: r.text(1)?,
+            kind: r.text(2)?,
+            status: Status::parse(&r.text(3)?).unwrap_or(Status::Failed),
+            current_step: r.maybe_text(4)?,
+            error: r.maybe_text(5)?,
+            created: r.int(6)?,
+            started: r.maybe_int(7)?,
+            finished: r.maybe_int(8)?,
+            worker: r.maybe_text(9)?,
+            attempt: r.int(10)?,
+            cancel_requested: r.flag(11)?,
+            config: r.text(12)?,
+            config_name: r.text(13)?,
+            options: serde_json::from_str(&r.text(14)?).unwrap_or_default(),
+        })
+    }
+}
+
 /// One log line of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogLine {
@@ -172,8 +228,19 @@ pub struct Claim {
 }
 
 pub struct JobDb {
-    conn: Mutex<Connection>,
+    backend: Backend,
     path: String,
+}
+
+enum Backend {
+    Sqlite(Mutex<Connection>),
+    Postgres(pg::Pg),
+}
+
+/// Whether `db` names a PostgreSQL database rather than a SQLite file.
+pub fn is_postgres(db: &Path) -> bool {
+    let s = db.to_string_lossy();
+    s.starts_with("postgres://") || s.starts_with("postgresql://")
 }
 
 pub fn now_ms() -> i64 {
@@ -189,6 +256,13 @@ const COLUMNS: &str = "id, cluster, kind, status, current_step, error, created, 
 impl JobDb {
     /// Opens (creating and migrating) the database at `path`.
     pub fn open(path: &Path) -> Result<JobDb, JobDbError> {
+        if is_postgres(path) {
+            let url = path.to_string_lossy().to_string();
+            return Ok(JobDb {
+                backend: Backend::Postgres(pg::Pg::open(&url)?),
+                path: pg::redact(&url),
+            });
+        }
         let p = path.display().to_string();
         let sql = |source| JobDbError::Sql { path: p.clone(), source };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -223,7 +297,7 @@ impl JobDb {
         }
         tx.commit().map_err(sql)?;
         Ok(JobDb {
-            conn: Mutex::new(conn),
+            backend: Backend::Sqlite(Mutex::new(conn)),
             path: p,
         })
     }
@@ -232,8 +306,35 @@ impl JobDb {
         PathBuf::from(&self.path)
     }
 
+    /// Where the files of jobs run here go (`<dir>/<id>/`): beside a SQLite
+    /// database, or `/var/lib/kubexm/jobs` for PostgreSQL.
+    pub fn jobs_dir(&self) -> PathBuf {
+        match &self.backend {
+            Backend::Postgres(_) => PathBuf::from("/var/lib/kubexm/jobs"),
+            Backend::Sqlite(_) => Path::new(&self.path)
+                .parent()
+                .map(|p| p.join("jobs"))
+                .unwrap_or_else(|| PathBuf::from("jobs")),
+        }
+    }
+
+    /// Waits up to `max` for work: a `NOTIFY` of a new job on PostgreSQL,
+    /// the time itself on SQLite.
+    pub fn wait_for_work(&self, max: std::time::Duration) {
+        match &self.backend {
+            Backend::Postgres(pg) => pg.wait_for_work(max),
+            Backend::Sqlite(_) => std::thread::sleep(max),
+        }
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T, JobDbError> {
-        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let Backend::Sqlite(conn) = &self.backend else {
+            return Err(JobDbError::Invalid {
+                path: self.path.clone(),
+                what: "not a SQLite database".into(),
+            });
+        };
+        let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut c).map_err(|source| JobDbError::Sql {
             path: self.path.clone(),
             source,
@@ -242,6 +343,9 @@ impl JobDb {
 
     /// Stores a job as Pending; returns its id.
     pub fn create(&self, job: &NewJob) -> Result<i64, JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.create(job);
+        }
         self.with(|c| {
             c.execute(
                 "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created) VALUES (?1, ?2, 'Pending', ?3, ?4, ?5, ?6)",
@@ -252,28 +356,13 @@ impl JobDb {
     }
 
     fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
-        let status: String = r.get(3)?;
-        let options: String = r.get(14)?;
-        Ok(Job {
-            id: r.get(0)?,
-            cluster: r.get(1)?,
-            kind: r.get(2)?,
-            status: Status::parse(&status).unwrap_or(Status::Failed),
-            current_step: r.get(4)?,
-            error: r.get(5)?,
-            created: r.get(6)?,
-            started: r.get(7)?,
-            finished: r.get(8)?,
-            worker: r.get(9)?,
-            attempt: r.get(10)?,
-            cancel_requested: r.get::<_, i64>(11)? != 0,
-            config: r.get(12)?,
-            config_name: r.get(13)?,
-            options: serde_json::from_str(&options).unwrap_or_default(),
-        })
+        Job::from_row(r)
     }
 
     pub fn get(&self, id: i64) -> Result<Option<Job>, JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.get(id);
+        }
         self.with(|c| {
             c.query_row(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"), [id], Self::row)
                 .optional()
@@ -282,6 +371,9 @@ impl JobDb {
 
     /// Every job, newest first.
     pub fn list(&self) -> Result<Vec<Job>, JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.list();
+        }
         self.with(|c| {
             let mut st = c.prepare(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id DESC"))?;
             st.query_map([], Self::row)?.collect()
@@ -290,6 +382,9 @@ impl JobDb {
 
     /// A job's log lines after `after` (0: from the first), in order.
     pub fn logs(&self, job: i64, after: i64) -> Result<Vec<LogLine>, JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.logs(job, after);
+        }
         self.with(|c| {
             let mut st = c.prepare("SELECT seq, at, line FROM job_logs WHERE job = ?1 AND seq > ?2 ORDER BY seq")?;
             st.query_map(params![job, after], |r| {
@@ -307,6 +402,9 @@ impl JobDb {
     /// running one stops scheduling steps when its worker sees the request.
     /// Returns the job's status afterwards (`None`: no such job).
     pub fn request_cancel(&self, id: i64) -> Result<Option<Status>, JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.request_cancel(id);
+        }
         self.with(|c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             tx.execute(
@@ -325,6 +423,9 @@ impl JobDb {
 
     /// Records that `worker` on `machine` is alive (for `--detach`).
     pub fn heartbeat(&self, worker: &str, machine: &str) -> Result<(), JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.heartbeat(worker, machine);
+        }
         self.with(|c| {
             c.execute(
                 "INSERT INTO workers (name, machine, seen) VALUES (?1, ?2, ?3) ON CONFLICT(name) DO UPDATE SET seen = ?3",
@@ -336,6 +437,9 @@ impl JobDb {
 
     /// Workers seen within `within_ms`.
     pub fn live_workers(&self, within_ms: i64) -> Result<Vec<String>, JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.live_workers(within_ms);
+        }
         self.with(|c| {
             let mut st = c.prepare("SELECT name FROM workers WHERE seen >= ?1 ORDER BY name")?;
             st.query_map([now_ms() - within_ms], |r| r.get(0))?.collect()
@@ -343,6 +447,9 @@ impl JobDb {
     }
 
     pub fn forget_worker(&self, worker: &str) -> Result<(), JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.forget_worker(worker);
+        }
         self.with(|c| c.execute("DELETE FROM workers WHERE name = ?1", [worker]).map(|_| ()))
     }
 
@@ -353,6 +460,9 @@ impl JobDb {
     /// recorded). Pending jobs of busy clusters are marked Blocked, and
     /// Blocked ones of free clusters Pending again.
     pub fn claim(&self, worker: &str, machine: &str, lease_ms: i64, only: Option<i64>) -> Result<Option<Claim>, JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.claim(worker, machine, lease_ms, only);
+        }
         self.with(|c| {
             let now = now_ms();
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -428,6 +538,9 @@ impl JobDb {
 
     /// Extends the lease; returns whether a cancel was asked for.
     pub fn renew(&self, claim: Claim, lease_ms: i64) -> Result<bool, JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.renew(claim, lease_ms);
+        }
         self.fenced(claim, |tx| {
             tx.execute(
                 "UPDATE jobs SET lease_until = ?2 WHERE id = ?1",
@@ -441,6 +554,9 @@ impl JobDb {
     /// Appends log lines (numbered after the job's last) and, if given, the
     /// current step.
     pub fn append(&self, claim: Claim, lines: &[String], current_step: Option<&str>) -> Result<(), JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.append(claim, lines, current_step);
+        }
         self.fenced(claim, |tx| {
             let last: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM job_logs WHERE job = ?1", [claim.job], |r| {
                 r.get(0)
@@ -459,6 +575,9 @@ impl JobDb {
 
     /// Ends the job with `status` (and `error` when it failed).
     pub fn finish(&self, claim: Claim, status: Status, error: Option<&str>) -> Result<(), JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.finish(claim, status, error);
+        }
         self.fenced(claim, |tx| {
             tx.execute(
                 "UPDATE jobs SET status = ?2, error = ?3, finished = ?4, lease_until = NULL,
@@ -480,6 +599,10 @@ impl JobDb {
             })?)
         );
         let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
+        if let Backend::Postgres(pg) = &self.backend {
+            pg.create_token(name, &hash)?;
+            return Ok(token);
+        }
         self.with(|c| {
             c.execute(
                 "INSERT INTO tokens (name, sha256, created) VALUES (?1, ?2, ?3)",
@@ -493,6 +616,9 @@ impl JobDb {
     /// The name of the token `token`, if it is one.
     pub fn token_name(&self, token: &str) -> Result<Option<String>, JobDbError> {
         let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.token_name(&hash);
+        }
         self.with(|c| {
             c.query_row("SELECT name FROM tokens WHERE sha256 = ?1", [hash], |r| r.get(0))
                 .optional()
@@ -502,6 +628,9 @@ impl JobDb {
     /// Gives a job back unfinished (Ctrl-C of a foreground run): Pending
     /// again, so the next claim resumes it and skips the steps done.
     pub fn release(&self, claim: Claim) -> Result<(), JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.release(claim);
+        }
         self.fenced(claim, |tx| {
             tx.execute(
                 "UPDATE jobs SET status = 'Pending', lease_until = NULL, worker = NULL WHERE id = ?1",

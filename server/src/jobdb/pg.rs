@@ -1,0 +1,548 @@
+//! The job database on PostgreSQL, for workers on several machines: the
+//! same tables and rules as the SQLite one. A claim takes the oldest
+//! runnable job with `FOR UPDATE SKIP LOCKED` (workers never wait on each
+//! other's candidate rows) and a transaction-scoped advisory lock on its
+//! cluster (two jobs of one cluster are never claimed at once); a waiting
+//! job of a busy cluster reads as Blocked. A new, ended or given-back job
+//! is announced with `NOTIFY kubexm_jobs`, which idle workers `LISTEN` for.
+//! Migrations run under an advisory lock: concurrent starts migrate once.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row, Transaction};
+
+use super::{Claim, Job, JobDbError, LogLine, NewJob, Status, now_ms};
+
+/// The schema, one migration per version (table `kubexm_schema`).
+const MIGRATIONS: &[&str] = &["CREATE TABLE jobs (
+        id BIGSERIAL PRIMARY KEY,
+        cluster TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        config TEXT NOT NULL,
+        config_name TEXT NOT NULL,
+        options TEXT NOT NULL,
+        created BIGINT NOT NULL,
+        started BIGINT,
+        finished BIGINT,
+        current_step TEXT,
+        error TEXT,
+        worker TEXT,
+        attempt BIGINT NOT NULL DEFAULT 0,
+        lease_until BIGINT,
+        cancel_requested BOOLEAN NOT NULL DEFAULT FALSE
+    );
+    CREATE INDEX jobs_status ON jobs(status, id);
+    CREATE INDEX jobs_cluster ON jobs(cluster, status);
+    CREATE TABLE job_logs (
+        job BIGINT NOT NULL REFERENCES jobs(id),
+        seq BIGINT NOT NULL,
+        at BIGINT NOT NULL,
+        line TEXT NOT NULL,
+        PRIMARY KEY (job, seq)
+    );
+    CREATE TABLE clusters (name TEXT PRIMARY KEY, machine TEXT NOT NULL);
+    CREATE TABLE workers (name TEXT PRIMARY KEY, machine TEXT NOT NULL, seen BIGINT NOT NULL);
+    CREATE TABLE tokens (
+        id BIGSERIAL PRIMARY KEY,
+        name TEXT NOT NULL,
+        sha256 TEXT NOT NULL UNIQUE,
+        created BIGINT NOT NULL
+    );"];
+
+/// The advisory lock key migrations run under.
+const MIGRATION_LOCK: i64 = 0x6b75_6265_786d; // "kubexm"
+
+/// A job's columns; a Pending job of a cluster with a job running reads as
+/// Blocked (computed, not stored: claims rewrite no other rows).
+const COLUMNS: &str = "id, cluster, kind, \
+    CASE WHEN status = 'Pending' AND EXISTS (SELECT 1 FROM jobs b WHERE b.cluster = jobs.cluster \
+      AND b.status = 'Processing' AND b.lease_until >= (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT) \
+      THEN 'Blocked' ELSE status END, \
+    current_step, error, created, started, finished, worker, attempt, cancel_requested, config, config_name, options";
+
+pub(super) struct Pg {
+    // Declared before the runtime: dropped while it still runs.
+    pool: PgPool,
+    /// The connection idle workers wait on for `NOTIFY kubexm_jobs`.
+    listener: std::sync::Mutex<Option<PgListener>>,
+    url: String,
+    rt: tokio::runtime::Runtime,
+}
+
+/// The URL without its password, for messages.
+pub(super) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..s + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl Pg {
+    fn err(&self, e: sqlx::Error) -> JobDbError {
+        JobDbError::Invalid {
+            path: self.url.clone(),
+            what: e.to_string(),
+        }
+    }
+
+    /// Connects to `url` and migrates.
+    pub(super) fn open(url: &str) -> Result<Pg, JobDbError> {
+        let shown = redact(url);
+        let bad = |e: &dyn std::fmt::Display| JobDbError::Invalid {
+            path: shown.clone(),
+            what: e.to_string(),
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| bad(&e))?;
+        let pool = rt
+            .block_on(
+                PgPoolOptions::new()
+                    .max_connections(8)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect(url),
+            )
+            .map_err(|e| bad(&format!("{e}; is PostgreSQL running and the URL right?")))?;
+        let pg = Pg {
+            rt,
+            pool,
+            url: shown,
+            listener: std::sync::Mutex::new(None),
+        };
+        pg.migrate()?;
+        Ok(pg)
+    }
+
+    fn migrate(&self) -> Result<(), JobDbError> {
+        self.rt
+            .block_on(async {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                    .bind(MIGRATION_LOCK)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("CREATE TABLE IF NOT EXISTS kubexm_schema (version INTEGER NOT NULL)")
+                    .execute(&mut *tx)
+                    .await?;
+                let version: Option<i32> = sqlx::query_scalar("SELECT version FROM kubexm_schema")
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let version = version.unwrap_or(0).max(0) as usize;
+                if version > MIGRATIONS.len() {
+                    return Ok(Some(version));
+                }
+                for m in MIGRATIONS.iter().skip(version) {
+                    sqlx::raw_sql(m).execute(&mut *tx).await?;
+                }
+                sqlx::query("DELETE FROM kubexm_schema").execute(&mut *tx).await?;
+                sqlx::query("INSERT INTO kubexm_schema (version) VALUES ($1)")
+                    .bind(MIGRATIONS.len() as i32)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(None)
+            })
+            .map_err(|e| self.err(e))?
+            .map_or(Ok(()), |v| {
+                Err(JobDbError::Invalid {
+                    path: self.url.clone(),
+                    what: format!(
+                        "schema version {v} is newer than this kubexm knows ({}); use the kubexm that wrote it",
+                        MIGRATIONS.len()
+                    ),
+                })
+            })
+    }
+
+    /// Runs one query on the store's own runtime. Called from inside
+    /// another runtime (the engine emits its events from its scheduler
+    /// task), `block_on` would panic there: the query then runs on a
+    /// scoped thread, blocking the caller as SQLite's writes do.
+    fn run<T: Send>(&self, f: impl Future<Output = Result<T, sqlx::Error>> + Send) -> Result<T, JobDbError> {
+        let r = if tokio::runtime::Handle::try_current().is_ok() {
+            std::thread::scope(|s| match s.spawn(|| self.rt.block_on(f)).join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+        } else {
+            self.rt.block_on(f)
+        };
+        r.map_err(|e| self.err(e))
+    }
+
+    fn row(r: &PgRow) -> Result<Job, sqlx::Error> {
+        Job::from_row(r)
+    }
+
+    pub(super) fn create(&self, job: &NewJob) -> Result<i64, JobDbError> {
+        self.run(async {
+            let mut tx = self.pool.begin().await?;
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created)
+                 VALUES ($1, $2, 'Pending', $3, $4, $5, $6) RETURNING id",
+            )
+            .bind(&job.cluster)
+            .bind(&job.kind)
+            .bind(&job.config)
+            .bind(&job.config_name)
+            .bind(job.options.to_string())
+            .bind(now_ms())
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query("NOTIFY kubexm_jobs").execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(id)
+        })
+    }
+
+    pub(super) fn get(&self, id: i64) -> Result<Option<Job>, JobDbError> {
+        self.run(async {
+            let r = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id = $1"))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+            r.as_ref().map(Self::row).transpose()
+        })
+    }
+
+    pub(super) fn list(&self) -> Result<Vec<Job>, JobDbError> {
+        self.run(async {
+            let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id DESC"))
+                .fetch_all(&self.pool)
+                .await?;
+            rows.iter().map(Self::row).collect()
+        })
+    }
+
+    pub(super) fn logs(&self, job: i64, after: i64) -> Result<Vec<LogLine>, JobDbError> {
+        self.run(async {
+            let rows = sqlx::query("SELECT seq, at, line FROM job_logs WHERE job = $1 AND seq > $2 ORDER BY seq")
+                .bind(job)
+                .bind(after)
+                .fetch_all(&self.pool)
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(LogLine {
+                        seq: r.try_get(0)?,
+                        at: r.try_get(1)?,
+                        line: r.try_get(2)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    pub(super) fn request_cancel(&self, id: i64) -> Result<Option<Status>, JobDbError> {
+        self.run(async {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(
+                "UPDATE jobs SET status = 'Cancelled', finished = $2, current_step = NULL WHERE id = $1 AND status IN ('Pending', 'Blocked')",
+            )
+            .bind(id)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE jobs SET cancel_requested = TRUE WHERE id = $1 AND status = 'Processing'")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            let s: Option<String> = sqlx::query_scalar("SELECT status FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(s.and_then(|s| Status::parse(&s)))
+        })
+    }
+
+    pub(super) fn heartbeat(&self, worker: &str, machine: &str) -> Result<(), JobDbError> {
+        self.run(async {
+            sqlx::query(
+                "INSERT INTO workers (name, machine, seen) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE SET seen = EXCLUDED.seen",
+            )
+            .bind(worker)
+            .bind(machine)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+        })
+    }
+
+    pub(super) fn live_workers(&self, within_ms: i64) -> Result<Vec<String>, JobDbError> {
+        self.run(async {
+            sqlx::query_scalar("SELECT name FROM workers WHERE seen >= $1 ORDER BY name")
+                .bind(now_ms() - within_ms)
+                .fetch_all(&self.pool)
+                .await
+        })
+    }
+
+    pub(super) fn forget_worker(&self, worker: &str) -> Result<(), JobDbError> {
+        self.run(async {
+            sqlx::query("DELETE FROM workers WHERE name = $1")
+                .bind(worker)
+                .execute(&self.pool)
+                .await
+                .map(|_| ())
+        })
+    }
+
+    pub(super) fn claim(&self, worker: &str, machine: &str, lease_ms: i64, only: Option<i64>) -> Result<Option<Claim>, JobDbError> {
+        self.run(async {
+            let now = now_ms();
+            let busy = "SELECT cluster FROM jobs WHERE status = 'Processing' AND lease_until >= $1";
+            let mut tx = self.pool.begin().await?;
+            let found = sqlx::query(&format!(
+                "SELECT j.id, j.cluster, j.attempt FROM jobs j LEFT JOIN clusters k ON k.name = j.cluster
+                 WHERE (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < $1))
+                   AND (k.machine IS NULL OR k.machine = $2)
+                   AND ($3::BIGINT IS NULL OR j.id = $3)
+                   AND j.cluster NOT IN ({busy})
+                 ORDER BY j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED"
+            ))
+            .bind(now)
+            .bind(machine)
+            .bind(only)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(r) = found else {
+                return Ok(None);
+            };
+            let (id, cluster, attempt): (i64, String, i64) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+            // One claimer per cluster at a time; then, with the lock held,
+            // no other job of it may be running (committed since our read).
+            let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext('kubexm-cluster:' || $1))")
+                .bind(&cluster)
+                .fetch_one(&mut *tx)
+                .await?;
+            let running: Option<i64> = sqlx::query_scalar(
+                "SELECT id FROM jobs WHERE cluster = $1 AND id <> $2 AND status = 'Processing' AND lease_until >= $3 LIMIT 1",
+            )
+            .bind(&cluster)
+            .bind(id)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if !locked || running.is_some() {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            let attempt = attempt + 1;
+            sqlx::query(
+                "UPDATE jobs SET status = 'Processing', worker = $2, attempt = $3, lease_until = $4,
+                   started = COALESCE(started, $5) WHERE id = $1",
+            )
+            .bind(id)
+            .bind(worker)
+            .bind(attempt)
+            .bind(now + lease_ms)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("INSERT INTO clusters (name, machine) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+                .bind(&cluster)
+                .bind(machine)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(Some(Claim { job: id, attempt }))
+        })
+    }
+
+    /// Runs `f` on the job's row only while `claim` still holds it (the row
+    /// locked for the transaction).
+    fn fenced<F>(&self, claim: Claim, f: F) -> Result<(), JobDbError>
+    where
+        F: for<'t> FnOnce(&'t mut Transaction<'static, Postgres>) -> futures_util::future::BoxFuture<'t, Result<(), sqlx::Error>> + Send,
+    {
+        let held = self.run(async {
+            let mut tx = self.pool.begin().await?;
+            let held: Option<i64> =
+                sqlx::query_scalar("SELECT id FROM jobs WHERE id = $1 AND attempt = $2 AND status = 'Processing' FOR UPDATE")
+                    .bind(claim.job)
+                    .bind(claim.attempt)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if held.is_some() {
+                f(&mut tx).await?;
+            }
+            tx.commit().await?;
+            Ok(held.is_some())
+        })?;
+        if held {
+            Ok(())
+        } else {
+            Err(JobDbError::Fenced {
+                job: claim.job,
+                attempt: claim.attempt,
+            })
+        }
+    }
+
+    pub(super) fn renew(&self, claim: Claim, lease_ms: i64) -> Result<bool, JobDbError> {
+        self.fenced(claim, |tx| {
+            Box::pin(async move {
+                sqlx::query("UPDATE jobs SET lease_until = $2 WHERE id = $1")
+                    .bind(claim.job)
+                    .bind(now_ms() + lease_ms)
+                    .execute(&mut **tx)
+                    .await
+                    .map(|_| ())
+            })
+        })?;
+        Ok(self.get(claim.job)?.is_some_and(|j| j.cancel_requested))
+    }
+
+    pub(super) fn append(&self, claim: Claim, lines: &[String], current_step: Option<&str>) -> Result<(), JobDbError> {
+        let lines = lines.to_vec();
+        let step = current_step.map(str::to_string);
+        self.fenced(claim, move |tx| {
+            Box::pin(async move {
+                let last: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM job_logs WHERE job = $1")
+                    .bind(claim.job)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                let now = now_ms();
+                for (i, l) in lines.iter().enumerate() {
+                    sqlx::query("INSERT INTO job_logs (job, seq, at, line) VALUES ($1, $2, $3, $4)")
+                        .bind(claim.job)
+                        .bind(last + 1 + i as i64)
+                        .bind(now)
+                        .bind(l)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                if let Some(s) = step {
+                    sqlx::query("UPDATE jobs SET current_step = $2 WHERE id = $1")
+                        .bind(claim.job)
+                        .bind(s)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    pub(super) fn finish(&self, claim: Claim, status: Status, error: Option<&str>) -> Result<(), JobDbError> {
+        let error = error.map(str::to_string);
+        self.fenced(claim, move |tx| {
+            Box::pin(async move {
+                sqlx::query(
+                    "UPDATE jobs SET status = $2, error = $3, finished = $4, lease_until = NULL,
+                       current_step = CASE WHEN $2 = 'Success' THEN NULL ELSE current_step END WHERE id = $1",
+                )
+                .bind(claim.job)
+                .bind(status.as_str())
+                .bind(error)
+                .bind(now_ms())
+                .execute(&mut **tx)
+                .await?;
+                notify(tx).await
+            })
+        })
+    }
+
+    pub(super) fn release(&self, claim: Claim) -> Result<(), JobDbError> {
+        self.fenced(claim, |tx| {
+            Box::pin(async move {
+                sqlx::query("UPDATE jobs SET status = 'Pending', lease_until = NULL, worker = NULL WHERE id = $1")
+                    .bind(claim.job)
+                    .execute(&mut **tx)
+                    .await?;
+                notify(tx).await
+            })
+        })
+    }
+
+    pub(super) fn create_token(&self, name: &str, hash: &str) -> Result<(), JobDbError> {
+        self.run(async {
+            sqlx::query("INSERT INTO tokens (name, sha256, created) VALUES ($1, $2, $3)")
+                .bind(name)
+                .bind(hash)
+                .bind(now_ms())
+                .execute(&self.pool)
+                .await
+                .map(|_| ())
+        })
+    }
+
+    pub(super) fn token_name(&self, hash: &str) -> Result<Option<String>, JobDbError> {
+        self.run(async {
+            sqlx::query_scalar("SELECT name FROM tokens WHERE sha256 = $1")
+                .bind(hash)
+                .fetch_optional(&self.pool)
+                .await
+        })
+    }
+
+    /// Waits up to `max` for a `NOTIFY kubexm_jobs` (a new or released job).
+    pub(super) fn wait_for_work(&self, max: Duration) {
+        let mut slot = self.listener.lock().unwrap_or_else(|e| e.into_inner());
+        let listener = self.rt.block_on(async {
+            match slot.take() {
+                Some(l) => Some(l),
+                None => {
+                    let mut l = PgListener::connect_with(&self.pool).await.ok()?;
+                    l.listen("kubexm_jobs").await.ok()?;
+                    Some(l)
+                }
+            }
+        });
+        let Some(mut l) = listener else {
+            std::thread::sleep(max);
+            return;
+        };
+        let ok = self
+            .rt
+            .block_on(async { tokio::time::timeout(max, l.recv()).await.map_or(true, |r| r.is_ok()) });
+        if ok {
+            *slot = Some(l);
+        } else {
+            // Dropping a listener needs the runtime it was made in.
+            let _in = self.rt.enter();
+            drop(l);
+        }
+    }
+}
+
+/// Wakes idle workers: a job ended or was given back.
+async fn notify(tx: &mut Transaction<'static, Postgres>) -> Result<(), sqlx::Error> {
+    sqlx::query("NOTIFY kubexm_jobs").execute(&mut **tx).await.map(|_| ())
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        let _in = self.rt.enter();
+        self.listener.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+impl super::JobRow for PgRow {
+    type Error = sqlx::Error;
+    fn text(&self, i: usize) -> Result<String, sqlx::Error> {
+        self.try_get(i)
+    }
+    fn maybe_text(&self, i: usize) -> Result<Option<String>, sqlx::Error> {
+        self.try_get(i)
+    }
+    fn int(&self, i: usize) -> Result<i64, sqlx::Error> {
+        self.try_get(i)
+    }
+    fn maybe_int(&self, i: usize) -> Result<Option<i64>, sqlx::Error> {
+        self.try_get(i)
+    }
+    fn flag(&self, i: usize) -> Result<bool, sqlx::Error> {
+        self.try_get(i)
+    }
+}

@@ -1,0 +1,286 @@
+//! The job database on a real PostgreSQL server (Debian's, started by the
+//! test in a temporary directory on loopback and stopped by its pid):
+//! migrations once under concurrent starts, three workers claiming thirty
+//! jobs over ten clusters (each claimed once, never two of one cluster at
+//! a time), fencing of a worker whose lease ran out, and `NOTIFY` waking an
+//! idle worker.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kubexm_server::jobdb::{Claim, JobDb, JobDbError, NewJob, Status};
+use kubexm_server::testing::Postgres;
+
+/// A server for one test, or `None` (skipped) where PostgreSQL is not installed.
+fn start() -> Option<Postgres> {
+    let pg = Postgres::start().unwrap();
+    if pg.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb): ci/test installs Debian's postgresql"
+        );
+        eprintln!("skipped: PostgreSQL is not installed (ci/test installs Debian's postgresql)");
+    }
+    pg
+}
+
+fn open(pg: &Postgres) -> Arc<JobDb> {
+    Arc::new(JobDb::open(Path::new(&pg.url)).unwrap())
+}
+
+fn job(cluster: &str) -> NewJob {
+    NewJob {
+        cluster: cluster.into(),
+        kind: "facts".into(),
+        config: "kind: Cluster\n".into(),
+        config_name: "cluster.yaml".into(),
+        options: serde_json::json!({}),
+    }
+}
+
+#[test]
+fn concurrent_starts_migrate_once() {
+    let Some(pg) = start() else { return };
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let url = pg.url.clone();
+            std::thread::spawn(move || JobDb::open(Path::new(&url)).map(|_| ()))
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap().unwrap();
+    }
+    let out = Command::new("psql")
+        .arg(&pg.url)
+        .args(["-tAc", "SELECT count(*), max(version) FROM kubexm_schema"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1|1");
+}
+
+#[test]
+fn three_workers_claim_thirty_jobs_each_once_and_never_two_of_one_cluster_at_a_time() {
+    let Some(pg) = start() else { return };
+    let db = open(&pg);
+    let ids: Vec<i64> = (0..30).map(|i| db.create(&job(&format!("c{}", i % 10))).unwrap()).collect();
+    let started = Instant::now();
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let url = pg.url.clone();
+            std::thread::spawn(move || {
+                // Each worker its own connection pool, as separate processes.
+                let db = JobDb::open(Path::new(&url)).unwrap();
+                let mut mine = Vec::new();
+                let mut idle = 0;
+                while idle < 20 {
+                    match db.claim(&format!("w{w}"), "m", 30_000, None).unwrap() {
+                        Some(c) => {
+                            idle = 0;
+                            let j = db.get(c.job).unwrap().unwrap();
+                            // Nothing else of its cluster runs while it does.
+                            let others = db
+                                .list()
+                                .unwrap()
+                                .into_iter()
+                                .filter(|o| o.cluster == j.cluster && o.id != j.id && o.status == Status::Processing)
+                                .count();
+                            assert_eq!(others, 0, "two jobs of {} at once", j.cluster);
+                            db.append(c, &[format!("w{w} ran it")], Some("facts/gather")).unwrap();
+                            std::thread::sleep(Duration::from_millis(30));
+                            db.finish(c, Status::Success, None).unwrap();
+                            mine.push(c);
+                        }
+                        None => {
+                            idle += 1;
+                            db.wait_for_work(Duration::from_millis(50));
+                        }
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let claims: Vec<Claim> = workers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let took = started.elapsed();
+    let mut claimed: Vec<i64> = claims.iter().map(|c| c.job).collect();
+    claimed.sort();
+    assert_eq!(claimed, ids, "each job claimed exactly once");
+    assert!(claims.iter().all(|c| c.attempt == 1));
+    for j in db.list().unwrap() {
+        assert_eq!(j.status, Status::Success, "{j:?}");
+        assert_eq!(db.logs(j.id, 0).unwrap().len(), 1);
+    }
+    eprintln!("30 jobs by 3 workers in {took:?}");
+}
+
+#[test]
+fn a_worker_whose_lease_ran_out_has_its_writes_refused() {
+    let Some(pg) = start() else { return };
+    let db = open(&pg);
+    let id = db.create(&job("c")).unwrap();
+    let stale = db.claim("stalled", "m", 200, None).unwrap().unwrap();
+    db.append(stale, &["before the stop".into()], None).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let fresh = db.claim("other", "m", 30_000, None).unwrap().unwrap();
+    assert_eq!((fresh.job, fresh.attempt), (id, 2));
+    for r in [
+        db.append(stale, &["after".into()], None),
+        db.finish(stale, Status::Failed, Some("x")),
+        db.renew(stale, 1000).map(|_| ()),
+    ] {
+        assert!(matches!(r, Err(JobDbError::Fenced { job, attempt: 1 }) if job == id), "{r:?}");
+    }
+    db.finish(fresh, Status::Success, None).unwrap();
+    let lines: Vec<String> = db.logs(id, 0).unwrap().into_iter().map(|l| l.line).collect();
+    assert_eq!(lines, ["before the stop"]);
+    assert_eq!(db.get(id).unwrap().unwrap().status, Status::Success);
+}
+
+/// The engine emits its events from its scheduler task: the store is
+/// written from inside another tokio runtime (a worker hung on this).
+#[test]
+fn events_written_from_inside_another_runtime_are_stored() {
+    let Some(pg) = start() else { return };
+    let db = open(&pg);
+    let id = db.create(&job("c")).unwrap();
+    let claim = db.claim("w", "m", 30_000, None).unwrap().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let inner = db.clone();
+    rt.block_on(async move { inner.append(claim, &["from a task".into()], Some("step 1")) })
+        .unwrap();
+    let j = db.get(id).unwrap().unwrap();
+    assert_eq!(j.current_step.as_deref(), Some("step 1"));
+    assert_eq!(db.logs(id, 0).unwrap().last().unwrap().line, "from a task");
+}
+
+#[test]
+fn a_new_job_wakes_an_idle_worker_at_once() {
+    let Some(pg) = start() else { return };
+    let db = open(&pg);
+    // The listener is connected on the first wait.
+    db.wait_for_work(Duration::from_millis(10));
+    let waiter = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            db.wait_for_work(Duration::from_secs(20));
+            t.elapsed()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let other = open(&pg);
+    other.create(&job("c")).unwrap();
+    let waited = waiter.join().unwrap();
+    assert!(waited < Duration::from_secs(5), "woke after {waited:?}");
+}
+
+#[test]
+fn a_password_in_the_url_is_not_shown() {
+    let Some(pg) = start() else { return };
+    let url = pg.url.replace("kubexm@", "kubexm:s3cret-pw@").replace("/postgres", "/nonexistent");
+    let err = JobDb::open(Path::new(&url)).err().expect("a missing database opens");
+    let text = err.to_string();
+    assert!(!text.contains("s3cret-pw"), "{text}");
+    assert!(text.contains("kubexm:***@"), "{text}");
+}
+
+#[test]
+fn a_waiting_job_of_a_busy_cluster_reads_as_blocked_and_is_not_claimed() {
+    let Some(pg) = start() else { return };
+    let db = open(&pg);
+    let first = db.create(&job("c")).unwrap();
+    let second = db.create(&job("c")).unwrap();
+    let other = db.create(&job("d")).unwrap();
+    let c = db.claim("w1", "m", 30_000, None).unwrap().unwrap();
+    assert_eq!(c.job, first);
+    assert_eq!(db.get(second).unwrap().unwrap().status, Status::Blocked);
+    // The next claim skips the busy cluster.
+    let d = db.claim("w2", "m", 30_000, None).unwrap().unwrap();
+    assert_eq!(d.job, other);
+    assert!(db.claim("w3", "m", 30_000, None).unwrap().is_none());
+    db.finish(c, Status::Success, None).unwrap();
+    assert_eq!(db.get(second).unwrap().unwrap().status, Status::Pending);
+    assert_eq!(db.claim("w3", "m", 30_000, None).unwrap().unwrap().job, second);
+    // A cluster's jobs run on the machine that ran its first.
+    let again = db.create(&job("d")).unwrap();
+    db.finish(d, Status::Success, None).unwrap();
+    assert!(db.claim("w4", "elsewhere", 30_000, Some(again)).unwrap().is_none());
+    assert_eq!(db.claim("w4", "m", 30_000, Some(again)).unwrap().unwrap().job, again);
+}
+
+mod common;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_server_stores_and_serves_jobs_in_postgres() {
+    let Some(pg) = tokio::task::spawn_blocking(start).await.unwrap() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let (digest, pubkey) = common::held_bundle(&d);
+    let url = pg.url.clone();
+    let db = tokio::task::spawn_blocking(move || Arc::new(JobDb::open(Path::new(&url)).unwrap()))
+        .await
+        .unwrap();
+    let token = {
+        let db = db.clone();
+        tokio::task::spawn_blocking(move || db.create_token("t").unwrap()).await.unwrap()
+    };
+    let handle = axum_server::Handle::new();
+    let o = kubexm_server::api::ApiOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        tls_dir: d.join("tls"),
+        names: vec!["127.0.0.1".into()],
+        bundles: d.join("bundles"),
+        install: kubexm_server::worker::InstallJob {
+            bundle: PathBuf::new(),
+            pubkey: Some(pubkey),
+            allow_unsigned: false,
+            advertise: "127.0.0.1".parse().unwrap(),
+            serve_port: 5443,
+            root: d.join("root"),
+            phases: vec![],
+            kubeconfig: None,
+        },
+    };
+    tokio::spawn(kubexm_server::api::serve(db.clone(), o, handle.clone()));
+    let addr = handle.listening().await.unwrap();
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(d.join("tls/ca.crt")).unwrap()).unwrap();
+    let c = reqwest::Client::builder().tls_certs_only([ca]).build().unwrap();
+    let base = format!("https://127.0.0.1:{}", addr.port());
+    let r = c
+        .post(format!("{base}/api/v1/clusters?bundle={digest}"))
+        .bearer_auth(&token)
+        .body(common::EXAMPLE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let id = r.json::<serde_json::Value>().await.unwrap()["job_id"].as_i64().unwrap();
+    let j: serde_json::Value = c
+        .get(format!("{base}/api/v1/jobs/{id}"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(j["status"], "Pending");
+    let bad = c.get(format!("{base}/api/v1/jobs")).bearer_auth("kxm_wrong").send().await.unwrap();
+    assert_eq!(bad.status(), 401);
+    let logs = c
+        .get(format!("{base}/api/v1/jobs/{id}/logs"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(logs.contains("event: end") && logs.contains("Pending"), "{logs}");
+    handle.shutdown();
+    tokio::task::spawn_blocking(move || drop((db, pg))).await.unwrap();
+}
