@@ -161,7 +161,22 @@ impl Client {
     /// Stores a create-cluster job: `text` is cluster.yaml, `bundle` a digest.
     pub async fn create_cluster(&self, text: String, bundle: Option<&str>) -> Result<i64, ClientError> {
         let q = bundle.map(|b| format!("?bundle={b}")).unwrap_or_default();
-        let (url, r) = self.request(reqwest::Method::POST, &format!("/api/v1/clusters{q}"));
+        self.post_config(&format!("/api/v1/clusters{q}"), text).await
+    }
+
+    /// Stores a facts job for the hosts of `text` (cluster.yaml).
+    pub async fn create_facts(&self, text: String) -> Result<i64, ClientError> {
+        self.post_config("/api/v1/clusters/facts", text).await
+    }
+
+    /// Stores a reset job for the cluster of `text` (confirmed by the caller).
+    pub async fn create_reset(&self, text: String) -> Result<i64, ClientError> {
+        self.post_config("/api/v1/clusters/reset?confirm=true", text).await
+    }
+
+    /// POSTs cluster.yaml; the id of the job stored.
+    async fn post_config(&self, path: &str, text: String) -> Result<i64, ClientError> {
+        let (url, r) = self.request(reqwest::Method::POST, path);
         let v: serde_json::Value = self.json(&url, r.header("content-type", "application/yaml").body(text)).await?;
         v["job_id"].as_i64().ok_or_else(|| ClientError::Http {
             url,

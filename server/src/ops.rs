@@ -75,13 +75,31 @@ fn store(db: &JobDb, cluster: &kubexm_bom::config::Cluster, text: String, name: 
 pub fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json::Value) -> anyhow::Result<i64> {
     let cluster = kubexm_bom::config::load_file_hosts(file)?;
     let text = fs_err::read_to_string(file)?;
-    Ok(db.create(&NewJob {
+    Ok(store_hosts_job(db, &cluster, text, file.display().to_string(), kind, options)?)
+}
+
+/// A facts or reset job from config text (the API), validated as
+/// [`create_hosts_job`] does a file. Nothing is stored when it is invalid.
+pub fn create_hosts_job_text(db: &JobDb, text: &str, name: &str, kind: &str, options: serde_json::Value) -> Result<i64, CreateError> {
+    let cluster = kubexm_bom::config::load_str_hosts(text, name)?;
+    store_hosts_job(db, &cluster, text.to_string(), name.to_string(), kind, options).map_err(|e| CreateError::Store(e.into()))
+}
+
+fn store_hosts_job(
+    db: &JobDb,
+    cluster: &kubexm_bom::config::Cluster,
+    text: String,
+    name: String,
+    kind: &str,
+    options: serde_json::Value,
+) -> Result<i64, crate::jobdb::JobDbError> {
+    db.create(&NewJob {
         cluster: cluster.metadata.name.clone(),
         kind: kind.into(),
         config: text,
-        config_name: file.display().to_string(),
+        config_name: name,
         options,
-    })?)
+    })
 }
 
 /// A job by id, or a usage error naming it.

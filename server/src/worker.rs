@@ -340,7 +340,15 @@ pub fn serve(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, once: bo
             Some(claim) => {
                 tracing::info!("job {} claimed (attempt {})", claim.job, claim.attempt);
                 let ended = run(db, claim, o, quit.clone())?;
-                tracing::info!("job {}: {ended:?}", claim.job);
+                if ended == Ended::Fenced {
+                    tracing::warn!(
+                        "job {} (attempt {}): another worker holds it now (this worker's lease ran out); nothing more was written",
+                        claim.job,
+                        claim.attempt
+                    );
+                } else {
+                    tracing::info!("job {}: {ended:?}", claim.job);
+                }
                 ran += 1;
                 if once {
                     break;

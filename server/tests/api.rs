@@ -163,6 +163,51 @@ async fn a_bad_config_answers_422_with_the_errors_and_positions_of_validate_and_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a_bad_config_is_not() {
+    let s = Server::start().await;
+    let post = |path: &str, body: String| {
+        s.client()
+            .post(s.url(path))
+            .bearer_auth(&s.token)
+            .header("content-type", "application/yaml")
+            .body(body)
+            .send()
+    };
+    // Refused, nothing stored: a reset not confirmed, a config with bad hosts.
+    let r = post("/api/v1/clusters/reset", EXAMPLE.to_string()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("?confirm=true"), "{v}");
+    let bad = EXAMPLE.replace("port: 22", "port: 99999");
+    for path in ["/api/v1/clusters/facts", "/api/v1/clusters/reset?confirm=true"] {
+        let r = post(path, bad.clone()).await.unwrap();
+        assert_eq!(r.status(), 422, "{path}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        let e = &v["errors"][0];
+        assert!(
+            e["line"].as_u64().unwrap() > 0 && e["path"].as_str().unwrap().contains("port"),
+            "{v}"
+        );
+    }
+    assert!(s.db.list().unwrap().is_empty(), "a job was stored");
+    // Stored: the kinds, the reset with the server's root.
+    for (path, kind) in [
+        ("/api/v1/clusters/facts", "facts"),
+        ("/api/v1/clusters/reset?confirm=true", "reset"),
+    ] {
+        let r = post(path, EXAMPLE.to_string()).await.unwrap();
+        assert_eq!(r.status(), 202, "{path}");
+        let id = r.json::<serde_json::Value>().await.unwrap()["job_id"].as_i64().unwrap();
+        let j = s.db.get(id).unwrap().unwrap();
+        assert_eq!((j.kind.as_str(), j.cluster.as_str()), (kind, "demo"));
+        if kind == "reset" {
+            assert_eq!(j.options["root"], s.dir.path().join("root").display().to_string());
+        }
+    }
+    s.handle.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_401() {
     let s = Server::start().await;
     let c = s.client();
@@ -172,6 +217,8 @@ async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_40
         (reqwest::Method::GET, "/api/v1/jobs/1/logs"),
         (reqwest::Method::POST, "/api/v1/jobs/1/cancel"),
         (reqwest::Method::POST, "/api/v1/clusters"),
+        (reqwest::Method::POST, "/api/v1/clusters/facts"),
+        (reqwest::Method::POST, "/api/v1/clusters/reset"),
     ] {
         let r = c.request(m.clone(), s.url(p)).send().await.unwrap();
         assert_eq!(r.status(), 401, "{m} {p}");
@@ -425,6 +472,25 @@ async fn the_kubexm_command_reads_jobs_and_cancels_through_the_api_with_a_client
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("Cancelled"), "{out}");
     assert_eq!(s.db.list().unwrap().len(), 1);
+    // Facts and reset jobs through the API; a reset without --yes stores nothing.
+    std::fs::write(d.join("good.yaml"), EXAMPLE).unwrap();
+    let good = d.join("good.yaml").to_str().unwrap().to_string();
+    let (code, _, err) = tokio::task::block_in_place(|| kubexm(&["reset", "cluster", "-f", &good, "--detach"]));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--yes"), "{err}");
+    for (args, id) in [
+        (vec!["create", "facts", "-f", &good, "--detach"], 2),
+        (vec!["reset", "cluster", "-f", &good, "--yes", "--detach"], 3),
+    ] {
+        let (code, out, err) = tokio::task::block_in_place(|| kubexm(&args));
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert_eq!(
+            out.trim(),
+            format!("Job created with ID {id}. Run 'kubexm get job {id}' to check status.")
+        );
+    }
+    let kinds: Vec<String> = s.db.list().unwrap().into_iter().map(|j| j.kind).collect();
+    assert_eq!(kinds, ["reset", "facts", "install"]);
     // Without credentials the command says so.
     std::fs::write(d.join("token"), "kxm_wrong").unwrap();
     let (code, _, err) = tokio::task::block_in_place(|| kubexm(&["get", "jobs"]));

@@ -85,6 +85,12 @@ pub fn load_str(text: &str, file: &str, catalog: &Catalog) -> Result<Cluster, Lo
     load_str_with(text, file, Some(catalog))
 }
 
+/// Validates config text for an operation that only reaches its hosts
+/// (reset, facts), as [`load_file_hosts`] does a file.
+pub fn load_str_hosts(text: &str, file: &str) -> Result<Cluster, LoadError> {
+    load_str_with(text, file, None)
+}
+
 fn load_str_with(text: &str, file: &str, catalog: Option<&Catalog>) -> Result<Cluster, LoadError> {
     if text.len() as u64 > MAX_CONFIG_BYTES {
         return Err(LoadError::TooLarge {

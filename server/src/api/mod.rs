@@ -31,7 +31,7 @@ use serde_json::json;
 use crate::bundles;
 use crate::jobdb::{JobDb, LogLine};
 use crate::ops::{self, CreateError};
-use crate::worker::InstallJob;
+use crate::worker::{InstallJob, ResetJob};
 
 /// The OpenAPI document of this API, as committed.
 pub const OPENAPI: &str = include_str!("../../../manifests/api/openapi.json");
@@ -105,6 +105,8 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
     });
     let guarded = Router::new()
         .route("/api/v1/clusters", post(create_cluster))
+        .route("/api/v1/clusters/facts", post(create_facts))
+        .route("/api/v1/clusters/reset", post(create_reset))
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{id}", get(job))
         .route("/api/v1/jobs/{id}/logs", get(logs))
@@ -207,26 +209,67 @@ async fn create_cluster(State(app): State<Arc<App>>, Query(q): Query<CreateQuery
         };
         let bundle = bundles::find(&app.o.bundles, &digest).map_err(|e| bad(e.to_string()))?;
         let catalog = app.catalog(&bundle)?;
-        let text = String::from_utf8(body.to_vec()).map_err(|e| {
-            ApiError(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                format!("the body is not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
-            )
-        })?;
+        let text = utf8(&body)?;
         let mut job = app.o.install.clone();
         job.bundle = bundle;
-        match ops::create_cluster_text(&app.db, &text, "cluster.yaml", &catalog, &job) {
-            Ok(id) => Ok((StatusCode::ACCEPTED, axum::Json(json!({"job_id": id}))).into_response()),
-            Err(CreateError::Invalid(kubexm_bom::config::LoadError::Invalid(d))) => Ok((
-                StatusCode::UNPROCESSABLE_ENTITY,
-                axum::Json(json!({"error": d.to_string(), "file": d.file, "errors": d.diagnostics})),
-            )
-                .into_response()),
-            Err(CreateError::Invalid(e)) => Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
-            Err(CreateError::Store(e)) => Err(internal(format!("{e:#}"))),
-        }
+        created(ops::create_cluster_text(&app.db, &text, "cluster.yaml", &catalog, &job))
     })
     .await
+}
+
+/// The config text of a request body.
+fn utf8(body: &Bytes) -> Result<String, ApiError> {
+    String::from_utf8(body.to_vec()).map_err(|e| {
+        ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("the body is not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+        )
+    })
+}
+
+/// 202 with the job's id, or 422 with every validation error.
+fn created(r: Result<i64, CreateError>) -> Result<Response, ApiError> {
+    match r {
+        Ok(id) => Ok((StatusCode::ACCEPTED, axum::Json(json!({"job_id": id}))).into_response()),
+        Err(CreateError::Invalid(kubexm_bom::config::LoadError::Invalid(d))) => Ok((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            axum::Json(json!({"error": d.to_string(), "file": d.file, "errors": d.diagnostics})),
+        )
+            .into_response()),
+        Err(CreateError::Invalid(e)) => Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
+        Err(CreateError::Store(e)) => Err(internal(format!("{e:#}"))),
+    }
+}
+
+async fn create_facts(State(app): State<Arc<App>>, body: Bytes) -> Result<Response, ApiError> {
+    hosts_job(app, body, "facts", json!({})).await
+}
+
+#[derive(Deserialize)]
+struct ResetQuery {
+    #[serde(default)]
+    confirm: bool,
+}
+
+async fn create_reset(State(app): State<Arc<App>>, Query(q): Query<ResetQuery>, body: Bytes) -> Result<Response, ApiError> {
+    if !q.confirm {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "a reset deletes the cluster on its hosts, etcd data included; nothing was stored. Ask again with ?confirm=true".into(),
+        ));
+    }
+    let options = serde_json::to_value(ResetJob {
+        root: app.o.install.root.clone(),
+    })
+    .map_err(internal)?;
+    hosts_job(app, body, "reset", options).await
+}
+
+/// A facts or reset job for the hosts of the body's config.
+async fn hosts_job(app: Arc<App>, body: Bytes, kind: &'static str, options: serde_json::Value) -> Result<Response, ApiError> {
+    let _turn = app.validating.acquire().await.map_err(internal)?;
+    let app = app.clone();
+    blocking(move || created(ops::create_hosts_job_text(&app.db, &utf8(&body)?, "cluster.yaml", kind, options))).await
 }
 
 impl App {

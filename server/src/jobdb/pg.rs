@@ -103,12 +103,19 @@ impl Pg {
             .enable_all()
             .build()
             .map_err(|e| bad(&e))?;
+        // A worker stopped inside a transaction (SIGSTOP, a frozen VM)
+        // would hold its job's row lock and hide the job from every other
+        // worker's claim: the server ends such a session after 10 s.
+        let options = url
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .map_err(|e| bad(&e))?
+            .options([("idle_in_transaction_session_timeout", "10s")]);
         let pool = rt
             .block_on(
                 PgPoolOptions::new()
                     .max_connections(8)
                     .acquire_timeout(Duration::from_secs(30))
-                    .connect(url),
+                    .connect_with(options),
             )
             .map_err(|e| bad(&format!("{e}; is PostgreSQL running and the URL right?")))?;
         let pg = Pg {

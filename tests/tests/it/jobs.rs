@@ -368,3 +368,177 @@ fn three_workers_on_postgresql_run_thirty_facts_jobs_over_ten_clusters() {
     }
     eprintln!("30 facts jobs over 10 clusters by 3 workers on PostgreSQL in {took:?}");
 }
+
+/// The job's log lines, as the database has them.
+fn pg_job(url: &str, id: i64) -> serde_json::Value {
+    serde_json::from_str(&ok(
+        kubexm_pg(url, &["get", "job", &id.to_string(), "-o", "json"]).output().unwrap(),
+        "get job -o json",
+    ))
+    .unwrap()
+}
+
+fn log_lines(j: &serde_json::Value) -> Vec<String> {
+    j["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["line"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Waits for a job to end; returns it.
+fn pg_wait_end(url: &str, id: i64, secs: u64) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let j = pg_job(url, id);
+        if ["Success", "Failed", "Cancelled"].contains(&j["job"]["status"].as_str().unwrap()) {
+            return j;
+        }
+        assert!(start.elapsed() < Duration::from_secs(secs), "job {id} did not end: {}", j["job"]);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn on_postgresql_a_killed_worker_s_install_is_finished_by_another_and_a_stopped_worker_is_fenced() {
+    let Some(lab) = Lab::up(1, 0) else { return };
+    bin("kubexm-install");
+    let Some(pg) = kubexm_server::testing::Postgres::start().unwrap() else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "PostgreSQL is not installed");
+        eprintln!("skipped: PostgreSQL is not installed (ci/test installs Debian's postgresql)");
+        return;
+    };
+    let url = pg.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let config = lab.desc.main_job.clone();
+    let b = signed_bundle(&lab, &config);
+    let (root, state) = (d.join("root"), d.join("state.db"));
+    // Workers on one machine, sharing its state database and root (the affinity the README describes).
+    let worker = |name: &str| {
+        kubexm_pg(&url, &["worker", "--lease-seconds", "10"])
+            .arg("--state")
+            .arg(&state)
+            .stderr(Stdio::from(std::fs::File::create(d.join(format!("{name}.log"))).unwrap()))
+            .spawn()
+            .unwrap()
+    };
+    let read_log = |name: &str| std::fs::read_to_string(d.join(format!("{name}.log"))).unwrap();
+
+    // kill -9 of a worker mid-install.
+    let mut a = worker("a");
+    std::thread::sleep(Duration::from_secs(2));
+    let port = free_port(&lab.desc.gateway).to_string();
+    let created = ok(
+        kubexm_pg(&url, &["create", "cluster", "--detach", "-f"])
+            .arg(&config)
+            .arg("--bundle")
+            .arg(&b.bundle)
+            .arg("--pubkey")
+            .arg(&b.public_key)
+            .args(["--advertise", &lab.desc.gateway, "--serve-port", &port])
+            .arg("--root")
+            .arg(&root)
+            .arg("--state")
+            .arg(&state)
+            .output()
+            .unwrap(),
+        "create cluster --detach",
+    );
+    assert!(created.starts_with("Job created with ID 1."), "{created}");
+    let start = Instant::now();
+    let applied: Vec<String> = loop {
+        let lines = log_lines(&pg_job(&url, 1));
+        let applied: Vec<String> = lines
+            .iter()
+            .filter_map(|l| l.strip_suffix(" applied"))
+            .map(str::to_string)
+            .collect();
+        if applied.len() >= 5 {
+            break applied;
+        }
+        assert!(start.elapsed() < Duration::from_secs(300), "no 5 steps applied: {lines:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    ok(
+        Command::new("kill").args(["-KILL", &a.id().to_string()]).output().unwrap(),
+        "kill -9",
+    );
+    let _ = a.wait();
+    let killed_at = Instant::now();
+    let mut b_worker = worker("b");
+    let end = pg_wait_end(&url, 1, 900);
+    assert!(
+        killed_at.elapsed() >= Duration::from_secs(5),
+        "claimed again before the lease ended"
+    );
+    let job = &end["job"];
+    assert_eq!(job["status"], "Success", "{}\n{}", job, read_log("b"));
+    assert_eq!(job["attempt"], 2, "{job}");
+    assert!(job["worker"].as_str().unwrap().ends_with(&format!(":{}", b_worker.id())), "{job}");
+    let lines = log_lines(&end);
+    let second = lines
+        .iter()
+        .position(|l| l.contains("(attempt 2)"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    for step in &applied {
+        assert!(
+            lines[second..].contains(&format!("{step} skipped")),
+            "{step}, applied by the killed worker, is not skipped by the next: {:?}",
+            &lines[second..]
+        );
+    }
+    let node = lab.ssh_ok("lab1", "kubectl --kubeconfig /etc/kubernetes/admin.conf get node lab1 --no-headers");
+    assert!(node.contains(" Ready "), "{node}");
+
+    // SIGSTOP of a worker mid-reset, past its lease; another finishes the
+    // job; the stopped one, continued, has its writes refused.
+    let created = ok(
+        kubexm_pg(&url, &["reset", "cluster", "--yes", "--detach", "-f"])
+            .arg(&config)
+            .arg("--root")
+            .arg(&root)
+            .arg("--state")
+            .arg(&state)
+            .output()
+            .unwrap(),
+        "reset cluster --detach",
+    );
+    assert!(created.starts_with("Job created with ID 2."), "{created}");
+    let start = Instant::now();
+    loop {
+        let j = pg_job(&url, 2);
+        if log_lines(&j).iter().any(|l| l.ends_with(" started")) {
+            break;
+        }
+        assert_ne!(j["job"]["status"], "Success", "the reset ended before it could be stopped");
+        assert!(start.elapsed() < Duration::from_secs(120), "the reset did not start: {j}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bpid = b_worker.id().to_string();
+    ok(Command::new("kill").args(["-STOP", &bpid]).output().unwrap(), "SIGSTOP");
+    std::thread::sleep(Duration::from_secs(12));
+    let mut c = worker("c");
+    let end = pg_wait_end(&url, 2, 600);
+    assert_eq!(end["job"]["status"], "Success", "{}\n{}", end["job"], read_log("c"));
+    assert_eq!(end["job"]["attempt"], 2, "{}", end["job"]);
+    ok(Command::new("kill").args(["-CONT", &bpid]).output().unwrap(), "SIGCONT");
+    let fenced_at = Instant::now();
+    while !read_log("b").contains("another worker holds it now") {
+        assert!(
+            fenced_at.elapsed() < Duration::from_secs(120),
+            "the continued worker did not find itself fenced: {}",
+            read_log("b")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let after = pg_job(&url, 2);
+    assert_eq!(log_lines(&after), log_lines(&end), "the fenced worker wrote to the job");
+    assert_eq!(after["job"]["status"], "Success");
+    for (name, w) in [("b", &mut b_worker), ("c", &mut c)] {
+        ok(Command::new("kill").args(["-INT", &w.id().to_string()]).output().unwrap(), "SIGINT");
+        let status = w.wait().unwrap();
+        assert!(status.success(), "worker {name}: {}", read_log(name));
+    }
+}

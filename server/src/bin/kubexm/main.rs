@@ -198,7 +198,7 @@ enum ResetCmd {
         /// Confirm: without it nothing is stored.
         #[arg(long)]
         yes: bool,
-        /// The installer's state root on the worker's machine.
+        /// The installer's state root on the worker's machine (with an API server: its `--root`).
         #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
         root: PathBuf,
     },
@@ -537,15 +537,7 @@ fn local(db: Arc<JobDb>, command: Command) -> anyhow::Result<()> {
         Command::Reset {
             what: ResetCmd::Cluster { job: h, yes, root },
         } => {
-            if !yes {
-                return Err(classified(
-                    Class::Usage,
-                    anyhow::anyhow!(
-                        "reset deletes the cluster of {} on its hosts, etcd data included; nothing was stored. Pass --yes to do it",
-                        h.file.display()
-                    ),
-                ));
-            }
+            confirmed(&h.file, yes)?;
             let live = detachable(&db, h.detach)?;
             let root = if root.is_relative() {
                 std::env::current_dir()?.join(root)
@@ -641,11 +633,6 @@ fn run_created(db: &Arc<JobDb>, id: i64, detach: bool, live: &[String], state: P
 fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Result<()> {
     let c = client::Client::new(config).map_err(|e| classified(Class::Usage, e))?;
     let rt = tokio::runtime::Runtime::new()?;
-    let api = |e: client::ClientError| match e {
-        client::ClientError::Invalid(_) => classified(Class::Config, e),
-        client::ClientError::Refused { status: 404, .. } | client::ClientError::Refused { status: 400, .. } => classified(Class::Usage, e),
-        e => classified(Class::Fetch, e),
-    };
     rt.block_on(async {
         match command {
             Command::Create { what: Create::Cluster(cc) } => {
@@ -661,17 +648,20 @@ fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Result<()>
                 }
                 let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
                 let id = c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?;
-                println!("Job created with ID {id}. Run 'kubexm get job {id}' to check status.");
-                if cc.detach {
-                    return Ok(());
-                }
-                let mut out = std::io::stdout().lock();
-                c.follow(id, 0, true, |l| {
-                    let _ = writeln!(out, "{}", l.line);
-                })
-                .await
-                .map_err(api)?;
-                ops::outcome(&c.job(id).await.map_err(api)?)
+                follow_created(&c, id, cc.detach).await
+            }
+            Command::Create { what: Create::Facts(h) } => {
+                let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
+                let id = c.create_facts(text).await.map_err(api)?;
+                follow_created(&c, id, h.detach).await
+            }
+            Command::Reset {
+                what: ResetCmd::Cluster { job: h, yes, .. },
+            } => {
+                confirmed(&h.file, yes)?;
+                let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
+                let id = c.create_reset(text).await.map_err(api)?;
+                follow_created(&c, id, h.detach).await
             }
             Command::Get {
                 what: Get::Job { id, output, follow, from },
@@ -688,18 +678,48 @@ fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Result<()>
                 what: Get::Jobs { output },
             } => print_jobs(&c.jobs().await.map_err(api)?, output),
             Command::Cancel { what: Cancel::Job { id } } => print_cancelled(id, c.cancel(id).await.map_err(api)?),
-            Command::Create {
-                what: Create::Facts(_),
-            }
-            | Command::Reset { .. } => Err(classified(
-                Class::Unsupported,
-                anyhow::anyhow!(
-                    "facts and reset jobs through the API server are not supported yet; run them against the local job database (no client config)"
-                ),
-            )),
             _ => Ok(()),
         }
     })
+}
+
+/// A reset is stored only when confirmed.
+fn confirmed(file: &std::path::Path, yes: bool) -> anyhow::Result<()> {
+    if yes {
+        return Ok(());
+    }
+    Err(classified(
+        Class::Usage,
+        anyhow::anyhow!(
+            "reset deletes the cluster of {} on its hosts, etcd data included; nothing was stored. Pass --yes to do it",
+            file.display()
+        ),
+    ))
+}
+
+/// Prints the created job's id; unless `detach`, follows its log to the
+/// end and returns its outcome.
+async fn follow_created(c: &client::Client, id: i64, detach: bool) -> anyhow::Result<()> {
+    println!("Job created with ID {id}. Run 'kubexm get job {id}' to check status.");
+    if detach {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    c.follow(id, 0, true, |l| {
+        let _ = writeln!(out, "{}", l.line);
+    })
+    .await
+    .map_err(api)?;
+    ops::outcome(&c.job(id).await.map_err(api)?)
+}
+
+/// An API client's error, classified for its exit code.
+fn api(e: client::ClientError) -> anyhow::Error {
+    match e {
+        client::ClientError::Invalid(_) => classified(Class::Config, e),
+        client::ClientError::Refused { status: 404, .. } | client::ClientError::Refused { status: 400, .. } => classified(Class::Usage, e),
+        e => classified(Class::Fetch, e),
+    }
 }
 
 fn print_cancelled(id: i64, s: Status) -> anyhow::Result<()> {
