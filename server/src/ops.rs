@@ -10,7 +10,7 @@ use std::time::Duration;
 use kubexm_cli::{Class, classified};
 
 use crate::jobdb::{Job, JobDb, LogLine, NewJob};
-use crate::worker::InstallJob;
+use crate::worker::{ApiInstallJob, InstallJob};
 
 /// `create cluster`: `file` validated against the bundle's catalog (the
 /// same errors, with line and column, as an install or `kubexm-bundle
@@ -24,16 +24,21 @@ pub fn create_cluster(db: &JobDb, file: &Path, job: &InstallJob) -> anyhow::Resu
 
 /// `create cluster` from config text (the API): validated against
 /// `catalog` (the bundle's), the errors naming `name`; stored as a Pending
-/// install job. Nothing is stored when it is invalid.
+/// install job of the bundle `digest`, which the claiming worker completes
+/// with its own install options. Nothing is stored when it is invalid.
 pub fn create_cluster_text(
     db: &JobDb,
     text: &str,
     name: &str,
     catalog: &kubexm_bom::catalog::Catalog,
-    job: &InstallJob,
+    digest: &str,
 ) -> Result<i64, CreateError> {
     let cluster = kubexm_bom::config::load_str(text, name, catalog)?;
-    store(db, &cluster, text.to_string(), name.to_string(), job).map_err(CreateError::Store)
+    let options = serde_json::to_value(ApiInstallJob {
+        bundle_digest: digest.to_string(),
+    })
+    .map_err(|e| CreateError::Store(e.into()))?;
+    store_job(db, &cluster, text.to_string(), name.to_string(), "install", options).map_err(|e| CreateError::Store(e.into()))
 }
 
 /// Why a job was not created from config text.
@@ -61,13 +66,7 @@ fn store(db: &JobDb, cluster: &kubexm_bom::config::Cluster, text: String, name: 
             *p = std::env::current_dir()?.join(&*p);
         }
     }
-    Ok(db.create(&NewJob {
-        cluster: cluster.metadata.name.clone(),
-        kind: "install".into(),
-        config: text,
-        config_name: name,
-        options: serde_json::to_value(&job)?,
-    })?)
+    Ok(store_job(db, cluster, text, name, "install", serde_json::to_value(&job)?)?)
 }
 
 /// A facts or reset job for the hosts of `file` (validated as those
@@ -75,17 +74,17 @@ fn store(db: &JobDb, cluster: &kubexm_bom::config::Cluster, text: String, name: 
 pub fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json::Value) -> anyhow::Result<i64> {
     let cluster = kubexm_bom::config::load_file_hosts(file)?;
     let text = fs_err::read_to_string(file)?;
-    Ok(store_hosts_job(db, &cluster, text, file.display().to_string(), kind, options)?)
+    Ok(store_job(db, &cluster, text, file.display().to_string(), kind, options)?)
 }
 
 /// A facts or reset job from config text (the API), validated as
 /// [`create_hosts_job`] does a file. Nothing is stored when it is invalid.
 pub fn create_hosts_job_text(db: &JobDb, text: &str, name: &str, kind: &str, options: serde_json::Value) -> Result<i64, CreateError> {
     let cluster = kubexm_bom::config::load_str_hosts(text, name)?;
-    store_hosts_job(db, &cluster, text.to_string(), name.to_string(), kind, options).map_err(|e| CreateError::Store(e.into()))
+    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options).map_err(|e| CreateError::Store(e.into()))
 }
 
-fn store_hosts_job(
+fn store_job(
     db: &JobDb,
     cluster: &kubexm_bom::config::Cluster,
     text: String,

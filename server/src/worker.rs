@@ -33,11 +33,88 @@ pub struct InstallJob {
     pub kubeconfig: Option<PathBuf>,
 }
 
+/// An install job created through the API: only the bundle, by digest.
+/// The install's options (advertise address, public key, serve port,
+/// root) and the bundle's file are the claiming worker's ([`WorkerInstall`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiInstallJob {
+    pub bundle_digest: String,
+}
+
+/// An install job's options: given to `kubexm create cluster` on the
+/// worker's machine, or through the API.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum InstallRequest {
+    Local(InstallJob),
+    Api(ApiInstallJob),
+}
+
 /// What a reset job needs besides its config: the installer's state root
-/// on the worker's machine (the cluster's PKI is forgotten there too).
+/// on the worker's machine (the cluster's PKI is forgotten there too);
+/// none (an API job): the worker's `--root`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ResetJob {
+    #[serde(default)]
+    pub root: Option<PathBuf>,
+}
+
+/// The install options a worker applies to the jobs created through the
+/// API (its flags, or the API server's for its embedded worker).
+#[derive(Debug, Clone)]
+pub struct WorkerInstall {
+    /// The bundles held by digest (`kubexm bundle add` on this machine).
+    pub bundles: PathBuf,
+    /// The address hosts reach this machine at (its file server); without
+    /// it, API install jobs fail on this worker, saying so.
+    pub advertise: Option<std::net::IpAddr>,
+    /// The bundles' public key; none: installed without a signature check
+    /// (`kubexm bundle add` checked it).
+    pub pubkey: Option<PathBuf>,
+    pub serve_port: u16,
+    /// The installer's state root (unpacked bundles, PKI).
     pub root: PathBuf,
+}
+
+impl Default for WorkerInstall {
+    fn default() -> WorkerInstall {
+        WorkerInstall {
+            bundles: crate::bundles::BUNDLES_DIR.into(),
+            advertise: None,
+            pubkey: None,
+            serve_port: 5443,
+            root: kubexm_installer::ROOT.into(),
+        }
+    }
+}
+
+impl WorkerInstall {
+    /// The full options of an API install job on this worker.
+    fn complete(&self, job: i64, api: &ApiInstallJob) -> anyhow::Result<InstallJob> {
+        let Some(advertise) = self.advertise else {
+            anyhow::bail!(
+                "job {job} was created through the API and installs with this worker's options, but this worker has no --advertise: \
+                 start `kubexm worker` (or the API server's embedded worker) with --advertise ADDR --pubkey FILE and create the job again"
+            );
+        };
+        let bundle = crate::bundles::find(&self.bundles, &api.bundle_digest).map_err(|e| {
+            anyhow::anyhow!(
+                "job {job}: {e}; hold it on this worker's machine too: `kubexm bundle add FILE --pubkey KEY --bundles {}`",
+                self.bundles.display()
+            )
+        })?;
+        Ok(InstallJob {
+            bundle,
+            allow_unsigned: self.pubkey.is_none(),
+            pubkey: self.pubkey.clone(),
+            advertise,
+            serve_port: self.serve_port,
+            root: self.root.clone(),
+            phases: Vec::new(),
+            kubeconfig: None,
+        })
+    }
 }
 
 /// How a worker runs.
@@ -53,6 +130,8 @@ pub struct WorkerOptions {
     /// Where job configs are written for the operation (`<dir>/<id>/`).
     pub jobs_dir: PathBuf,
     pub concurrency: usize,
+    /// The options of install jobs created through the API.
+    pub install: WorkerInstall,
 }
 
 impl WorkerOptions {
@@ -73,6 +152,7 @@ impl WorkerOptions {
             state,
             jobs_dir,
             concurrency: 20,
+            install: WorkerInstall::default(),
         }
     }
 }
@@ -252,7 +332,10 @@ fn operate(job: &crate::jobdb::Job, o: &WorkerOptions, sink: Arc<DbSink>, stop: 
     };
     match job.kind.as_str() {
         "install" => {
-            let j: InstallJob = serde_json::from_value(job.options.clone())?;
+            let j = match serde_json::from_value(job.options.clone())? {
+                InstallRequest::Local(j) => j,
+                InstallRequest::Api(a) => o.install.complete(job.id, &a)?,
+            };
             let opts = ops::install::InstallOptions {
                 bundle: Some(j.bundle),
                 file: Some(file),
@@ -301,7 +384,8 @@ fn operate(job: &crate::jobdb::Job, o: &WorkerOptions, sink: Arc<DbSink>, stop: 
         }
         "reset" => {
             let j: ResetJob = serde_json::from_value(job.options.clone())?;
-            match ops::reset::reset(&file, true, &j.root, &engine)? {
+            let root = j.root.unwrap_or_else(|| o.install.root.clone());
+            match ops::reset::reset(&file, true, &root, &engine)? {
                 ops::reset::ResetReport::Done(t) => Ok(t),
                 ops::reset::ResetReport::NotConfirmed { refusal, .. } => anyhow::bail!(refusal),
             }

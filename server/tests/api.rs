@@ -5,12 +5,12 @@
 //! job database as a worker would.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use kubexm_server::api::{self, ApiOptions};
 use kubexm_server::jobdb::{JobDb, Status};
-use kubexm_server::worker::InstallJob;
+use kubexm_server::worker::ApiInstallJob;
 
 mod common;
 use common::{EXAMPLE, held_bundle};
@@ -25,22 +25,12 @@ struct Server {
 }
 
 impl Server {
-    fn options(dir: &Path, pubkey: &Path) -> ApiOptions {
+    fn options(dir: &Path) -> ApiOptions {
         ApiOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
             tls_dir: dir.join("tls"),
             names: vec!["127.0.0.1".into(), "localhost".into()],
             bundles: dir.join("bundles"),
-            install: InstallJob {
-                bundle: PathBuf::new(),
-                pubkey: Some(pubkey.to_path_buf()),
-                allow_unsigned: false,
-                advertise: "127.0.0.1".parse().unwrap(),
-                serve_port: 5443,
-                root: dir.join("root"),
-                phases: vec![],
-                kubeconfig: None,
-            },
         }
     }
 
@@ -62,7 +52,7 @@ impl Server {
 
     async fn serve(db: &Arc<JobDb>, dir: &Path) -> (axum_server::Handle<SocketAddr>, SocketAddr) {
         let handle = axum_server::Handle::new();
-        let o = Self::options(dir, &dir.join("k.pub"));
+        let o = Self::options(dir);
         tokio::spawn(api::serve(db.clone(), o, handle.clone()));
         let addr = handle.listening().await.expect("the API server did not start");
         (handle, addr)
@@ -110,10 +100,10 @@ async fn a_valid_config_is_stored_as_a_pending_job_and_answers_202() {
         (Status::Pending, "demo", "install")
     );
     assert_eq!(j.config, EXAMPLE);
-    // The install options are the worker's, the bundle the one named.
-    let job: InstallJob = serde_json::from_value(j.options).unwrap();
-    assert!(job.bundle.starts_with(s.dir.path().join("bundles")), "{job:?}");
-    assert_eq!(job.advertise.to_string(), "127.0.0.1");
+    // Only the bundle is the job's, by digest: the claiming worker's own
+    // options and copy of the bundle complete it.
+    let job: ApiInstallJob = serde_json::from_value(j.options).unwrap();
+    assert_eq!(job.bundle_digest, s.digest);
     let got: serde_json::Value = s.get_json(s.url(&format!("/api/v1/jobs/{id}"))).await;
     assert_eq!(got["status"], "Pending");
     assert_eq!(got["id"], id);
@@ -201,7 +191,8 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
         let j = s.db.get(id).unwrap().unwrap();
         assert_eq!((j.kind.as_str(), j.cluster.as_str()), (kind, "demo"));
         if kind == "reset" {
-            assert_eq!(j.options["root"], s.dir.path().join("root").display().to_string());
+            // The claiming worker's --root.
+            assert_eq!(j.options["root"], serde_json::Value::Null);
         }
     }
     s.handle.shutdown();
@@ -496,5 +487,43 @@ async fn the_kubexm_command_reads_jobs_and_cancels_through_the_api_with_a_client
     let (code, _, err) = tokio::task::block_in_place(|| kubexm(&["get", "jobs"]));
     assert_ne!(code, Some(0));
     assert!(err.contains("401"), "{err}");
+    s.handle.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_install_job_fails_on_a_worker_without_its_install_options_saying_what_to_pass() {
+    let s = Server::start().await;
+    let d = s.dir.path();
+    let run_one = |install: kubexm_server::worker::WorkerInstall| {
+        let r = s.post(EXAMPLE);
+        let db = s.db.clone();
+        let (state, jobs) = (d.join("state.db"), d.join("jobs"));
+        async move {
+            let id = r.await.json::<serde_json::Value>().await.unwrap()["job_id"].as_i64().unwrap();
+            tokio::task::spawn_blocking(move || {
+                let mut o = kubexm_server::worker::WorkerOptions::here(state, jobs);
+                o.install = install;
+                let quit = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                assert_eq!(kubexm_server::worker::serve(&db, &o, quit, true).unwrap(), 1);
+                db.get(id).unwrap().unwrap()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    // No --advertise on this worker.
+    let j = run_one(kubexm_server::worker::WorkerInstall::default()).await;
+    assert_eq!(j.status, Status::Failed);
+    assert!(j.error.as_deref().unwrap().contains("--advertise ADDR --pubkey FILE"), "{j:?}");
+    // The bundle not held on this worker's machine.
+    let elsewhere = kubexm_server::worker::WorkerInstall {
+        advertise: Some("127.0.0.1".parse().unwrap()),
+        bundles: d.join("other-bundles"),
+        ..Default::default()
+    };
+    let j = run_one(elsewhere).await;
+    assert_eq!(j.status, Status::Failed);
+    let e = j.error.unwrap();
+    assert!(e.contains(&s.digest[7..]) && e.contains("kubexm bundle add"), "{e}");
     s.handle.shutdown();
 }

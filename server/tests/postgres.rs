@@ -5,7 +5,7 @@
 //! a time), fencing of a worker whose lease ran out, and `NOTIFY` waking an
 //! idle worker.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -219,7 +219,7 @@ async fn the_api_server_stores_and_serves_jobs_in_postgres() {
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_path_buf();
-    let (digest, pubkey) = common::held_bundle(&d);
+    let (digest, _) = common::held_bundle(&d);
     let url = pg.url.clone();
     let db = tokio::task::spawn_blocking(move || Arc::new(JobDb::open(Path::new(&url)).unwrap()))
         .await
@@ -234,16 +234,6 @@ async fn the_api_server_stores_and_serves_jobs_in_postgres() {
         tls_dir: d.join("tls"),
         names: vec!["127.0.0.1".into()],
         bundles: d.join("bundles"),
-        install: kubexm_server::worker::InstallJob {
-            bundle: PathBuf::new(),
-            pubkey: Some(pubkey),
-            allow_unsigned: false,
-            advertise: "127.0.0.1".parse().unwrap(),
-            serve_port: 5443,
-            root: d.join("root"),
-            phases: vec![],
-            kubeconfig: None,
-        },
     };
     tokio::spawn(kubexm_server::api::serve(db.clone(), o, handle.clone()));
     let addr = handle.listening().await.unwrap();

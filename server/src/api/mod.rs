@@ -31,7 +31,7 @@ use serde_json::json;
 use crate::bundles;
 use crate::jobdb::{JobDb, LogLine};
 use crate::ops::{self, CreateError};
-use crate::worker::{InstallJob, ResetJob};
+use crate::worker::ResetJob;
 
 /// The OpenAPI document of this API, as committed.
 pub const OPENAPI: &str = include_str!("../../../manifests/api/openapi.json");
@@ -47,11 +47,9 @@ pub struct ApiOptions {
     pub tls_dir: PathBuf,
     /// Names and addresses the server certificate covers.
     pub names: Vec<String>,
-    /// The bundles jobs may name by digest.
+    /// The bundles jobs may name by digest (a request is validated against
+    /// its bundle's catalog; the claiming worker installs from its own copy).
     pub bundles: PathBuf,
-    /// The install options of API jobs (the worker's: advertise address,
-    /// public key, ...); each job's bundle replaces `bundle`.
-    pub install: InstallJob,
 }
 
 struct App {
@@ -210,9 +208,7 @@ async fn create_cluster(State(app): State<Arc<App>>, Query(q): Query<CreateQuery
         let bundle = bundles::find(&app.o.bundles, &digest).map_err(|e| bad(e.to_string()))?;
         let catalog = app.catalog(&bundle)?;
         let text = utf8(&body)?;
-        let mut job = app.o.install.clone();
-        job.bundle = bundle;
-        created(ops::create_cluster_text(&app.db, &text, "cluster.yaml", &catalog, &job))
+        created(ops::create_cluster_text(&app.db, &text, "cluster.yaml", &catalog, &digest))
     })
     .await
 }
@@ -258,10 +254,7 @@ async fn create_reset(State(app): State<Arc<App>>, Query(q): Query<ResetQuery>, 
             "a reset deletes the cluster on its hosts, etcd data included; nothing was stored. Ask again with ?confirm=true".into(),
         ));
     }
-    let options = serde_json::to_value(ResetJob {
-        root: app.o.install.root.clone(),
-    })
-    .map_err(internal)?;
+    let options = serde_json::to_value(ResetJob { root: None }).map_err(internal)?;
     hosts_job(app, body, "reset", options).await
 }
 

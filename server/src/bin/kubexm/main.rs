@@ -134,9 +134,6 @@ struct ApiServerArgs {
     /// localhost, 127.0.0.1 and the listen address are always covered.
     #[arg(long, value_name = "NAME")]
     san: Vec<String>,
-    /// The bundles jobs name by digest (`kubexm bundle add`).
-    #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
-    bundles: PathBuf,
     /// Run no embedded worker (workers run elsewhere, sharing the job database).
     #[arg(long)]
     no_worker: bool,
@@ -153,6 +150,9 @@ struct ApiServerArgs {
 /// The install's options a worker applies to API jobs.
 #[derive(Args)]
 struct InstallFlags {
+    /// The bundles jobs name by digest (`kubexm bundle add`).
+    #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
+    bundles: PathBuf,
     /// The address hosts reach the worker's machine at (its file server).
     #[arg(long, value_name = "ADDR")]
     advertise: Option<std::net::IpAddr>,
@@ -283,6 +283,26 @@ struct WorkerArgs {
     /// Seconds a claim holds without renewal before another worker may take the job.
     #[arg(long, default_value_t = 30)]
     lease_seconds: u64,
+    #[command(flatten)]
+    install: InstallFlags,
+}
+
+impl InstallFlags {
+    /// The options this machine's worker applies to API install jobs.
+    fn worker(self) -> worker::WorkerInstall {
+        if self.advertise.is_some() && self.pubkey.is_none() {
+            eprintln!(
+                "WARNING: no --pubkey: the bundles of API jobs are installed without a signature check (`kubexm bundle add` checked it)"
+            );
+        }
+        worker::WorkerInstall {
+            bundles: self.bundles,
+            advertise: self.advertise,
+            pubkey: self.pubkey,
+            serve_port: self.serve_port,
+            root: self.root,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -380,6 +400,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let db = open(&cli.db)?;
             let mut o = worker::WorkerOptions::here(w.state, jobs_dir(&db));
             o.lease = std::time::Duration::from_secs(w.lease_seconds.max(3));
+            o.install = w.install.worker();
             eprintln!("kubexm worker {} on {}: claiming jobs", o.name, db.path().display());
             let ran = worker::serve(&db, &o, quit_flag(), w.once)?;
             eprintln!("kubexm worker {}: ran {ran} job(s)", o.name);
@@ -401,12 +422,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// `kubexm api-server`: serves until SIGINT or SIGTERM; the embedded worker
 /// then starts no new step and gives its job back.
 fn api_server(db: Arc<JobDb>, a: ApiServerArgs) -> anyhow::Result<()> {
-    let Some(advertise) = a.install.advertise else {
+    if !a.no_worker && a.install.advertise.is_none() {
         return Err(classified(
             Class::Usage,
-            anyhow::anyhow!("pass --advertise ADDR: the address hosts reach this machine at, for the jobs' file server"),
+            anyhow::anyhow!(
+                "pass --advertise ADDR: the address hosts reach this machine at, for the file server of the embedded worker's install jobs (or --no-worker)"
+            ),
         ));
-    };
+    }
     let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
     if let Ok(h) = fs_err::read_to_string("/etc/hostname") {
         names.push(h.trim().to_string());
@@ -421,25 +444,13 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs) -> anyhow::Result<()> {
         listen: a.listen,
         tls_dir: a.tls_dir,
         names,
-        bundles: a.bundles,
-        install: worker::InstallJob {
-            bundle: PathBuf::new(),
-            allow_unsigned: a.install.pubkey.is_none(),
-            pubkey: a.install.pubkey,
-            advertise,
-            serve_port: a.install.serve_port,
-            root: a.install.root,
-            phases: Vec::new(),
-            kubeconfig: None,
-        },
+        bundles: a.install.bundles.clone(),
     };
-    if o.install.allow_unsigned {
-        eprintln!("WARNING: no --pubkey: the bundles of API jobs are installed without a signature check");
-    }
     let quit = Arc::new(AtomicBool::new(false));
     let embedded = (!a.no_worker).then(|| {
         let mut w = worker::WorkerOptions::here(a.state, jobs_dir(&db));
         w.lease = std::time::Duration::from_secs(a.lease_seconds.max(3));
+        w.install = a.install.worker();
         let (db, quit) = (db.clone(), quit.clone());
         std::thread::spawn(move || worker::serve(&db, &w, quit, false))
     });
@@ -544,7 +555,7 @@ fn local(db: Arc<JobDb>, command: Command) -> anyhow::Result<()> {
             } else {
                 root
             };
-            let id = ops::create_hosts_job(&db, &h.file, "reset", serde_json::to_value(worker::ResetJob { root })?)?;
+            let id = ops::create_hosts_job(&db, &h.file, "reset", serde_json::to_value(worker::ResetJob { root: Some(root) })?)?;
             run_created(&db, id, h.detach, &live, h.state, &quit)
         }
         Command::Get {
