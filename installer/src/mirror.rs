@@ -29,12 +29,21 @@ pub struct MirrorOptions {
     /// `host[:port]`.
     pub registry: String,
     pub prefix: Option<String>,
+    pub push: Push,
+}
+
+/// How images are pushed: names, credentials, TLS, parallelism.
+#[derive(Debug, Clone)]
+pub struct Push {
+    /// `<prefix>/<repository>`, without the upstream host.
     pub flatten: bool,
     pub username: Option<String>,
+    /// Never from the command line.
     pub password: Option<String>,
     pub ca_file: Option<PathBuf>,
     pub insecure: bool,
     pub plain_http: bool,
+    /// Images pushed at once.
     pub jobs: usize,
 }
 
@@ -84,7 +93,7 @@ pub async fn mirror(opts: &MirrorOptions) -> Result<MirrorSummary, MirrorError> 
     // Names first: a collision refuses the whole run before anything is pushed.
     let mut targets: BTreeMap<String, String> = BTreeMap::new();
     for (repo, tag, _, _) in &images {
-        let t = format!("{}:{tag}", target_repository(repo, opts.prefix.as_deref(), opts.flatten));
+        let t = format!("{}:{tag}", target_repository(repo, opts.prefix.as_deref(), opts.push.flatten));
         if let Some(other) = targets.insert(t.clone(), format!("{repo}:{tag}"))
             && other != format!("{repo}:{tag}")
         {
@@ -99,13 +108,13 @@ pub async fn mirror(opts: &MirrorOptions) -> Result<MirrorSummary, MirrorError> 
         platform_resolver: None,
         ..Default::default()
     };
-    config.protocol = if opts.plain_http {
+    config.protocol = if opts.push.plain_http {
         ClientProtocol::Http
     } else {
         ClientProtocol::Https
     };
-    config.accept_invalid_certificates = opts.insecure;
-    if let Some(ca) = &opts.ca_file {
+    config.accept_invalid_certificates = opts.push.insecure;
+    if let Some(ca) = &opts.push.ca_file {
         let data = fs_err::read(ca).map_err(|e| MirrorError::Other(e.to_string()))?;
         config.extra_root_certificates.push(Certificate {
             encoding: CertificateEncoding::Pem,
@@ -113,7 +122,7 @@ pub async fn mirror(opts: &MirrorOptions) -> Result<MirrorSummary, MirrorError> 
         });
     }
     let client = Client::new(config);
-    let auth = match (&opts.username, &opts.password) {
+    let auth = match (&opts.push.username, &opts.push.password) {
         (Some(u), Some(p)) => RegistryAuth::Basic(u.clone(), p.clone()),
         _ => RegistryAuth::Anonymous,
     };
@@ -121,7 +130,7 @@ pub async fn mirror(opts: &MirrorOptions) -> Result<MirrorSummary, MirrorError> 
     let mut manifests = 0;
     for (repo, tag, digest, media_type) in &images {
         let image = format!("{repo}:{tag}");
-        let target = target_repository(repo, opts.prefix.as_deref(), opts.flatten);
+        let target = target_repository(repo, opts.prefix.as_deref(), opts.push.flatten);
         let reference = Reference::with_tag(opts.registry.clone(), target.clone(), tag.clone());
         let fail = |what: String, answer: String| MirrorError::Registry {
             image: image.clone(),
@@ -182,7 +191,7 @@ pub async fn mirror(opts: &MirrorOptions) -> Result<MirrorSummary, MirrorError> 
                     Ok::<_, MirrorError>(())
                 }
             })
-            .buffer_unordered(opts.jobs.max(1))
+            .buffer_unordered(opts.push.jobs.max(1))
             .try_collect::<Vec<()>>()
             .await?;
         for (d, mt) in &order {

@@ -1,25 +1,18 @@
 //! Operations: one per command, shared by every trigger (the CLI today;
 //! API workers and day-2 commands later). Each takes typed options and
 //! returns a report; none prints. Engine jobs (install, reset, packages,
-//! facts) and status live here; unpack, serve, mirror and hosts-toml are
-//! the library functions of their modules, re-exported under their
-//! command's name. Progress goes out as the engine's events,
-//! to the sink the caller gives (the CLI's printer).
+//! facts), status, and the bundle's own commands (unpack, serve, mirror,
+//! hosts-toml). Progress goes out as the engine's events, to the sink the
+//! caller gives (the CLI's printer).
 
 pub mod facts;
+pub mod hosts_toml;
 pub mod install;
+pub mod mirror;
 pub mod packages;
 pub mod reset;
+pub mod serve;
 pub mod status;
-
-/// `hosts-toml`: containerd `hosts.toml` files for a registry ([`crate::hosts::write_all`]).
-pub use crate::hosts::write_all as hosts_toml;
-/// `mirror`: the bundle's images into a site registry ([`crate::mirror::mirror`]).
-pub use crate::mirror::mirror;
-/// `serve`: the bundle as a registry and file server ([`crate::serve::run`]).
-pub use crate::serve::run as serve;
-/// `unpack`: verify a bundle and unpack it under the root ([`crate::unpack::unpack`]).
-pub use crate::unpack::unpack;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -117,4 +110,19 @@ pub fn engine_context(
         }
     });
     Ok((state, stop, rt))
+}
+
+/// `unpack`: verifies a bundle and unpacks it under `root` (once: an
+/// unpacked bundle is reused), its errors classified for their exit code.
+pub fn unpack(bundle: &std::path::Path, trust: &crate::unpack::Trust, root: &std::path::Path) -> anyhow::Result<crate::unpack::Unpacked> {
+    crate::unpack::unpack(bundle, trust, root).map_err(crate::unpack::UnpackError::classified)
+}
+
+/// `host[:port]/prefix` (with or without a scheme) → (`host[:port]`, `prefix`).
+pub fn split_registry(r: &str) -> (String, Option<String>) {
+    let r = r.trim_start_matches("https://").trim_start_matches("http://");
+    match r.split_once('/') {
+        Some((h, p)) => (h.to_string(), Some(p.trim_matches('/').to_string()).filter(|p| !p.is_empty())),
+        None => (r.to_string(), None),
+    }
 }

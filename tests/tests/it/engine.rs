@@ -8,7 +8,7 @@ use kubexm_e2e::{Lab, bin, ok, text};
 
 /// A cluster config for the running lab hosts; `auth` gives each host's
 /// user and auth block by index.
-fn config(lab: &Lab, dir: &Path, auth: impl Fn(usize) -> (String, String)) -> std::path::PathBuf {
+pub(crate) fn config(lab: &Lab, dir: &Path, auth: impl Fn(usize) -> (String, String)) -> std::path::PathBuf {
     let mut s = String::from("apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata: {name: lab}\nspec:\n  hosts:\n");
     for (i, h) in lab.desc.hosts.iter().enumerate() {
         let (user, auth) = auth(i);

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use kubexm_cli::{Class, Output, classified};
-use kubexm_installer::{hosts, mirror, ops, serve, unpack};
+use kubexm_installer::{ops, serve, unpack};
 
 mod args;
 use args::{Cli, Command, EngineArgs, InstallArgs, TrustArgs};
@@ -33,15 +33,6 @@ fn warn_unsigned() {
     eprintln!("WARNING: --allow-unsigned: this bundle's origin is NOT verified. Anyone who could change it could run code on every node.");
 }
 
-/// `host:port/prefix` → (`host:port`, `prefix`).
-fn split_registry(r: &str) -> (String, Option<String>) {
-    let r = r.trim_start_matches("https://").trim_start_matches("http://");
-    match r.split_once('/') {
-        Some((h, p)) => (h.to_string(), Some(p.trim_matches('/').to_string()).filter(|p| !p.is_empty())),
-        None => (r.to_string(), None),
-    }
-}
-
 /// What `facts` gathered, as printed.
 struct Gathered {
     job: i64,
@@ -62,7 +53,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let Some(command) = cli.command else { return install(cli.install) };
     match command {
         Command::Unpack { bundle, trust: t, output } => {
-            let u = unpack::unpack(&bundle, &trust(&t), &t.root).map_err(unpack::UnpackError::classified)?;
+            let u = ops::unpack(&bundle, &trust(&t), &t.root)?;
             match output {
                 Output::Json => println!(
                     "{}",
@@ -90,36 +81,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             no_files,
         } => {
             let start = Instant::now();
-            let tls = match (plain_http, tls_cert, tls_key) {
-                (true, _, _) => serve::Tls::Plain,
-                (false, Some(cert), Some(key)) => serve::Tls::Files { cert, key },
-                _ => {
-                    let mut names = tls_sans;
-                    if !listen.ip().is_unspecified() {
-                        names.insert(0, listen.ip().to_string());
-                    }
-                    if names.is_empty() {
-                        return Err(classified(
-                            Class::Usage,
-                            anyhow::anyhow!(
-                                "listening on {listen}: pass --tls-san with the address or name nodes use to reach this registry"
-                            ),
-                        ));
-                    }
-                    serve::Tls::Issued { pki_dir, names }
-                }
-            };
-            let opts = serve::ServeOptions {
+            let r = ops::serve::ServeRequest {
                 bundle_dir,
                 listen,
-                tls,
+                tls_cert,
+                tls_key,
+                tls_sans,
+                pki_dir,
+                plain_http,
                 parts: serve::Parts {
                     registry: !no_registry,
                     files: !no_files,
                 },
             };
-            let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(serve::run(opts, |s, ca| {
+            ops::serve::serve(r, |s, ca| {
                 let scheme = if plain_http { "http" } else { "https" };
                 println!(
                     "serving on {scheme}://{listen}: {} repositories, ready in {} ms",
@@ -129,7 +104,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 if let Some(ca) = ca {
                     println!("nodes must trust the CA {}", ca.display());
                 }
-            }))
+            })
         }
         Command::Mirror {
             bundle,
@@ -151,30 +126,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 None
             };
-            let u = unpack::unpack(&bundle, &trust(&t), &t.root).map_err(unpack::UnpackError::classified)?;
-            let (registry, prefix) = split_registry(&registry);
-            let opts = mirror::MirrorOptions {
-                bundle_dir: u.dir,
+            let r = ops::mirror::mirror(ops::mirror::MirrorRequest {
+                bundle,
+                trust: trust(&t),
+                root: t.root,
                 registry,
-                prefix,
-                flatten,
-                username,
-                password,
-                ca_file,
-                insecure,
-                plain_http,
-                jobs,
-            };
-            let rt = tokio::runtime::Runtime::new()?;
-            let s = rt.block_on(mirror::mirror(&opts)).map_err(|e| match e {
-                mirror::MirrorError::Collision { .. } => classified(Class::Usage, e),
-                _ => classified(Class::Fetch, e),
+                push: kubexm_installer::mirror::Push {
+                    flatten,
+                    username,
+                    password,
+                    ca_file,
+                    insecure,
+                    plain_http,
+                    jobs,
+                },
             })?;
+            let s = &r.summary;
             match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&s)?),
+                Output::Json => println!("{}", serde_json::to_string_pretty(s)?),
                 _ => println!(
                     "mirrored {} images ({} manifests) to {}: {} blobs uploaded ({} bytes), {} already present",
-                    s.images, s.manifests, opts.registry, s.blobs_uploaded, s.bytes_uploaded, s.blobs_present
+                    s.images, s.manifests, r.registry, s.blobs_uploaded, s.bytes_uploaded, s.blobs_present
                 ),
             }
             Ok(())
@@ -282,21 +254,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             plain_http,
             out,
         } => {
-            let text = fs_err::read_to_string(bundle_dir.join(kubexm_bundle::manifest::MANIFEST_NAME))?;
-            let m = kubexm_bundle::manifest::BundleManifest::from_yaml(&text)
-                .map_err(|e| classified(Class::Verify, anyhow::anyhow!("{}: {e}", bundle_dir.display())))?;
-            let (registry, prefix) = split_registry(&registry);
-            let files = hosts::write_all(
-                &out,
-                &m,
-                &hosts::Target {
-                    registry,
-                    prefix,
-                    flatten,
-                    ca,
-                    plain_http,
-                },
-            )?;
+            let files = ops::hosts_toml::hosts_toml(&ops::hosts_toml::HostsTomlOptions {
+                bundle_dir,
+                registry,
+                flatten,
+                ca,
+                plain_http,
+                out,
+            })?;
             for f in files {
                 println!("{}", f.display());
             }

@@ -1,0 +1,308 @@
+//! The `kubexm` command's flags: every subcommand and its arguments, parsed
+//! by clap; `main.rs` turns them into one job operation.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kubexm_server::jobdb::JOBS_DB;
+use kubexm_server::{api, bundles, worker};
+
+/// Clusters as jobs: `create cluster` stores a validated request as a job; a
+/// worker runs it with the same operations and engine as kubexm-install,
+/// writing its current step and log lines into the job database.
+#[derive(Parser)]
+#[command(
+    name = "kubexm",
+    version,
+    after_help = "Exit codes: 0 ok, 1 bug, 2 usage, 3 invalid config, 4 file I/O, 5 fetch, 6 verification, 7 host or failed job, 8 not supported yet, 130 interrupted."
+)]
+pub(crate) struct Cli {
+    /// The job database: a SQLite file, or PostgreSQL as postgres://user@host[:port]/db
+    /// (workers on several machines; a password belongs in ~/.pgpass or PGPASSWORD, not here).
+    #[arg(long, global = true, value_name = "FILE", default_value = JOBS_DB)]
+    pub(crate) db: PathBuf,
+    /// The client config (server, its CA, credentials). When it exists, create, get and
+    /// cancel go to that API server instead of the local job database.
+    /// [default: $KUBEXM_CONFIG, else /etc/kubexm/client.yaml if it exists]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// More log output (-v info, -vv debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Store a job (create cluster: an install; a re-run of an existing cluster applies only what is missing).
+    Create {
+        #[command(subcommand)]
+        what: Create,
+    },
+    /// Show a job (status, current step, times, log) or the jobs.
+    Get {
+        #[command(subcommand)]
+        what: Get,
+    },
+    /// Store a reset job (runs like any other job).
+    Reset {
+        #[command(subcommand)]
+        what: ResetCmd,
+    },
+    /// Cancel a job: one waiting ends at once; a running one starts no new step.
+    Cancel {
+        #[command(subcommand)]
+        what: Cancel,
+    },
+    /// Claim and run jobs from the job database until stopped.
+    Worker(WorkerArgs),
+    /// The HTTPS API for automation, with an embedded worker.
+    ApiServer(ApiServerArgs),
+    /// Bearer tokens for the API.
+    Token {
+        #[command(subcommand)]
+        what: TokenCmd,
+    },
+    /// Client certificates from the API server's CA.
+    ClientCert {
+        #[command(subcommand)]
+        what: ClientCertCmd,
+    },
+    /// Bundles held by digest (API jobs name one).
+    Bundle {
+        #[command(subcommand)]
+        what: BundleCmd,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum TokenCmd {
+    /// Make a token (printed once; only its sha256 is stored in the job database).
+    Create {
+        /// Who or what it is for (shown in the job database, never secret).
+        #[arg(long, default_value = "default")]
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ClientCertCmd {
+    /// Sign a client certificate `<out>/<name>.crt` (and key) with the API server's CA.
+    Create {
+        name: String,
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        out: PathBuf,
+        /// The API server's TLS directory (its CA).
+        #[arg(long, value_name = "DIR", default_value = api::tls::TLS_DIR)]
+        tls_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BundleCmd {
+    /// Check a bundle's signature and hold it by digest (prints the digest).
+    Add {
+        file: PathBuf,
+        /// The bundle's minisign public key.
+        #[arg(long, value_name = "FILE")]
+        pubkey: PathBuf,
+        #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
+        bundles: PathBuf,
+    },
+    /// The digests of the bundles held.
+    List {
+        #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
+        bundles: PathBuf,
+    },
+}
+
+#[derive(Args)]
+pub(crate) struct ApiServerArgs {
+    /// Address and port to listen on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:8443")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// Its CA (generated on first start, or yours as ca.crt and ca.key), certificate and key.
+    #[arg(long, value_name = "DIR", default_value = api::tls::TLS_DIR)]
+    pub(crate) tls_dir: PathBuf,
+    /// A name or address clients reach the server by (repeatable); the host name,
+    /// localhost, 127.0.0.1 and the listen address are always covered.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) san: Vec<String>,
+    /// Run no embedded worker (workers run elsewhere, sharing the job database).
+    #[arg(long)]
+    pub(crate) no_worker: bool,
+    #[command(flatten)]
+    pub(crate) install: InstallFlags,
+    /// The engine's state database of the embedded worker.
+    #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+    pub(crate) state: PathBuf,
+    /// Seconds a claim holds without renewal before another worker may take the job.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) lease_seconds: u64,
+}
+
+/// The install's options a worker applies to API jobs.
+#[derive(Args)]
+pub(crate) struct InstallFlags {
+    /// The bundles jobs name by digest (`kubexm bundle add`).
+    #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
+    pub(crate) bundles: PathBuf,
+    /// The address hosts reach the worker's machine at (its file server).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) advertise: Option<std::net::IpAddr>,
+    /// The bundles' minisign public key.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) pubkey: Option<PathBuf>,
+    /// Port of the file server the worker runs during the install.
+    #[arg(long, default_value_t = 5443)]
+    pub(crate) serve_port: u16,
+    /// The installer's state root on the worker's machine (unpacked bundles, PKI).
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    pub(crate) root: PathBuf,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Create {
+    /// A cluster from cluster.yaml and a bundle: validated, stored, run.
+    Cluster(CreateCluster),
+    /// A facts job: every host of cluster.yaml asked for its OS, arch, kernel, ports, leftovers.
+    Facts(HostsJob),
+}
+
+/// A job that only reaches the config's hosts (no bundle).
+#[derive(Args)]
+pub(crate) struct HostsJob {
+    /// cluster.yaml.
+    #[arg(short, long, value_name = "FILE")]
+    pub(crate) file: PathBuf,
+    /// Store the job and return: a running `kubexm worker` runs it.
+    #[arg(long)]
+    pub(crate) detach: bool,
+    /// The engine's state database, for a job run here.
+    #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+    pub(crate) state: PathBuf,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ResetCmd {
+    /// Stop and remove what kubexm installed on every host of cluster.yaml, etcd data included.
+    Cluster {
+        #[command(flatten)]
+        job: HostsJob,
+        /// Confirm: without it nothing is stored.
+        #[arg(long)]
+        yes: bool,
+        /// The installer's state root on the worker's machine (with an API server: its `--root`).
+        #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+        root: PathBuf,
+    },
+}
+
+#[derive(Args)]
+pub(crate) struct CreateCluster {
+    /// cluster.yaml.
+    #[arg(short, long, value_name = "FILE")]
+    pub(crate) file: PathBuf,
+    /// The bundle: a file, or the digest of one held (`kubexm bundle list`; the only
+    /// form an API server takes).
+    #[arg(long, value_name = "DIGEST_OR_FILE")]
+    pub(crate) bundle: String,
+    /// Where bundles named by digest are held.
+    #[arg(long, value_name = "DIR", default_value = bundles::BUNDLES_DIR)]
+    pub(crate) bundles: PathBuf,
+    /// The bundle's minisign public key.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) pubkey: Option<PathBuf>,
+    /// Accept a bundle without checking a signature (warns loudly).
+    #[arg(long)]
+    pub(crate) allow_unsigned: bool,
+    /// The address hosts reach the worker's machine at (its file server).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) advertise: Option<std::net::IpAddr>,
+    /// Port of the file server the worker runs during the install.
+    #[arg(long, default_value_t = 5443)]
+    pub(crate) serve_port: u16,
+    /// The installer's state root on the worker's machine (unpacked bundles, PKI).
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    pub(crate) root: PathBuf,
+    /// Phases to run, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub(crate) phases: Vec<String>,
+    /// Where the worker writes the admin kubeconfig. Default: <root>/<cluster>.kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// Store the job and return: a running `kubexm worker` runs it. Without it, and with
+    /// no worker running, the job runs here in the foreground (Ctrl-C leaves it resumable).
+    #[arg(long)]
+    pub(crate) detach: bool,
+    /// The engine's state database, for a job run here.
+    #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+    pub(crate) state: PathBuf,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Get {
+    /// One job: status, current step, times and log.
+    Job {
+        id: i64,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Format,
+        /// Stream the log until the job ends (each line once, in order).
+        #[arg(long)]
+        follow: bool,
+        /// With --follow: start after this log sequence number (resume a stream).
+        #[arg(long, value_name = "SEQ", default_value_t = 0)]
+        from: i64,
+    },
+    /// Every job, newest first.
+    Jobs {
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Format,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Cancel {
+    Job { id: i64 },
+}
+
+#[derive(Args)]
+pub(crate) struct WorkerArgs {
+    /// The engine's state database (step results, pinned host keys).
+    #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+    pub(crate) state: PathBuf,
+    /// Run at most one job, or none if none is waiting, then exit.
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// Seconds a claim holds without renewal before another worker may take the job.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) lease_seconds: u64,
+    #[command(flatten)]
+    pub(crate) install: InstallFlags,
+}
+
+impl InstallFlags {
+    /// The options this machine's worker applies to API install jobs.
+    pub(crate) fn worker(self) -> worker::WorkerInstall {
+        if self.advertise.is_some() && self.pubkey.is_none() {
+            eprintln!(
+                "WARNING: no --pubkey: the bundles of API jobs are installed without a signature check (`kubexm bundle add` checked it)"
+            );
+        }
+        worker::WorkerInstall {
+            bundles: self.bundles,
+            advertise: self.advertise,
+            pubkey: self.pubkey,
+            serve_port: self.serve_port,
+            root: self.root,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Format {
+    Text,
+    Json,
+    Yaml,
+}
