@@ -58,7 +58,7 @@ pub fn classify(err: anyhow::Error) -> anyhow::Error {
 }
 
 /// The installer's state root (`/var/lib/kubexm`).
-pub use paths::ROOT;
+pub use paths::{ROOT, SERVE_PORT};
 
 /// The systemd unit that keeps the registry serving after the installer exits.
 /// Placeholders: `{{BINARY}}`, `{{BUNDLE_DIR}}`, `{{LISTEN}}`, `{{CERT}}`, `{{KEY}}`.

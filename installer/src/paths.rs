@@ -5,6 +5,9 @@
 /// The installer's state root: unpacked bundles, PKI, the admin kubeconfig.
 pub const ROOT: &str = "/var/lib/kubexm";
 
+/// The port of the file server the installer runs during an install.
+pub const SERVE_PORT: u16 = 5443;
+
 // On every host.
 /// kubexm's configuration and certificates.
 pub const HOST_ETC: &str = "/etc/kubexm";

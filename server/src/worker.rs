@@ -83,7 +83,7 @@ impl Default for WorkerInstall {
             bundles: crate::bundles::BUNDLES_DIR.into(),
             advertise: None,
             pubkey: None,
-            serve_port: 5443,
+            serve_port: kubexm_installer::SERVE_PORT,
             root: kubexm_installer::ROOT.into(),
         }
     }
@@ -332,7 +332,14 @@ fn operate(job: &crate::jobdb::Job, o: &WorkerOptions, sink: Arc<DbSink>, stop: 
     };
     match job.kind.as_str() {
         "install" => {
-            let j = match serde_json::from_value(job.options.clone())? {
+            let request = serde_json::from_value(job.options.clone()).map_err(|e| {
+                anyhow::anyhow!(
+                    "job {}: its options are neither a local install's nor an API job's ({e}); \
+                     was it written by another kubexm version? Create the job again with this one",
+                    job.id
+                )
+            })?;
+            let j = match request {
                 InstallRequest::Local(j) => j,
                 InstallRequest::Api(a) => o.install.complete(job.id, &a)?,
             };

@@ -54,7 +54,7 @@ pub struct InstallArgs {
     #[arg(long, value_name = "ADDR")]
     pub advertise: Option<std::net::IpAddr>,
     /// Port of the file server the installer runs during the install.
-    #[arg(long, default_value_t = 5443)]
+    #[arg(long, default_value_t = kubexm_installer::SERVE_PORT)]
     pub serve_port: u16,
     /// Where to write the admin kubeconfig (mode 0600). Default: <root>/<cluster>.kubeconfig.
     #[arg(long, value_name = "FILE")]

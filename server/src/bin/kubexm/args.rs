@@ -155,7 +155,7 @@ pub(crate) struct InstallFlags {
     #[arg(long, value_name = "FILE")]
     pub(crate) pubkey: Option<PathBuf>,
     /// Port of the file server the worker runs during the install.
-    #[arg(long, default_value_t = 5443)]
+    #[arg(long, default_value_t = kubexm_installer::SERVE_PORT)]
     pub(crate) serve_port: u16,
     /// The installer's state root on the worker's machine (unpacked bundles, PKI).
     #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
@@ -221,7 +221,7 @@ pub(crate) struct CreateCluster {
     #[arg(long, value_name = "ADDR")]
     pub(crate) advertise: Option<std::net::IpAddr>,
     /// Port of the file server the worker runs during the install.
-    #[arg(long, default_value_t = 5443)]
+    #[arg(long, default_value_t = kubexm_installer::SERVE_PORT)]
     pub(crate) serve_port: u16,
     /// The installer's state root on the worker's machine (unpacked bundles, PKI).
     #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
