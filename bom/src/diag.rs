@@ -62,16 +62,29 @@ impl Diagnostic {
     }
 }
 
-/// Every problem found in one file, in document order.
+/// At most this many problems are reported for one file; the rest are
+/// counted, never built (a hostile file of 100,000 empty hosts would
+/// otherwise answer with hundreds of megabytes of errors).
+pub const MAX_DIAGNOSTICS: usize = 100;
+
+/// Every problem found in one file, in document order: the first
+/// [`MAX_DIAGNOSTICS`], and how many more there are.
 #[derive(Debug, Clone, Serialize, thiserror::Error)]
 pub struct Diagnostics {
     pub file: String,
     pub diagnostics: Vec<Diagnostic>,
+    /// Problems found past [`MAX_DIAGNOSTICS`], not listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub more: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl fmt::Display for Diagnostics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.diagnostics.len();
+        let n = self.diagnostics.len() + self.more;
         writeln!(f, "{}: {n} problem{}", self.file, if n == 1 { "" } else { "s" })?;
         for d in &self.diagnostics {
             write!(f, "{}", self.file)?;
@@ -87,6 +100,9 @@ impl fmt::Display for Diagnostics {
             if let Some(h) = &d.hint {
                 writeln!(f, "    hint: {h}")?;
             }
+        }
+        if self.more > 0 {
+            writeln!(f, "{}: and {} more (fix these first)", self.file, self.more)?;
         }
         Ok(())
     }

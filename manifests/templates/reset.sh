@@ -26,7 +26,10 @@ for t in iptables ip6tables; do
     "$t-save" | grep -vE 'KUBE-|FLANNEL|CNI-' | "$t-restore"
   fi
 done
-rm -rf /etc/kubernetes /var/lib/kubelet /etc/kubexm /var/lib/kubexm {{ETCD_DATA}} /etc/containerd /var/lib/containerd /run/containerd \
+# etcd's data directory goes only on etcd hosts, and only when it holds etcd's
+# member/ (a mistyped dataDir never takes anything else with it).
+{{ETCD_WIPE}}
+rm -rf /etc/kubernetes /var/lib/kubelet /etc/kubexm /var/lib/kubexm /etc/containerd /var/lib/containerd /run/containerd \
   /opt/cni /etc/cni/net.d /var/lib/cni /run/flannel /var/log/kubexm \
   /etc/systemd/system/kubelet.service /etc/systemd/system/kubelet.service.d /etc/systemd/system/kubexm-etcd.service \
   /etc/systemd/system/kubexm-registry.service /etc/systemd/system/containerd.service \

@@ -11,4 +11,5 @@ pub mod client;
 pub mod jobdb;
 pub mod ops;
 pub mod testing;
+pub mod text;
 pub mod worker;

@@ -281,7 +281,28 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
         return Ok(Ended::Fenced);
     }
     let cancelled = cancelled.load(Ordering::Relaxed) || db.get(claim.job)?.is_some_and(|j| j.cancel_requested);
-    let ended = match result {
+    let interrupted = quit.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed);
+    match record(db, claim, result, cancelled, interrupted) {
+        Ok(ended) => Ok(ended),
+        Err(JobDbError::Fenced { .. }) => Ok(Ended::Fenced),
+        Err(e) => {
+            // The job's outcome could not be stored (a line the database
+            // refuses, a full disk): the job fails with that reason, and the
+            // worker goes on with the next one.
+            tracing::warn!("job {}: storing its outcome: {e}", claim.job);
+            let why = format!("the worker could not store this job's log or outcome: {e}");
+            match db.finish(claim, Status::Failed, Some(&why)) {
+                Ok(()) => Ok(Ended::Final(Status::Failed)),
+                Err(JobDbError::Fenced { .. }) => Ok(Ended::Fenced),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
+/// Writes how a job's operation ended: its last log lines and its status.
+fn record(db: &JobDb, claim: Claim, result: anyhow::Result<String>, cancelled: bool, interrupted: bool) -> Result<Ended, JobDbError> {
+    Ok(match result {
         _ if cancelled => {
             db.append(claim, &["cancelled: no new step was started after the request".into()], None)?;
             db.finish(claim, Status::Cancelled, Some("cancelled"))?;
@@ -293,7 +314,7 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
             db.finish(claim, Status::Success, None)?;
             Ended::Final(Status::Success)
         }
-        Err(_) if quit.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) => {
+        Err(_) if interrupted => {
             db.append(
                 claim,
                 &["interrupted: the job is Pending again; the next claim skips the steps done".into()],
@@ -309,8 +330,7 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
             db.finish(claim, Status::Failed, Some(&text))?;
             Ended::Final(Status::Failed)
         }
-    };
-    Ok(ended)
+    })
 }
 
 /// The job's operation, as the CLI would run it.
@@ -430,7 +450,17 @@ pub fn serve(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, once: bo
         match db.claim(&o.name, &o.machine, o.lease.as_millis() as i64, None)? {
             Some(claim) => {
                 tracing::info!("job {} claimed (attempt {})", claim.job, claim.attempt);
-                let ended = run(db, claim, o, quit.clone())?;
+                let ended = match run(db, claim, o, quit.clone()) {
+                    Ok(ended) => ended,
+                    Err(e) => {
+                        // The database failed under this job (locked past its
+                        // timeout, gone): the job's lease runs out and another
+                        // claim resumes it; this worker goes on after a pause.
+                        tracing::warn!("job {}: {e}; the job is resumed once its lease runs out", claim.job);
+                        std::thread::sleep(o.lease.min(Duration::from_secs(5)));
+                        continue;
+                    }
+                };
                 if ended == Ended::Fenced {
                     tracing::warn!(
                         "job {} (attempt {}): another worker holds it now (this worker's lease ran out); nothing more was written",

@@ -527,3 +527,27 @@ async fn an_api_install_job_fails_on_a_worker_without_its_install_options_saying
     assert!(e.contains(&s.digest[7..]) && e.contains("kubexm bundle add"), "{e}");
     s.handle.shutdown();
 }
+
+/// Issue 24, item 7: a body of empty hosts answers at most 100 errors and
+/// how many more, never megabytes of them; past 5,000 hosts one error says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_of_empty_hosts_answers_at_most_100_errors_and_counts_the_rest() {
+    let s = Server::start().await;
+    for (hosts, listed) in [(4_000usize, 100usize), (93_000, 1)] {
+        let body = EXAMPLE.replacen("  hosts:\n", &format!("  hosts:\n{}", "    - {}\n".repeat(hosts)), 1);
+        let r = s.post(&body).await;
+        assert_eq!(r.status(), 422);
+        let text = r.text().await.unwrap();
+        assert!(text.len() < 64 * 1024, "{hosts} hosts: a {} byte answer", text.len());
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["errors"].as_array().unwrap().len(), listed, "{hosts} hosts");
+        if listed == 100 {
+            assert!(v["more"].as_u64().unwrap() > 4_000, "{v:?}");
+            assert!(v["error"].as_str().unwrap().contains("more (fix these first)"));
+        } else {
+            assert!(v["error"].as_str().unwrap().contains("at most 5000 hosts"), "{}", v["error"]);
+        }
+    }
+    assert!(s.db.list().unwrap().is_empty(), "a job was stored");
+    s.handle.shutdown();
+}

@@ -103,3 +103,25 @@ fn cancel_ends_a_waiting_job_and_flags_a_running_one() {
     assert!(db.renew(c, 60_000).unwrap(), "the worker sees the request");
     assert_eq!(db.request_cancel(999).unwrap(), None);
 }
+
+/// Issue 24, item 6: a NUL or terminal control characters in a log line or
+/// an error (text from a request or a host) are stored as visible escapes,
+/// so PostgreSQL can store them and no terminal obeys them.
+#[test]
+fn log_lines_and_errors_are_stored_without_nul_or_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+    let id = db.create(&job("a")).unwrap();
+    let claim = db.claim("w", "m", 30_000, None).unwrap().unwrap();
+    db.append(claim, &["X\0Y \x1b[2J\rfake".into()], Some("s\x1b")).unwrap();
+    db.finish(claim, Status::Failed, Some("environment variable X\0Y is not set\nnext"))
+        .unwrap();
+    let line = &db.logs(id, 0).unwrap()[0].line;
+    assert_eq!(line, "X\\u{0}Y \\u{1b}[2J\\u{d}fake");
+    let j = db.get(id).unwrap().unwrap();
+    assert_eq!(j.error.as_deref(), Some("environment variable X\\u{0}Y is not set\nnext"));
+    assert_eq!(j.current_step.as_deref(), Some("s\\u{1b}"));
+    let mut nul = job("b");
+    nul.config.push('\0');
+    assert!(db.create(&nul).unwrap_err().to_string().contains("NUL"));
+}

@@ -274,3 +274,18 @@ async fn the_api_server_stores_and_serves_jobs_in_postgres() {
     handle.shutdown();
     tokio::task::spawn_blocking(move || drop((db, pg))).await.unwrap();
 }
+
+/// Issue 24, item 6: an error holding a NUL (`fromEnv: "X\0Y"`) is stored
+/// on PostgreSQL (it used to be refused, killing every worker that claimed
+/// the job), as a visible escape.
+#[test]
+fn a_nul_in_a_log_line_or_error_is_stored_escaped() {
+    let Some(pg) = start() else { return };
+    let db = open(&pg);
+    let id = db.create(&job("nul")).unwrap();
+    let claim = db.claim("w", "m", 30_000, None).unwrap().unwrap();
+    db.append(claim, &["environment variable X\0Y is not set".into()], None).unwrap();
+    db.finish(claim, Status::Failed, Some("X\0Y\r\x1b[31m")).unwrap();
+    assert_eq!(db.logs(id, 0).unwrap()[0].line, "environment variable X\\u{0}Y is not set");
+    assert_eq!(db.get(id).unwrap().unwrap().error.as_deref(), Some("X\\u{0}Y\\u{d}\\u{1b}[31m"));
+}

@@ -12,11 +12,14 @@ use super::defaults::complete;
 use super::model::Cluster;
 use super::{support, validate};
 use crate::catalog::Catalog;
-use crate::diag::{Diagnostic, Diagnostics, Kind, did_you_mean};
+use crate::diag::{Diagnostic, Diagnostics, Kind, MAX_DIAGNOSTICS, did_you_mean};
 use crate::yaml::{self, Located, Pos};
 
 /// Larger files are refused before they are read.
 pub const MAX_CONFIG_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The most hosts a cluster may have: Kubernetes' largest supported size.
+pub const MAX_HOSTS: usize = 5_000;
 
 /// Why a config could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +77,7 @@ fn load_file_with(path: &Path, catalog: Option<&Catalog>) -> Result<Cluster, Loa
             Err(Diagnostics {
                 file,
                 diagnostics: vec![d],
+                more: 0,
             }
             .into())
         }
@@ -98,10 +102,13 @@ fn load_str_with(text: &str, file: &str, catalog: Option<&Catalog>) -> Result<Cl
             size: text.len() as u64,
         });
     }
-    let fail = |diagnostics| {
+    let fail = |mut diagnostics: Vec<Diagnostic>, more: usize| {
+        let over = diagnostics.len().saturating_sub(MAX_DIAGNOSTICS);
+        diagnostics.truncate(MAX_DIAGNOSTICS);
         LoadError::Invalid(Diagnostics {
             file: file.into(),
             diagnostics,
+            more: more + over,
         })
     };
     let doc = match yaml::parse(text) {
@@ -110,10 +117,32 @@ fn load_str_with(text: &str, file: &str, catalog: Option<&Catalog>) -> Result<Cl
             let d = Diagnostic::new(Kind::Syntax, "", e.message)
                 .hint("fix the YAML syntax first; semantic checks run once the file parses")
                 .at(e.pos);
-            return Err(fail(vec![d]));
+            return Err(fail(vec![d], 0));
         }
     };
     let (cluster, mut diags, removed) = read_typed(doc.clone());
+    let mut more = 0;
+    // More hosts than a cluster may have: refused before any rule looks at
+    // them (rules compare hosts with each other).
+    if let Some(c) = &cluster {
+        let g = &c.spec.role_groups;
+        let largest = [&g.etcd, &g.control_plane, &g.worker, &g.loadbalancer, &g.registry]
+            .iter()
+            .map(|g| g.len())
+            .chain([c.spec.hosts.len()])
+            .max()
+            .unwrap_or(0);
+        if largest > MAX_HOSTS {
+            let d = Diagnostic::new(
+                Kind::Invalid,
+                "spec.hosts",
+                format!("{largest} hosts or role entries; a cluster has at most {MAX_HOSTS} hosts (Kubernetes' largest supported size)"),
+            )
+            .hint("split the machines into several clusters")
+            .at(doc.pos("spec.hosts"));
+            return Err(fail(vec![d], 0));
+        }
+    }
     if let Some(cluster) = &cluster {
         // A value already reported as badly typed was dropped and defaulted;
         // rules about that same path would only repeat the report.
@@ -123,7 +152,9 @@ fn load_str_with(text: &str, file: &str, catalog: Option<&Catalog>) -> Result<Cl
                 d.path == *r || d.path == parent || d.path.starts_with(&format!("{r}."))
             })
         };
-        diags.extend(validate::check(cluster, catalog).into_iter().filter(fresh));
+        let (rules, over) = validate::check_counted(cluster, catalog);
+        more += over;
+        diags.extend(rules.into_iter().filter(fresh));
         diags.extend(support::check(cluster).into_iter().filter(fresh));
     }
     if !diags.is_empty() {
@@ -134,14 +165,14 @@ fn load_str_with(text: &str, file: &str, catalog: Option<&Catalog>) -> Result<Cl
         }
         diags.sort_by_key(|d| (d.line.unwrap_or(0), d.column.unwrap_or(0)));
         diags.dedup();
-        return Err(fail(diags));
+        return Err(fail(diags, more));
     }
     match cluster {
         Some(mut cluster) => {
             complete(&mut cluster, catalog);
             Ok(cluster)
         }
-        None => Err(fail(Vec::new())),
+        None => Err(fail(Vec::new(), 0)),
     }
 }
 
@@ -186,6 +217,11 @@ fn read_typed(mut doc: Located) -> (Option<Cluster>, Vec<Diagnostic>, BTreeSet<S
         };
         diags.push(d.at(doc.pos(&path)));
         removed.insert(path.clone());
+        if diags.len() > MAX_DIAGNOSTICS {
+            // Each round reads the whole document again: stop once the
+            // report is full.
+            return (None, diags, removed);
+        }
         if path.is_empty() || !doc.remove(&path) {
             return (None, diags, removed);
         }

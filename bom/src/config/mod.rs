@@ -7,5 +7,5 @@ mod secret;
 pub mod support;
 pub mod validate;
 
-pub use load::{LoadError, MAX_CONFIG_BYTES, load_file, load_file_hosts, load_str, load_str_hosts};
+pub use load::{LoadError, MAX_CONFIG_BYTES, MAX_HOSTS, load_file, load_file_hosts, load_str, load_str_hosts};
 pub use model::Cluster;

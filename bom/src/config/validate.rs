@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use super::defaults::{API_VERSION, KIND, network_addon, storage_addon};
 use super::model::*;
 use crate::catalog::Catalog;
-use crate::diag::{Diagnostic, Kind, did_you_mean};
+use crate::diag::{Diagnostic, Kind, MAX_DIAGNOSTICS, did_you_mean};
 use crate::image::ImageRef;
 use crate::net::{Cidr, is_dns_label, is_host_address};
 
@@ -17,7 +17,17 @@ use crate::net::{Cidr, is_dns_label, is_host_address};
 /// that only reach hosts, such as reset) versions, arches and OS releases
 /// are not checked.
 pub fn check(c: &Cluster, catalog: Option<&Catalog>) -> Vec<Diagnostic> {
-    let mut r = Rules { out: Vec::new(), catalog };
+    check_counted(c, catalog).0
+}
+
+/// [`check`], keeping the first [`MAX_DIAGNOSTICS`] problems and counting
+/// the rest without building them.
+pub fn check_counted(c: &Cluster, catalog: Option<&Catalog>) -> (Vec<Diagnostic>, usize) {
+    let mut r = Rules {
+        out: Vec::new(),
+        catalog,
+        more: 0,
+    };
     r.document(c);
     r.hosts(&c.spec);
     r.roles(&c.spec);
@@ -29,21 +39,129 @@ pub fn check(c: &Cluster, catalog: Option<&Catalog>) -> Vec<Diagnostic> {
     r.registry(&c.spec);
     r.addons(&c.spec);
     r.bundle(&c.spec);
-    r.out
+    r.host_paths(&c.spec);
+    (r.out, r.more)
+}
+
+/// Directories a config may never name as a host path, nor an ancestor of:
+/// reset removes what a host path names, on every host it applies to.
+const SYSTEM_DIRS: &[&str] = &[
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/srv",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+    "/var/lib",
+    "/var/log",
+    "/var/cache",
+    "/var/tmp",
+    "/var/spool",
+    "/var/mail",
+    "/var/backups",
+    "/var/opt",
+    "/var/local",
+    "/var/lib/kubelet",
+    "/var/lib/kubexm",
+    "/var/lib/dpkg",
+    "/var/lib/apt",
+    "/var/lib/systemd",
+];
+
+/// Trees no host path may lie inside (the system's own files).
+const SYSTEM_TREES: &[&str] = &[
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var/lib/dpkg",
+    "/var/lib/apt",
+    "/var/lib/systemd",
+    "/var/lib/kubelet",
+    "/var/lib/kubexm",
+];
+
+/// Why `p` cannot be a host path that kubexm creates and may remove, if it
+/// cannot: it must be absolute, normalized (no `.`, `..`, `//` or trailing
+/// `/`), made of letters, digits, `.`, `_`, `-` and `/`, and neither a
+/// system directory, an ancestor of one, nor inside the system's own trees.
+pub fn host_path_problem(p: &str) -> Option<String> {
+    if !p.starts_with('/') {
+        return Some(format!("`{p}` is not an absolute path"));
+    }
+    if let Some(c) = p
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')))
+    {
+        return Some(format!("`{p}` holds {c:?}; a host path is letters, digits, '.', '_', '-' and '/'"));
+    }
+    if p == "/" {
+        return Some("`/` is the root of the host's file system".into());
+    }
+    if p.ends_with('/') || p.split('/').skip(1).any(|c| c.is_empty() || c == "." || c == "..") {
+        return Some(format!("`{p}` is not a normalized path (no `.`, `..`, `//` or trailing `/`)"));
+    }
+    let under = |p: &str, d: &str| p.len() > d.len() && p.starts_with(d) && p.as_bytes()[d.len()] == b'/';
+    if let Some(d) = SYSTEM_DIRS.iter().find(|d| **d == p || under(d, p)) {
+        return Some(format!("`{p}` is or holds the system directory {d}"));
+    }
+    if let Some(d) = SYSTEM_TREES.iter().find(|d| under(p, d)) {
+        return Some(format!("`{p}` lies inside the system directory {d}"));
+    }
+    None
 }
 
 struct Rules<'a> {
     out: Vec<Diagnostic>,
     catalog: Option<&'a Catalog>,
+    /// Problems past [`MAX_DIAGNOSTICS`], counted only.
+    more: usize,
 }
 
 impl Rules<'_> {
+    /// Whether the report is full: later problems are only counted.
+    fn full(&self) -> bool {
+        self.out.len() >= MAX_DIAGNOSTICS
+    }
+
+    fn push(&mut self, d: impl FnOnce() -> Diagnostic) {
+        if self.full() {
+            self.more += 1;
+        } else {
+            self.out.push(d());
+        }
+    }
+
     fn err(&mut self, path: impl Into<String>, msg: impl Into<String>) {
-        self.out.push(Diagnostic::new(Kind::Invalid, path, msg));
+        self.push(|| Diagnostic::new(Kind::Invalid, path, msg));
     }
 
     fn hinted(&mut self, path: impl Into<String>, msg: impl Into<String>, hint: impl Into<String>) {
-        self.out.push(Diagnostic::new(Kind::Invalid, path, msg).hint(hint));
+        self.push(|| Diagnostic::new(Kind::Invalid, path, msg).hint(hint));
     }
 
     fn document(&mut self, c: &Cluster) {
@@ -225,6 +343,10 @@ impl Rules<'_> {
             for (i, m) in members.iter().enumerate() {
                 let p = format!("spec.roleGroups.{group}[{i}]");
                 if !names.contains(&m.as_str()) {
+                    if self.full() {
+                        self.more += 1;
+                        continue;
+                    }
                     let mut msg = format!("role group {group} names host `{m}`, which is not in spec.hosts");
                     if let Some(d) = did_you_mean(m, names.iter().copied()) {
                         msg.push_str(&format!("; did you mean `{d}`?"));
@@ -249,6 +371,24 @@ impl Rules<'_> {
                 "more than one registry host",
                 "list one host; the registry serves every node",
             );
+        }
+    }
+
+    /// Directories on the hosts that kubexm creates, fills and may remove.
+    fn host_paths(&mut self, s: &Spec) {
+        let paths = [
+            ("spec.etcd.dataDir", &s.etcd.data_dir),
+            ("spec.containerRuntime.dataRoot", &s.container_runtime.data_root),
+            ("spec.storage.basePath", &s.storage.base_path),
+        ];
+        for (p, dir) in paths {
+            if let Some(why) = host_path_problem(&dir.to_string_lossy()) {
+                self.hinted(
+                    p,
+                    format!("{why}; kubexm creates this directory on the hosts and reset removes it"),
+                    "name a directory of its own, such as /var/lib/etcd or /data/etcd",
+                );
+            }
         }
     }
 

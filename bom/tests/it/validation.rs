@@ -184,3 +184,27 @@ fn kubelet_settings_are_checked() {
     assert!(text.contains("`bad name` is not a kubeadm preflight check name"), "{text}");
     assert!(text.contains("5 s is outside 30 to 3600"), "{text}");
 }
+
+/// Issue 24, item 11: a host path reset would `rm -rf` is refused at its
+/// line:column when it is a system directory, relative or not normalized.
+#[test]
+fn host_paths_never_name_a_system_directory() {
+    for (dir, why) in [
+        ("/usr", "is or holds the system directory /usr"),
+        ("/", "root of the host's file system"),
+        ("/var/lib", "is or holds the system directory /var/lib"),
+        ("/var", "is or holds the system directory /var"),
+        ("/etc/etcd", "lies inside the system directory /etc"),
+        ("/var/lib/etcd/../..", "not a normalized path"),
+        ("var/lib/etcd", "not an absolute path"),
+        ("'/data/etcd;reboot'", "holds ';'"),
+    ] {
+        let e = errors(&[("  kubernetes:\n", &format!("  etcd: {{dataDir: {dir}}}\n  kubernetes:\n"))]);
+        assert!(e.contains("spec.etcd.dataDir") && e.contains(why), "{dir}: {e}");
+        assert!(e.contains("cluster.yaml:20:"), "{dir}: no line:column in {e}");
+    }
+    let e = errors(&[("  kubernetes:\n", "  containerRuntime: {dataRoot: /usr/lib}\n  kubernetes:\n")]);
+    assert!(e.contains("spec.containerRuntime.dataRoot"), "{e}");
+    let ok = BASE.replace("  kubernetes:\n", "  etcd: {dataDir: /data/etcd}\n  kubernetes:\n");
+    load_str(&ok, "cluster.yaml", &catalog()).unwrap();
+}

@@ -229,7 +229,7 @@ fn created(r: Result<i64, CreateError>) -> Result<Response, ApiError> {
         Ok(id) => Ok((StatusCode::ACCEPTED, axum::Json(json!({"job_id": id}))).into_response()),
         Err(CreateError::Invalid(kubexm_bom::config::LoadError::Invalid(d))) => Ok((
             StatusCode::UNPROCESSABLE_ENTITY,
-            axum::Json(json!({"error": d.to_string(), "file": d.file, "errors": d.diagnostics})),
+            axum::Json(json!({"error": d.to_string(), "file": d.file, "errors": d.diagnostics, "more": d.more})),
         )
             .into_response()),
         Err(CreateError::Invalid(e)) => Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),

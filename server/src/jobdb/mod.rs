@@ -343,6 +343,12 @@ impl JobDb {
 
     /// Stores a job as Pending; returns its id.
     pub fn create(&self, job: &NewJob) -> Result<i64, JobDbError> {
+        if job.config.contains('\0') || job.config_name.contains('\0') {
+            return Err(JobDbError::Invalid {
+                path: self.path.clone(),
+                what: "the job's config holds a NUL byte; nothing was stored".into(),
+            });
+        }
         if let Backend::Postgres(pg) = &self.backend {
             return pg.create(job);
         }
@@ -554,6 +560,11 @@ impl JobDb {
     /// Appends log lines (numbered after the job's last) and, if given, the
     /// current step.
     pub fn append(&self, claim: Claim, lines: &[String], current_step: Option<&str>) -> Result<(), JobDbError> {
+        // Text from a request or a host: never a NUL or a control character.
+        let lines: Vec<String> = lines.iter().map(|l| crate::text::line(l).into_owned()).collect();
+        let lines = lines.as_slice();
+        let current_step = current_step.map(crate::text::line);
+        let current_step = current_step.as_deref();
         if let Backend::Postgres(pg) = &self.backend {
             return pg.append(claim, lines, current_step);
         }
@@ -575,6 +586,8 @@ impl JobDb {
 
     /// Ends the job with `status` (and `error` when it failed).
     pub fn finish(&self, claim: Claim, status: Status, error: Option<&str>) -> Result<(), JobDbError> {
+        let error = error.map(crate::text::block);
+        let error = error.as_deref();
         if let Backend::Postgres(pg) = &self.backend {
             return pg.finish(claim, status, error);
         }
