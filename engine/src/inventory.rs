@@ -1,6 +1,8 @@
-//! From cluster.yaml hosts to SSH targets. Secrets are read here, from the
-//! environment variable or file the config names, and only here; each one is
-//! also handed to the state database so it is redacted from every log.
+//! From cluster.yaml hosts to SSH targets. Secrets are read here, and only
+//! here: from the environment variable or file the config names (a local
+//! run), or from the server's named credentials (a request, [`Trust`]);
+//! each one is also handed to the state database so it is redacted from
+//! every log.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use kubexm_bom::config::model::{Auth, SecretRef};
 
 use crate::ssh::{self, Credential, KnownHosts, Target};
 use crate::transport::{Transport, TransportError};
+use crate::trust::Trust;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
@@ -26,6 +29,12 @@ pub enum InventoryError {
     },
     #[error("host {host} has no auth method (validation should have caught this)")]
     NoAuth { host: String },
+    #[error(
+        "host {host}: {what} names a file, variable or agent on the worker, which a request may not; name a server-side credential instead: `auth: {{credential: NAME}}` (`kubexm credential create`)"
+    )]
+    Untrusted { host: String, what: String },
+    #[error("host {host}: {why}")]
+    Credential { host: String, why: String },
 }
 
 fn secret(host: &str, what: &str, s: &SecretRef) -> Result<String, InventoryError> {
@@ -47,8 +56,48 @@ fn secret(host: &str, what: &str, s: &SecretRef) -> Result<String, InventoryErro
     }
 }
 
-fn credential(host: &str, auth: Option<&Auth>, secrets: &mut Vec<String>) -> Result<Credential, InventoryError> {
+fn credential(
+    host: &str,
+    address: &str,
+    auth: Option<&Auth>,
+    trust: &Trust,
+    secrets: &mut Vec<String>,
+) -> Result<Credential, InventoryError> {
     let auth = auth.ok_or_else(|| InventoryError::NoAuth { host: host.into() })?;
+    if let Trust::Untrusted { credentials, .. } = trust {
+        let what = match (&auth.credential, &auth.password, &auth.private_key, auth.agent) {
+            (Some(name), None, None, None | Some(false)) => {
+                let c = credentials
+                    .resolve(name, host, address)
+                    .map_err(|why| InventoryError::Credential { host: host.into(), why })?;
+                match &c {
+                    Credential::Password(p) => secrets.push(p.clone()),
+                    Credential::KeyData { pem, passphrase } => {
+                        secrets.push(pem.clone());
+                        secrets.extend(passphrase.clone());
+                    }
+                    _ => {}
+                }
+                return Ok(c);
+            }
+            (_, Some(_), _, _) => "auth.password",
+            (_, _, Some(_), _) => "auth.privateKey",
+            (_, _, _, Some(true)) => "auth.agent",
+            _ => return Err(InventoryError::NoAuth { host: host.into() }),
+        };
+        return Err(InventoryError::Untrusted {
+            host: host.into(),
+            what: what.into(),
+        });
+    }
+    if let Some(name) = &auth.credential {
+        return Err(InventoryError::Credential {
+            host: host.into(),
+            why: format!(
+                "auth.credential {name:?} is a server-side credential, used by jobs run by `kubexm` workers; kubexm-install reads password, privateKey or agent"
+            ),
+        });
+    }
     if let Some(pw) = &auth.password {
         let p = secret(host, "password", pw)?;
         secrets.push(p.clone());
@@ -79,8 +128,9 @@ fn expand_home(p: &std::path::Path) -> std::path::PathBuf {
     }
 }
 
-/// SSH targets for every host of a completed config, and the secrets they hold.
-pub fn targets(cluster: &Cluster) -> Result<(Vec<Target>, Vec<String>), InventoryError> {
+/// SSH targets for every host of a completed config, and the secrets they
+/// hold; under [`Trust::Untrusted`] only named credentials are used.
+pub fn targets(cluster: &Cluster, trust: &Trust) -> Result<(Vec<Target>, Vec<String>), InventoryError> {
     let mut secrets = Vec::new();
     let mut out = Vec::new();
     for h in &cluster.spec.hosts {
@@ -90,7 +140,7 @@ pub fn targets(cluster: &Cluster) -> Result<(Vec<Target>, Vec<String>), Inventor
                 address: b.address.clone(),
                 port: b.port.unwrap_or(22),
                 user: b.user.clone().unwrap_or_else(|| "root".into()),
-                credential: credential(&h.name, b.auth.as_ref(), &mut secrets)?,
+                credential: credential(&h.name, &b.address, b.auth.as_ref(), trust, &mut secrets)?,
                 bastion: None,
             })),
             None => None,
@@ -100,28 +150,55 @@ pub fn targets(cluster: &Cluster) -> Result<(Vec<Target>, Vec<String>), Inventor
             address: h.address.clone(),
             port: h.port.unwrap_or(22),
             user: h.user.clone().unwrap_or_else(|| "root".into()),
-            credential: credential(&h.name, h.auth.as_ref(), &mut secrets)?,
+            credential: credential(&h.name, &h.address, h.auth.as_ref(), trust, &mut secrets)?,
             bastion,
         });
     }
     Ok((out, secrets))
 }
 
-/// Connects to every target, `concurrency` at a time; a failed host does not stop the others.
+/// Connects to every target, `concurrency` at a time; a failed host does not
+/// stop the others. Under [`Trust::Untrusted`] the keys come from the
+/// operator's pins, and a host (or bastion) with no pinned key is never
+/// connected to.
 pub async fn connect_all(
     targets: &[Target],
     known: Arc<dyn KnownHosts>,
     accept_new_key: bool,
     concurrency: usize,
+    trust: &Trust,
 ) -> (HashMap<String, Arc<dyn Transport>>, Vec<TransportError>) {
+    let (known, pinned_only) = match trust {
+        Trust::Local => (known, false),
+        Trust::Untrusted { pinned, .. } => (pinned.clone(), true),
+    };
     let results: Vec<_> = stream::iter(targets)
         .map(|t| {
             let known = known.clone();
             async move {
+                if pinned_only {
+                    for hop in [Some(t), t.bastion.as_deref()].into_iter().flatten() {
+                        let endpoint = format!("{}:{}", hop.address, hop.port);
+                        if known.get(&endpoint).is_none() {
+                            return Err(TransportError::Unpinned {
+                                host: hop.name.clone(),
+                                endpoint,
+                            });
+                        }
+                    }
+                }
                 let mut last = None;
                 // A host still booting refuses connections for a moment: retry those only.
                 for attempt in 0..3u32 {
-                    match ssh::connect(t, known.clone(), accept_new_key, Duration::from_secs(15)).await {
+                    match ssh::connect(
+                        t,
+                        known.clone(),
+                        accept_new_key && !pinned_only,
+                        pinned_only,
+                        Duration::from_secs(15),
+                    )
+                    .await
+                    {
                         Ok(s) => return Ok((t.name.clone(), Arc::new(s) as Arc<dyn Transport>)),
                         Err(e) if e.transient() => last = Some(e),
                         Err(e) => return Err(e),

@@ -20,6 +20,9 @@ use crate::store::Store;
 pub struct ConnectOptions {
     pub accept_new_host_key: bool,
     pub concurrency: usize,
+    /// What the run may use of this machine (a request: named credentials
+    /// and pinned host keys only).
+    pub trust: crate::trust::Trust,
 }
 
 /// The facts of every host that answered, and an error line per host that did not.
@@ -113,9 +116,16 @@ pub async fn execute(
     stop: Arc<AtomicBool>,
     pipeline: impl FnOnce(Vec<String>) -> anyhow::Result<Pipeline>,
 ) -> anyhow::Result<Execution> {
-    let (targets, _) = inventory::targets(cluster)?;
+    let (targets, _) = inventory::targets(cluster, &connect.trust)?;
     let job = state.begin_job(&cluster.metadata.name, kind).await?;
-    let (transports, failures) = inventory::connect_all(&targets, state.clone(), connect.accept_new_host_key, connect.concurrency).await;
+    let (transports, failures) = inventory::connect_all(
+        &targets,
+        state.clone(),
+        connect.accept_new_host_key,
+        connect.concurrency,
+        &connect.trust,
+    )
+    .await;
     let connect_errors: Vec<String> = failures.iter().map(|e| e.to_string()).collect();
     if !connect_errors.is_empty() && engine.policy == Policy::FailFast {
         state.finish_job(job, "failed").await?;
@@ -155,6 +165,7 @@ pub fn run_steps_blocking(
     let connect = ConnectOptions {
         accept_new_host_key: true,
         concurrency,
+        trust: Default::default(),
     };
     let opts = EngineOptions {
         concurrency,

@@ -22,3 +22,4 @@ pub mod state;
 pub mod steps;
 pub mod store;
 pub mod transport;
+pub mod trust;

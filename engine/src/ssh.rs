@@ -31,6 +31,11 @@ pub enum Credential {
         passphrase: Option<String>,
     },
     Agent,
+    /// A private key held in memory (a server-side credential), never on disk.
+    KeyData {
+        pem: String,
+        passphrase: Option<String>,
+    },
 }
 
 impl std::fmt::Debug for Credential {
@@ -40,6 +45,7 @@ impl std::fmt::Debug for Credential {
             Credential::Password(_) => f.write_str("Password(<redacted>)"),
             Credential::Key { path, .. } => write!(f, "Key({})", path.display()),
             Credential::Agent => f.write_str("Agent"),
+            Credential::KeyData { .. } => f.write_str("KeyData(<redacted>)"),
         }
     }
 }
@@ -78,10 +84,22 @@ impl KnownHosts for MemoryKnownHosts {
     }
 }
 
+/// An offered key as `type base64`: keys are compared without their comments.
+fn key_text(offered: &PublicKeyOrCertificate) -> Result<String, russh::Error> {
+    let text = match offered {
+        PublicKeyOrCertificate::PublicKey { key, .. } => key.to_openssh(),
+        PublicKeyOrCertificate::Certificate(c) => c.to_openssh(),
+    }
+    .map_err(|e| russh::Error::from(russh::keys::Error::from(e)))?;
+    Ok(text.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+}
+
 struct Client {
     endpoint: String,
     known: Arc<dyn KnownHosts>,
     accept_new: bool,
+    /// Refuse a host whose key is not pinned (never pin on first contact).
+    pinned_only: bool,
     changed: Arc<Mutex<Option<(String, String)>>>,
 }
 
@@ -89,15 +107,9 @@ impl client::Handler for Client {
     type Error = russh::Error;
 
     async fn check_server_key(&mut self, offered: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
-        let offered = match offered {
-            PublicKeyOrCertificate::PublicKey { key, .. } => {
-                key.to_openssh().map_err(|e| russh::Error::from(russh::keys::Error::from(e)))?
-            }
-            PublicKeyOrCertificate::Certificate(c) => c.to_openssh().map_err(|e| russh::Error::from(russh::keys::Error::from(e)))?,
-        };
-        // Keys are compared without their comments.
-        let offered: String = offered.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+        let offered = key_text(offered)?;
         match self.known.get(&self.endpoint) {
+            None if self.pinned_only => Ok(false),
             None => {
                 self.known.put(&self.endpoint, &offered);
                 Ok(true)
@@ -124,11 +136,13 @@ pub struct Ssh {
     _jump: Option<Box<Ssh>>,
 }
 
-/// Connects and logs in, pinning the host key in `known`.
+/// Connects and logs in, pinning the host key in `known` on first contact
+/// unless `pinned_only` (then an unpinned key is refused).
 pub fn connect(
     target: &Target,
     known: Arc<dyn KnownHosts>,
     accept_new_key: bool,
+    pinned_only: bool,
     timeout: Duration,
 ) -> BoxFuture<'_, Result<Ssh, TransportError>> {
     Box::pin(async move {
@@ -143,6 +157,7 @@ pub fn connect(
             endpoint: endpoint.clone(),
             known: known.clone(),
             accept_new: accept_new_key,
+            pinned_only,
             changed: changed.clone(),
         };
         let config = Arc::new(client::Config {
@@ -157,7 +172,7 @@ pub fn connect(
                 (h, None)
             }
             Some(b) => {
-                let jump = connect(b, known.clone(), accept_new_key, timeout).await?;
+                let jump = connect(b, known.clone(), accept_new_key, pinned_only, timeout).await?;
                 let channel = jump
                     .handle
                     .channel_open_direct_tcpip(target.address.clone(), target.port as u32, "127.0.0.1", 0)
@@ -191,11 +206,19 @@ pub fn connect(
                 .authenticate_password(target.user.clone(), pw.clone())
                 .await
                 .map_err(|e| connect_err(e.to_string()))?,
-            Credential::Key { path, passphrase } => {
-                let key = russh::keys::load_secret_key(path, passphrase.as_deref()).map_err(|e| TransportError::Auth {
+            Credential::Key { .. } | Credential::KeyData { .. } => {
+                let key = match &target.credential {
+                    Credential::Key { path, passphrase } => russh::keys::load_secret_key(path, passphrase.as_deref()),
+                    Credential::KeyData { pem, passphrase } => russh::keys::decode_secret_key(pem, passphrase.as_deref()),
+                    _ => unreachable!("matched above"),
+                }
+                .map_err(|e| TransportError::Auth {
                     host: target.name.clone(),
                     user: target.user.clone(),
-                    method: format!("key {}: {e}", path.display()),
+                    method: match &target.credential {
+                        Credential::Key { path, .. } => format!("key {}: {e}", path.display()),
+                        _ => format!("the credential's key: {e}"),
+                    },
                 })?;
                 let hash = handle.best_supported_rsa_hash().await.ok().flatten().flatten();
                 handle
@@ -235,6 +258,7 @@ pub fn connect(
                 Credential::Password(_) => "password".to_string(),
                 Credential::Key { path, .. } => format!("key {}", path.display()),
                 Credential::Agent => "agent".to_string(),
+                Credential::KeyData { .. } => "the credential's key".to_string(),
             };
             return Err(auth_err(&method));
         }
@@ -420,5 +444,38 @@ impl Transport for Ssh {
             }
             Ok(())
         })
+    }
+}
+
+/// Records the key a server offers and goes no further.
+struct Scanner(Arc<Mutex<Option<String>>>);
+
+impl client::Handler for Scanner {
+    type Error = russh::Error;
+
+    async fn check_server_key(&mut self, offered: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(key_text(offered)?);
+        Ok(false)
+    }
+}
+
+/// The host key `address:port` offers (`type base64`), read without
+/// logging in, for an operator to check and pin.
+pub async fn scan(address: &str, port: u16, timeout: Duration) -> Result<String, TransportError> {
+    let seen = Arc::new(Mutex::new(None));
+    let config = Arc::new(client::Config::default());
+    let r = tokio::time::timeout(timeout, client::connect(config, (address, port), Scanner(seen.clone()))).await;
+    let err = |why: String| TransportError::Connect {
+        host: address.into(),
+        address: format!("{address}:{port}"),
+        why,
+    };
+    if let Some(k) = seen.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return Ok(k);
+    }
+    match r {
+        Err(_) => Err(err(format!("no answer within {} s", timeout.as_secs()))),
+        Ok(Err(e)) => Err(err(e.to_string())),
+        Ok(Ok(_)) => Err(err("the server offered no host key".into())),
     }
 }

@@ -41,6 +41,10 @@ pub enum TransportError {
     Lost { host: String, why: String },
     #[error("{host}: uploading {path}: {why}")]
     Upload { host: String, path: String, why: String },
+    #[error(
+        "{host}: no host key is pinned for {endpoint}, and a job from a request connects only to hosts whose key an operator pinned; it was not connected to. Pin it on the server: `kubexm host-key scan {endpoint}` (check the key it shows), or `kubexm host-key add {endpoint} 'ssh-ed25519 AAAA...'`"
+    )]
+    Unpinned { host: String, endpoint: String },
 }
 
 impl TransportError {

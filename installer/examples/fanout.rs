@@ -25,7 +25,7 @@ fn main() -> anyhow::Result<()> {
     );
     let catalog = kubexm_bom::catalog::Catalog::with_overrides(&[])?;
     let cluster = kubexm_bom::config::load_file(Path::new(&a[0]), &catalog)?;
-    let (_, secrets) = inventory::targets(&cluster)?;
+    let (_, secrets) = inventory::targets(&cluster, &Default::default())?;
     let state = Arc::new(State::open(Path::new(&a[1]), secrets)?);
     let dir = Path::new(&a[2]);
     let manifest = BundleManifest::from_yaml(&fs_err::read_to_string(dir.join(MANIFEST_NAME))?).map_err(anyhow::Error::msg)?;

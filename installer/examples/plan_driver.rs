@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
     );
     let catalog = kubexm_bom::catalog::Catalog::with_overrides(&[std::path::Path::new(&a[1])])?;
     let cluster = kubexm_bom::config::load_file(std::path::Path::new(&a[0]), &catalog)?;
-    let (_, secrets) = inventory::targets(&cluster)?;
+    let (_, secrets) = inventory::targets(&cluster, &Default::default())?;
     let state = Arc::new(State::open(std::path::Path::new(&a[2]), secrets)?);
     let concurrency: usize = a[7]
         .parse()

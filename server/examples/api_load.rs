@@ -99,6 +99,7 @@ fn pg_claims(url: &str, jobs: usize, workers: usize) -> anyhow::Result<()> {
             config: String::new(),
             config_name: "cluster.yaml".into(),
             options: serde_json::json!({}),
+            origin: kubexm_server::jobdb::Origin::Request,
         })?;
     }
     let started = Instant::now();

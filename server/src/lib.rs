@@ -8,6 +8,7 @@
 pub mod api;
 pub mod bundles;
 pub mod client;
+pub mod credentials;
 pub mod jobdb;
 pub mod ops;
 pub mod testing;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kubexm_cli::{Class, classified};
 
-use crate::jobdb::{Job, JobDb, LogLine, NewJob};
+use crate::jobdb::{Job, JobDb, LogLine, NewJob, Origin};
 use crate::worker::{ApiInstallJob, InstallJob};
 
 /// `create cluster`: `file` validated against the bundle's catalog (the
@@ -19,7 +19,27 @@ use crate::worker::{ApiInstallJob, InstallJob};
 pub fn create_cluster(db: &JobDb, file: &Path, job: &InstallJob) -> anyhow::Result<i64> {
     let (_, cluster) = kubexm_installer::ops::install::validate(file, &job.bundle)?;
     let text = fs_err::read_to_string(file)?;
-    store(db, &cluster, text, file.display().to_string(), job)
+    let origin = origin_of(db, &text, file)?;
+    store(db, &cluster, text, file.display().to_string(), job, origin)
+}
+
+/// Who a job the operator creates here counts as written by: the operator,
+/// on a SQLite database of this machine; a request on a database other
+/// machines share (any worker may claim it), held to a request's rules now.
+fn origin_of(db: &JobDb, text: &str, file: &Path) -> anyhow::Result<Origin> {
+    if !db.shared() {
+        return Ok(Origin::Operator);
+    }
+    kubexm_bom::config::load_str_as(text, &file.display().to_string(), None, Origin::Request).map_err(|e| {
+        classified(
+            Class::Config,
+            anyhow::anyhow!(
+                "{e}\n{} is shared by workers on other machines: its jobs name hosts' credentials only as server-side credentials",
+                db.path().display()
+            ),
+        )
+    })?;
+    Ok(Origin::Request)
 }
 
 /// `create cluster` from config text (the API): validated against
@@ -33,12 +53,21 @@ pub fn create_cluster_text(
     catalog: &kubexm_bom::catalog::Catalog,
     digest: &str,
 ) -> Result<i64, CreateError> {
-    let cluster = kubexm_bom::config::load_str(text, name, catalog)?;
+    let cluster = kubexm_bom::config::load_str_as(text, name, Some(catalog), Origin::Request)?;
     let options = serde_json::to_value(ApiInstallJob {
         bundle_digest: digest.to_string(),
     })
     .map_err(|e| CreateError::Store(e.into()))?;
-    store_job(db, &cluster, text.to_string(), name.to_string(), "install", options).map_err(|e| CreateError::Store(e.into()))
+    store_job(
+        db,
+        &cluster,
+        text.to_string(),
+        name.to_string(),
+        "install",
+        options,
+        Origin::Request,
+    )
+    .map_err(|e| CreateError::Store(e.into()))
 }
 
 /// Why a job was not created from config text.
@@ -50,7 +79,14 @@ pub enum CreateError {
     Store(anyhow::Error),
 }
 
-fn store(db: &JobDb, cluster: &kubexm_bom::config::Cluster, text: String, name: String, job: &InstallJob) -> anyhow::Result<i64> {
+fn store(
+    db: &JobDb,
+    cluster: &kubexm_bom::config::Cluster,
+    text: String,
+    name: String,
+    job: &InstallJob,
+    origin: Origin,
+) -> anyhow::Result<i64> {
     let mut job = job.clone();
     // The worker may run elsewhere in the file system's view: absolute paths.
     for p in [
@@ -66,7 +102,7 @@ fn store(db: &JobDb, cluster: &kubexm_bom::config::Cluster, text: String, name: 
             *p = std::env::current_dir()?.join(&*p);
         }
     }
-    Ok(store_job(db, cluster, text, name, "install", serde_json::to_value(&job)?)?)
+    Ok(store_job(db, cluster, text, name, "install", serde_json::to_value(&job)?, origin)?)
 }
 
 /// A facts or reset job for the hosts of `file` (validated as those
@@ -74,14 +110,15 @@ fn store(db: &JobDb, cluster: &kubexm_bom::config::Cluster, text: String, name: 
 pub fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json::Value) -> anyhow::Result<i64> {
     let cluster = kubexm_bom::config::load_file_hosts(file)?;
     let text = fs_err::read_to_string(file)?;
-    Ok(store_job(db, &cluster, text, file.display().to_string(), kind, options)?)
+    let origin = origin_of(db, &text, file)?;
+    Ok(store_job(db, &cluster, text, file.display().to_string(), kind, options, origin)?)
 }
 
 /// A facts or reset job from config text (the API), validated as
 /// [`create_hosts_job`] does a file. Nothing is stored when it is invalid.
 pub fn create_hosts_job_text(db: &JobDb, text: &str, name: &str, kind: &str, options: serde_json::Value) -> Result<i64, CreateError> {
-    let cluster = kubexm_bom::config::load_str_hosts(text, name)?;
-    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options).map_err(|e| CreateError::Store(e.into()))
+    let cluster = kubexm_bom::config::load_str_as(text, name, None, Origin::Request)?;
+    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options, Origin::Request).map_err(|e| CreateError::Store(e.into()))
 }
 
 fn store_job(
@@ -91,6 +128,7 @@ fn store_job(
     name: String,
     kind: &str,
     options: serde_json::Value,
+    origin: Origin,
 ) -> Result<i64, crate::jobdb::JobDbError> {
     db.create(&NewJob {
         cluster: cluster.metadata.name.clone(),
@@ -98,6 +136,7 @@ fn store_job(
         config: text,
         config_name: name,
         options,
+        origin,
     })
 }
 

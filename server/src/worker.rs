@@ -132,6 +132,8 @@ pub struct WorkerOptions {
     pub concurrency: usize,
     /// The options of install jobs created through the API.
     pub install: WorkerInstall,
+    /// The key that opens the database's credentials (a 0600 file).
+    pub credential_key: PathBuf,
 }
 
 impl WorkerOptions {
@@ -153,6 +155,7 @@ impl WorkerOptions {
             jobs_dir,
             concurrency: 20,
             install: WorkerInstall::default(),
+            credential_key: crate::credentials::CREDENTIAL_KEY.into(),
         }
     }
 }
@@ -271,10 +274,11 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
     db.append(claim, &[format!("claimed by {} (attempt {})", o.name, claim.attempt)], None)?;
     // A panic is a failed job (with its message), never a worker that
     // keeps renewing the lease of a job nobody runs.
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| operate(&job, o, sink, stop.clone()))).unwrap_or_else(|panic| {
-        let what = kubexm_engine::run::panic_message(&*panic);
-        Err(anyhow::anyhow!("this is a bug in kubexm: the worker panicked: {what}"))
-    });
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| operate(db, &job, o, sink, stop.clone()))).unwrap_or_else(|panic| {
+            let what = kubexm_engine::run::panic_message(&*panic);
+            Err(anyhow::anyhow!("this is a bug in kubexm: the worker panicked: {what}"))
+        });
     done.store(true, Ordering::Relaxed);
     let _ = lease.join();
     if fenced.load(Ordering::Relaxed) {
@@ -333,8 +337,26 @@ fn record(db: &JobDb, claim: Claim, result: anyhow::Result<String>, cancelled: b
     })
 }
 
+/// What a job's run may use of this machine: an operator's job on a
+/// database of this machine alone reads the files and variables its config
+/// names; a request's, or any job of a shared database, only the database's
+/// named credentials and pinned host keys.
+fn trust(db: &Arc<JobDb>, job: &crate::jobdb::Job, o: &WorkerOptions) -> kubexm_installer::engine::trust::Trust {
+    if job.origin == crate::jobdb::Origin::Operator && !db.shared() {
+        kubexm_installer::engine::trust::Trust::Local
+    } else {
+        crate::credentials::untrusted(db, &o.credential_key)
+    }
+}
+
 /// The job's operation, as the CLI would run it.
-fn operate(job: &crate::jobdb::Job, o: &WorkerOptions, sink: Arc<DbSink>, stop: Arc<AtomicBool>) -> anyhow::Result<String> {
+fn operate(
+    db: &Arc<JobDb>,
+    job: &crate::jobdb::Job,
+    o: &WorkerOptions,
+    sink: Arc<DbSink>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<String> {
     let dir = o.jobs_dir.join(job.id.to_string());
     fs_err::create_dir_all(&dir)?;
     let name = std::path::Path::new(&job.config_name)
@@ -349,6 +371,7 @@ fn operate(job: &crate::jobdb::Job, o: &WorkerOptions, sink: Arc<DbSink>, stop: 
         concurrency: o.concurrency,
         events: Some(sink),
         stop: Some(stop),
+        trust: trust(db, job, o),
     };
     match job.kind.as_str() {
         "install" => {

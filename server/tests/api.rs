@@ -90,7 +90,7 @@ impl Server {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_valid_config_is_stored_as_a_pending_job_and_answers_202() {
     let s = Server::start().await;
-    let r = s.post(EXAMPLE).await;
+    let r = s.post(&EXAMPLE).await;
     assert_eq!(r.status(), 202);
     let v: serde_json::Value = r.json().await.unwrap();
     let id = v["job_id"].as_i64().unwrap();
@@ -99,7 +99,7 @@ async fn a_valid_config_is_stored_as_a_pending_job_and_answers_202() {
         (j.status, j.cluster.as_str(), j.kind.as_str()),
         (Status::Pending, "demo", "install")
     );
-    assert_eq!(j.config, EXAMPLE);
+    assert_eq!(j.config, *EXAMPLE);
     // Only the bundle is the job's, by digest: the claiming worker's own
     // options and copy of the bundle complete it.
     let job: ApiInstallJob = serde_json::from_value(j.options).unwrap();
@@ -141,7 +141,7 @@ async fn a_bad_config_answers_422_with_the_errors_and_positions_of_validate_and_
         .client()
         .post(s.url(&format!("/api/v1/clusters?bundle=sha256:{}", "0".repeat(64))))
         .bearer_auth(&s.token)
-        .body(EXAMPLE)
+        .body(EXAMPLE.clone())
         .send()
         .await
         .unwrap();
@@ -285,7 +285,7 @@ async fn events(r: reqwest::Response, stop_after: Option<usize>) -> (Vec<(i64, S
 #[tokio::test(flavor = "multi_thread")]
 async fn a_log_stream_broken_off_and_resumed_from_its_last_sequence_number_misses_and_repeats_nothing() {
     let s = Server::start().await;
-    let id = s.post(EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
+    let id = s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
         .as_i64()
         .unwrap();
     let claim = s.db.claim("w", "m", 60_000, None).unwrap().unwrap();
@@ -341,7 +341,7 @@ async fn a_log_stream_broken_off_and_resumed_from_its_last_sequence_number_misse
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_ends_a_waiting_job_and_unknown_jobs_answer_404() {
     let s = Server::start().await;
-    let id = s.post(EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
+    let id = s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
         .as_i64()
         .unwrap();
     let c = s.client();
@@ -384,7 +384,7 @@ async fn restarting_the_api_server_loses_no_job_and_no_log_line() {
     let mut ids = Vec::new();
     for _ in 0..3 {
         ids.push(
-            s.post(EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
+            s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
                 .as_i64()
                 .unwrap(),
         );
@@ -416,7 +416,7 @@ async fn restarting_the_api_server_loses_no_job_and_no_log_line() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_kubexm_command_reads_jobs_and_cancels_through_the_api_with_a_client_config() {
     let s = Server::start().await;
-    let id = s.post(EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
+    let id = s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
         .as_i64()
         .unwrap();
     let d = s.dir.path();
@@ -464,7 +464,7 @@ async fn the_kubexm_command_reads_jobs_and_cancels_through_the_api_with_a_client
     assert!(out.contains("Cancelled"), "{out}");
     assert_eq!(s.db.list().unwrap().len(), 1);
     // Facts and reset jobs through the API; a reset without --yes stores nothing.
-    std::fs::write(d.join("good.yaml"), EXAMPLE).unwrap();
+    std::fs::write(d.join("good.yaml"), &*EXAMPLE).unwrap();
     let good = d.join("good.yaml").to_str().unwrap().to_string();
     let (code, _, err) = tokio::task::block_in_place(|| kubexm(&["reset", "cluster", "-f", &good, "--detach"]));
     assert_eq!(code, Some(2), "{err}");
@@ -495,7 +495,7 @@ async fn an_api_install_job_fails_on_a_worker_without_its_install_options_saying
     let s = Server::start().await;
     let d = s.dir.path();
     let run_one = |install: kubexm_server::worker::WorkerInstall| {
-        let r = s.post(EXAMPLE);
+        let r = s.post(&EXAMPLE);
         let db = s.db.clone();
         let (state, jobs) = (d.join("state.db"), d.join("jobs"));
         async move {

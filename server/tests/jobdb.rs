@@ -9,6 +9,7 @@ fn job(cluster: &str) -> NewJob {
         config: "apiVersion: kubexm.io/v1alpha1\n".into(),
         config_name: "cluster.yaml".into(),
         options: serde_json::json!({}),
+        origin: kubexm_server::jobdb::Origin::Request,
     }
 }
 

@@ -59,9 +59,10 @@ fn every_answer_conforms_to_the_committed_openapi_document() {
                 .create(&kubexm_server::jobdb::NewJob {
                     cluster: "demo".into(),
                     kind: "install".into(),
-                    config: common::EXAMPLE.into(),
+                    config: common::EXAMPLE.clone(),
                     config_name: "cluster.yaml".into(),
                     options: serde_json::json!({}),
+                    origin: kubexm_server::jobdb::Origin::Request,
                 })
                 .unwrap();
             jobs.request_cancel(id).unwrap();

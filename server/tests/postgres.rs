@@ -37,6 +37,7 @@ fn job(cluster: &str) -> NewJob {
         config: "kind: Cluster\n".into(),
         config_name: "cluster.yaml".into(),
         options: serde_json::json!({}),
+        origin: kubexm_server::jobdb::Origin::Request,
     }
 }
 
@@ -57,7 +58,7 @@ fn concurrent_starts_migrate_once() {
         .args(["-tAc", "SELECT count(*), max(version) FROM kubexm_schema"])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1|1");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1|2");
 }
 
 #[test]
@@ -243,7 +244,7 @@ async fn the_api_server_stores_and_serves_jobs_in_postgres() {
     let r = c
         .post(format!("{base}/api/v1/clusters?bundle={digest}"))
         .bearer_auth(&token)
-        .body(common::EXAMPLE)
+        .body(common::EXAMPLE.clone())
         .send()
         .await
         .unwrap();
@@ -288,4 +289,29 @@ fn a_nul_in_a_log_line_or_error_is_stored_escaped() {
     db.finish(claim, Status::Failed, Some("X\0Y\r\x1b[31m")).unwrap();
     assert_eq!(db.logs(id, 0).unwrap()[0].line, "environment variable X\\u{0}Y is not set");
     assert_eq!(db.get(id).unwrap().unwrap().error.as_deref(), Some("X\\u{0}Y\\u{d}\\u{1b}[31m"));
+}
+
+/// Credentials and pinned host keys on PostgreSQL: stored sealed, replaced
+/// by name, listed without their secret, deleted.
+#[test]
+fn credentials_and_host_keys_are_kept_replaced_and_deleted() {
+    let Some(pg) = start() else { return };
+    let db = open(&pg);
+    let dir = tempfile::tempdir().unwrap();
+    let key = kubexm_server::credentials::SealKey::load_or_create(&dir.path().join("k")).unwrap();
+    std::fs::write(dir.path().join("pw"), "pg-secret-pw").unwrap();
+    for hosts in [["10.0.0.0/8".to_string()], ["198.18.0.0/24".to_string()]] {
+        let file = dir.path().join("pw");
+        kubexm_server::credentials::create(&db, &key, "ops", kubexm_server::credentials::NewSecret::Password { file }, &hosts).unwrap();
+    }
+    let all = db.credentials().unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].hosts, ["198.18.0.0/24"]);
+    assert!(!all[0].sealed.contains("pg-secret-pw"));
+    db.pin_host_key("10.0.0.5:22", "ssh-ed25519 AAAA1").unwrap();
+    db.pin_host_key("10.0.0.5:22", "ssh-ed25519 AAAA2").unwrap();
+    assert_eq!(db.host_key("10.0.0.5:22").unwrap().as_deref(), Some("ssh-ed25519 AAAA2"));
+    assert_eq!(db.host_keys().unwrap().len(), 1);
+    assert!(db.delete_host_key("10.0.0.5:22").unwrap() && !db.delete_host_key("10.0.0.5:22").unwrap());
+    assert!(db.delete_credential("ops").unwrap() && db.credential("ops").unwrap().is_none());
 }

@@ -48,6 +48,17 @@ pub fn load_file_hosts(path: &Path) -> Result<Cluster, LoadError> {
     load_file_with(path, None)
 }
 
+/// Who wrote a config, and so what it may name on the machine that runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Origin {
+    /// The operator, on the worker's machine: files, variables, key paths.
+    #[default]
+    Operator,
+    /// A request (the API, a shared job database): named credentials only
+    /// ([`super::untrusted`]).
+    Request,
+}
+
 fn load_file_with(path: &Path, catalog: Option<&Catalog>) -> Result<Cluster, LoadError> {
     let file = path.display().to_string();
     let read_err = |source| LoadError::Read {
@@ -66,7 +77,7 @@ fn load_file_with(path: &Path, catalog: Option<&Catalog>) -> Result<Cluster, Loa
         });
     }
     match String::from_utf8(bytes) {
-        Ok(text) => load_str_with(&text, &file, catalog),
+        Ok(text) => load_str_with(&text, &file, catalog, Origin::Operator),
         Err(e) => {
             let at = e.utf8_error().valid_up_to();
             let prefix = String::from_utf8_lossy(&e.as_bytes()[..at]);
@@ -86,16 +97,23 @@ fn load_file_with(path: &Path, catalog: Option<&Catalog>) -> Result<Cluster, Loa
 
 /// Reads, validates and completes config text; `file` names it in messages.
 pub fn load_str(text: &str, file: &str, catalog: &Catalog) -> Result<Cluster, LoadError> {
-    load_str_with(text, file, Some(catalog))
+    load_str_with(text, file, Some(catalog), Origin::Operator)
+}
+
+/// Reads, validates and completes config text written by `origin`: a
+/// request's is also held to [`super::untrusted`]'s rules. Without a
+/// catalog, as [`load_str_hosts`].
+pub fn load_str_as(text: &str, file: &str, catalog: Option<&Catalog>, origin: Origin) -> Result<Cluster, LoadError> {
+    load_str_with(text, file, catalog, origin)
 }
 
 /// Validates config text for an operation that only reaches its hosts
 /// (reset, facts), as [`load_file_hosts`] does a file.
 pub fn load_str_hosts(text: &str, file: &str) -> Result<Cluster, LoadError> {
-    load_str_with(text, file, None)
+    load_str_with(text, file, None, Origin::Operator)
 }
 
-fn load_str_with(text: &str, file: &str, catalog: Option<&Catalog>) -> Result<Cluster, LoadError> {
+fn load_str_with(text: &str, file: &str, catalog: Option<&Catalog>, origin: Origin) -> Result<Cluster, LoadError> {
     if text.len() as u64 > MAX_CONFIG_BYTES {
         return Err(LoadError::TooLarge {
             file: file.into(),
@@ -156,6 +174,9 @@ fn load_str_with(text: &str, file: &str, catalog: Option<&Catalog>) -> Result<Cl
         more += over;
         diags.extend(rules.into_iter().filter(fresh));
         diags.extend(support::check(cluster).into_iter().filter(fresh));
+        if origin == Origin::Request {
+            diags.extend(super::untrusted::check(cluster).into_iter().filter(fresh));
+        }
     }
     if !diags.is_empty() {
         for d in &mut diags {

@@ -5,7 +5,8 @@ pub mod load;
 pub mod model;
 mod secret;
 pub mod support;
+pub mod untrusted;
 pub mod validate;
 
-pub use load::{LoadError, MAX_CONFIG_BYTES, MAX_HOSTS, load_file, load_file_hosts, load_str, load_str_hosts};
+pub use load::{LoadError, MAX_CONFIG_BYTES, MAX_HOSTS, Origin, load_file, load_file_hosts, load_str, load_str_as, load_str_hosts};
 pub use model::Cluster;

@@ -133,6 +133,10 @@ pub struct Auth {
     /// Use the keys of the running SSH agent (`SSH_AUTH_SOCK`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<bool>,
+    /// A credential held by the `kubexm` server, by name (`kubexm credential
+    /// create`): the only method a config sent to the API may use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

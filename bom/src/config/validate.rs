@@ -244,7 +244,7 @@ impl Rules<'_> {
                 None => self.hinted(
                     p.clone(),
                     format!("host `{}` has no auth method", h.name),
-                    "set auth.password, auth.privateKey or auth.agent on the host, or once under spec.hostDefaults.auth",
+                    "set auth.password, auth.privateKey, auth.agent or auth.credential on the host, or once under spec.hostDefaults.auth",
                 ),
                 Some(a) if h.auth.is_some() => self.auth(&format!("{p}.auth"), a),
                 Some(_) => {}
@@ -274,15 +274,33 @@ impl Rules<'_> {
     }
 
     fn auth(&mut self, p: &str, a: &Auth) {
-        let methods = [a.password.is_some(), a.private_key.is_some(), a.agent == Some(true)];
+        let methods = [
+            a.password.is_some(),
+            a.private_key.is_some(),
+            a.agent == Some(true),
+            a.credential.is_some(),
+        ];
         match methods.iter().filter(|m| **m).count() {
-            0 => self.hinted(p, "no auth method is set", "set one of password, privateKey or agent: true"),
+            0 => self.hinted(
+                p,
+                "no auth method is set",
+                "set one of password, privateKey, agent: true or credential",
+            ),
             1 => {}
             _ => self.hinted(
                 p,
                 "more than one auth method is set",
-                "keep exactly one of password, privateKey and agent",
+                "keep exactly one of password, privateKey, agent and credential",
             ),
+        }
+        if let Some(name) = &a.credential
+            && !is_dns_label(name)
+        {
+            self.hinted(
+                format!("{p}.credential"),
+                format!("credential name `{name}` is not a DNS label"),
+                "credentials are named with lowercase letters, digits and '-' (`kubexm credential list`)",
+            );
         }
         if let Some(s) = &a.password {
             self.secret(&format!("{p}.password"), s);

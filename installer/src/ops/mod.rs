@@ -38,6 +38,9 @@ pub struct EngineSettings {
     /// Set to stop scheduling new steps (running ones finish): a job's
     /// cancel. Ctrl-C sets it too. `None`: a flag of the operation's own.
     pub stop: Option<Arc<AtomicBool>>,
+    /// What the run may use of this machine: the operator's own config
+    /// (local), or a request's (named credentials, pinned host keys only).
+    pub trust: crate::engine::trust::Trust,
 }
 
 impl EngineSettings {
@@ -46,6 +49,7 @@ impl EngineSettings {
         jobs::ConnectOptions {
             accept_new_host_key: self.accept_new_host_key,
             concurrency: self.concurrency,
+            trust: self.trust.clone(),
         }
     }
 
@@ -68,6 +72,7 @@ impl std::fmt::Debug for EngineSettings {
             .field("concurrency", &self.concurrency)
             .field("events", &self.events.is_some())
             .field("stop", &self.stop.is_some())
+            .field("trust", &self.trust)
             .finish()
     }
 }
@@ -99,7 +104,7 @@ pub fn engine_context(
     cluster: &kubexm_bom::config::Cluster,
     engine: &EngineSettings,
 ) -> anyhow::Result<(Arc<State>, Arc<AtomicBool>, tokio::runtime::Runtime)> {
-    let (_, secrets) = crate::engine::inventory::targets(cluster).map_err(|e| classified(Class::Config, e))?;
+    let (_, secrets) = crate::engine::inventory::targets(cluster, &engine.trust).map_err(|e| classified(Class::Config, e))?;
     let state = Arc::new(crate::engine::state::State::open(&engine.state, secrets)?);
     let stop = engine.stop.clone().unwrap_or_default();
     let rt = tokio::runtime::Runtime::new()?;

@@ -14,6 +14,9 @@
 //! machines: `--db postgres://user@host/db`.
 
 mod pg;
+mod trust;
+
+pub use trust::{CredentialKind, CredentialRow, HostKeyRow};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -62,6 +65,9 @@ const MIGRATIONS: &[&str] = &[
         sha256 TEXT NOT NULL UNIQUE,
         created INTEGER NOT NULL
     );",
+    // 3: who wrote a job's config (jobs from before are requests: the
+    // stricter rules), named credentials (sealed) and pinned host keys.
+    trust::MIGRATION,
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +140,26 @@ pub struct NewJob {
     pub config_name: String,
     /// What the operation needs besides the config (JSON).
     pub options: serde_json::Value,
+    /// Who wrote the config: the operator on this machine, or a request.
+    pub origin: Origin,
+}
+
+/// Who wrote a job's config, and so what its run may use of the worker's
+/// machine: an operator's job on a SQLite database of the worker's own
+/// machine may name files and variables there; a request's (the API), and
+/// every job of a database other machines share, only named credentials
+/// and pinned host keys.
+pub use kubexm_bom::config::Origin;
+
+fn origin_str(o: Origin) -> &'static str {
+    match o {
+        Origin::Operator => "operator",
+        Origin::Request => "request",
+    }
+}
+
+fn parse_origin(s: &str) -> Origin {
+    if s == "operator" { Origin::Operator } else { Origin::Request }
 }
 
 /// A stored job.
@@ -158,6 +184,12 @@ pub struct Job {
     pub config_name: String,
     #[serde(skip)]
     pub options: serde_json::Value,
+    #[serde(skip, default = "request")]
+    pub origin: Origin,
+}
+
+fn request() -> Origin {
+    Origin::Request
 }
 
 /// A row of `SELECT {COLUMNS} FROM jobs`, from either backend.
@@ -207,6 +239,7 @@ impl Job {
             config: r.text(12)?,
             config_name: r.text(13)?,
             options: serde_json::from_str(&r.text(14)?).unwrap_or_default(),
+            origin: parse_origin(&r.text(15)?),
         })
     }
 }
@@ -251,7 +284,7 @@ pub fn now_ms() -> i64 {
 }
 
 const COLUMNS: &str = "id, cluster, kind, status, current_step, error, created, started, finished, worker, attempt, \
-                       cancel_requested, config, config_name, options";
+                       cancel_requested, config, config_name, options, origin";
 
 impl JobDb {
     /// Opens (creating and migrating) the database at `path`.
@@ -306,6 +339,12 @@ impl JobDb {
         PathBuf::from(&self.path)
     }
 
+    /// Whether other machines may share this database (PostgreSQL): then
+    /// every job follows a request's rules, whoever created it.
+    pub fn shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+
     /// Where the files of jobs run here go (`<dir>/<id>/`): beside a SQLite
     /// database, or `/var/lib/kubexm/jobs` for PostgreSQL.
     pub fn jobs_dir(&self) -> PathBuf {
@@ -354,8 +393,8 @@ impl JobDb {
         }
         self.with(|c| {
             c.execute(
-                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created) VALUES (?1, ?2, 'Pending', ?3, ?4, ?5, ?6)",
-                params![job.cluster, job.kind, job.config, job.config_name, job.options.to_string(), now_ms()],
+                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created, origin) VALUES (?1, ?2, 'Pending', ?3, ?4, ?5, ?6, ?7)",
+                params![job.cluster, job.kind, job.config, job.config_name, job.options.to_string(), now_ms(), origin_str(job.origin)],
             )?;
             Ok(c.last_insert_rowid())
         })

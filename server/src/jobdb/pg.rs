@@ -15,7 +15,8 @@ use sqlx::{Postgres, Row, Transaction};
 use super::{Claim, Job, JobDbError, LogLine, NewJob, Status, now_ms};
 
 /// The schema, one migration per version (table `kubexm_schema`).
-const MIGRATIONS: &[&str] = &["CREATE TABLE jobs (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE jobs (
         id BIGSERIAL PRIMARY KEY,
         cluster TEXT NOT NULL,
         kind TEXT NOT NULL,
@@ -49,7 +50,9 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE jobs (
         name TEXT NOT NULL,
         sha256 TEXT NOT NULL UNIQUE,
         created BIGINT NOT NULL
-    );"];
+    );",
+    super::trust::MIGRATION_PG,
+];
 
 /// The advisory lock key migrations run under.
 const MIGRATION_LOCK: i64 = 0x6b75_6265_786d; // "kubexm"
@@ -60,11 +63,11 @@ const COLUMNS: &str = "id, cluster, kind, \
     CASE WHEN status = 'Pending' AND EXISTS (SELECT 1 FROM jobs b WHERE b.cluster = jobs.cluster \
       AND b.status = 'Processing' AND b.lease_until >= (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT) \
       THEN 'Blocked' ELSE status END, \
-    current_step, error, created, started, finished, worker, attempt, cancel_requested, config, config_name, options";
+    current_step, error, created, started, finished, worker, attempt, cancel_requested, config, config_name, options, origin";
 
 pub(super) struct Pg {
     // Declared before the runtime: dropped while it still runs.
-    pool: PgPool,
+    pub(super) pool: PgPool,
     /// The connection idle workers wait on for `NOTIFY kubexm_jobs`.
     listener: std::sync::Mutex<Option<PgListener>>,
     url: String,
@@ -173,7 +176,7 @@ impl Pg {
     /// another runtime (the engine emits its events from its scheduler
     /// task), `block_on` would panic there: the query then runs on a
     /// scoped thread, blocking the caller as SQLite's writes do.
-    fn run<T: Send>(&self, f: impl Future<Output = Result<T, sqlx::Error>> + Send) -> Result<T, JobDbError> {
+    pub(super) fn run<T: Send>(&self, f: impl Future<Output = Result<T, sqlx::Error>> + Send) -> Result<T, JobDbError> {
         let r = if tokio::runtime::Handle::try_current().is_ok() {
             std::thread::scope(|s| match s.spawn(|| self.rt.block_on(f)).join() {
                 Ok(r) => r,
@@ -193,8 +196,8 @@ impl Pg {
         self.run(async {
             let mut tx = self.pool.begin().await?;
             let id: i64 = sqlx::query_scalar(
-                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created)
-                 VALUES ($1, $2, 'Pending', $3, $4, $5, $6) RETURNING id",
+                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created, origin)
+                 VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7) RETURNING id",
             )
             .bind(&job.cluster)
             .bind(&job.kind)
@@ -202,6 +205,7 @@ impl Pg {
             .bind(&job.config_name)
             .bind(job.options.to_string())
             .bind(now_ms())
+            .bind(super::origin_str(job.origin))
             .fetch_one(&mut *tx)
             .await?;
             sqlx::query("NOTIFY kubexm_jobs").execute(&mut *tx).await?;

@@ -5,8 +5,15 @@ use std::path::{Path, PathBuf};
 
 use kubexm_bundle::pack::{PackMember, Source, listing, pack};
 
+/// The shipped example as a request sends it: hosts log in with a
+/// server-side credential (a request may name no file or variable).
 #[allow(dead_code)] // not every user of this module sends a config
-pub const EXAMPLE: &str = include_str!("../../../manifests/templates/cluster.example.yaml");
+pub static EXAMPLE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let text = include_str!("../../../manifests/templates/cluster.example.yaml");
+    let start = text.find("    auth:\n").expect("the example's auth");
+    let end = start + text[start..].find("  hosts:\n").expect("the example's hosts");
+    format!("{}    auth: {{credential: ops}}\n{}", &text[..start], &text[end..])
+});
 
 /// A small signed bundle carrying the built-in catalog, held by digest in `dir/bundles`.
 pub fn held_bundle(dir: &Path) -> (String, PathBuf) {

@@ -36,6 +36,46 @@ fn wait_status(dir: &Path, id: i64, want: &str, secs: u64) -> serde_json::Value 
     }
 }
 
+/// `config` as a request writes it: the lab's hosts log in with the
+/// server-side credential `lab` (a request names no file on the worker).
+fn as_request(lab: &Lab, config: &Path, out: &Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(config).unwrap();
+    let by_key = format!(
+        "  hostDefaults:\n    auth:\n      privateKey: {{path: {}}}\n",
+        lab.desc.ssh.key.display()
+    );
+    assert!(text.contains(&by_key), "the lab's config logs in by key:\n{text}");
+    std::fs::write(out, text.replacen(&by_key, "  hostDefaults:\n    auth: {credential: lab}\n", 1)).unwrap();
+    out.to_path_buf()
+}
+
+/// Lets a request's jobs reach the lab, as an operator would: the lab's
+/// key as credential `lab` and its password as `lab-pw`, both offered to the
+/// lab's network only, and every host's key pinned after a scan.
+fn trust_lab(lab: &Lab, d: &Path, kubexm: impl Fn(&[&str]) -> Command) {
+    let net = format!("{}.0/24", lab.desc.gateway.rsplit_once('.').unwrap().0);
+    std::fs::write(d.join("lab-password"), &lab.desc.ssh.password).unwrap();
+    let key = lab.desc.ssh.key.display().to_string();
+    let pw = d.join("lab-password").display().to_string();
+    for (name, secret) in [("lab", ["--ssh-key", &key]), ("lab-pw", ["--password-from-file", &pw])] {
+        let mut args = vec!["credential", "create", name, "--hosts", &net];
+        args.extend(secret);
+        ok(kubexm(&args).output().unwrap(), "credential create");
+    }
+    let listed = ok(kubexm(&["credential", "list", "-o", "json"]).output().unwrap(), "credential list");
+    assert!(
+        listed.contains("\"lab-pw\"") && !listed.contains(&lab.desc.ssh.password),
+        "{listed}"
+    );
+    for h in &lab.desc.hosts {
+        let shown = ok(
+            kubexm(&["host-key", "scan", &h.address, "--yes"]).output().unwrap(),
+            "host-key scan",
+        );
+        assert!(shown.starts_with(&format!("{}:22 ssh-", h.address)), "{shown}");
+    }
+}
+
 #[test]
 fn create_cluster_runs_as_a_job_that_a_worker_claims_and_a_client_follows() {
     let Some(lab) = Lab::up(1, 0) else { return };
@@ -234,11 +274,28 @@ fn create_cluster_runs_as_a_job_that_a_worker_claims_and_a_client_follows() {
         format!("server: https://127.0.0.1:{api_port}\nca: tls/ca.crt\ntokenFile: token\n"),
     )
     .unwrap();
-    let remote = Command::new(bin("kubexm"))
+    // A request names its hosts' credential; the operator made it and
+    // pinned the hosts' keys (`kubexm credential create`, `host-key scan`).
+    trust_lab(&lab, d, |a| kubexm(d, a));
+    let request = as_request(&lab, &config, &d.join("request.yaml"));
+    let refused = Command::new(bin("kubexm"))
         .arg("--config")
         .arg(d.join("client.yaml"))
         .args(["create", "cluster", "-f"])
         .arg(&config)
+        .args(["--bundle", &digest])
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success() && text(&refused.stderr).contains("spec.hostDefaults.auth.privateKey"),
+        "a request naming a key file on the worker: {}",
+        text(&refused.stderr)
+    );
+    let remote = Command::new(bin("kubexm"))
+        .arg("--config")
+        .arg(d.join("client.yaml"))
+        .args(["create", "cluster", "-f"])
+        .arg(&request)
         .args(["--bundle", &digest])
         .output()
         .unwrap();
@@ -301,11 +358,17 @@ fn three_workers_on_postgresql_run_thirty_facts_jobs_over_ten_clusters() {
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // lab1 by key, lab2 by password (read by the worker from its environment).
-    let key = lab.desc.ssh.key.display().to_string();
+    // lab1 by key, lab2 by password: server-side credentials (a shared
+    // database's jobs name no file or variable on the worker).
+    let keyfile = d.join("credential.key").display().to_string();
+    trust_lab(&lab, d, |a| {
+        let mut c = kubexm_pg(&pg.url, a);
+        c.args(["--credential-key", &keyfile]);
+        c
+    });
     let base = crate::engine::config(&lab, d, |i| match i {
-        1 => ("root".into(), "{password: {fromEnv: KUBEXM_LAB_PASSWORD}}".into()),
-        _ => ("root".into(), format!("{{privateKey: {{path: {key}}}}}")),
+        1 => ("root".into(), "{credential: lab-pw}".into()),
+        _ => ("root".into(), "{credential: lab}".into()),
     });
     let text = std::fs::read_to_string(base).unwrap();
     // Ten clusters naming the same lab hosts.
@@ -324,10 +387,9 @@ fn three_workers_on_postgresql_run_thirty_facts_jobs_over_ten_clusters() {
     for w in 0..3 {
         let log = std::fs::File::create(d.join(format!("worker{w}.log"))).unwrap();
         workers.push(
-            kubexm_pg(&pg.url, &["worker", "--lease-seconds", "15"])
+            kubexm_pg(&pg.url, &["worker", "--lease-seconds", "15", "--credential-key", &keyfile])
                 .arg("--state")
                 .arg(d.join("state.db"))
-                .env("KUBEXM_LAB_PASSWORD", &lab.desc.ssh.password)
                 .stderr(Stdio::from(log))
                 .spawn()
                 .unwrap(),
@@ -393,9 +455,10 @@ fn three_workers_on_postgresql_run_thirty_facts_jobs_over_ten_clusters() {
             std::fs::read_to_string(d.join(format!("worker{i}.log"))).unwrap()
         );
     }
-    // The SSH password and key are in no table and no worker's log.
+    // The SSH password and key (and the key that seals them) are in no
+    // table and no worker's log: the credentials table holds them sealed.
     let mut stored = String::new();
-    for table in ["jobs", "job_logs", "clusters", "workers", "tokens"] {
+    for table in ["jobs", "job_logs", "clusters", "workers", "tokens", "credentials", "host_keys"] {
         stored.push_str(&ok(
             Command::new("psql")
                 .arg(&pg.url)
@@ -415,9 +478,12 @@ fn three_workers_on_postgresql_run_thirty_facts_jobs_over_ten_clusters() {
         .nth(2)
         .unwrap()
         .to_string();
+    let seal = std::fs::read_to_string(&keyfile).unwrap().trim().to_string();
+    assert!(stored.contains("lab-pw|password|"), "{stored}");
     for (secret, what) in [
         (lab.desc.ssh.password.as_str(), "the SSH password"),
         (key_body.as_str(), "the SSH key"),
+        (seal.as_str(), "the credential key"),
     ] {
         assert!(!stored.contains(secret), "{what} is in the job database");
         for w in 0..3 {
@@ -473,8 +539,16 @@ fn on_postgresql_a_killed_worker_s_install_is_finished_by_another_and_a_stopped_
     let url = pg.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let config = lab.desc.main_job.clone();
-    let b = signed_bundle(&lab, &config);
+    let b = signed_bundle(&lab, &lab.desc.main_job);
+    // Every job of a shared database follows a request's rules.
+    let keyfile = d.join("credential.key").display().to_string();
+    let kubexm_pg = |url: &str, args: &[&str]| {
+        let mut c = kubexm_pg(url, args);
+        c.args(["--credential-key", &keyfile]);
+        c
+    };
+    trust_lab(&lab, d, |a| kubexm_pg(&url, a));
+    let config = as_request(&lab, &lab.desc.main_job, &d.join("request.yaml"));
     let (root, state) = (d.join("root"), d.join("state.db"));
     // Workers on one machine, sharing its state database and root (the affinity the README describes).
     let worker = |name: &str| {

@@ -279,6 +279,8 @@ impl EngineArgs {
             // The one printer: bars on a terminal, lines otherwise.
             events: Some(std::sync::Arc::new(kubexm_cli::progress::Printer::for_stderr())),
             stop: None,
+            // The operator's own config, typed on this machine.
+            trust: Default::default(),
         }
     }
 }

@@ -26,6 +26,11 @@ pub(crate) struct Cli {
     /// [default: $KUBEXM_CONFIG, else /etc/kubexm/client.yaml if it exists]
     #[arg(long, global = true, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
+    /// The key that seals and opens the database's credentials (a 0600 file, one copy
+    /// beside each worker, never in the database). [default: credential.key beside a
+    /// SQLite database, /var/lib/kubexm/credential.key for PostgreSQL]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) credential_key: Option<PathBuf>,
     /// More log output (-v info, -vv debug).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
@@ -74,6 +79,71 @@ pub(crate) enum Command {
         #[command(subcommand)]
         what: BundleCmd,
     },
+    /// Named SSH credentials a request's hosts log in with (`auth: {credential: NAME}`).
+    Credential {
+        #[command(subcommand)]
+        what: CredentialCmd,
+    },
+    /// Host keys pinned by an operator: a request's job connects to no other host.
+    HostKey {
+        #[command(subcommand)]
+        what: HostKeyCmd,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum CredentialCmd {
+    /// Seal a private key or password under the credential key and store it by name.
+    #[command(group = clap::ArgGroup::new("secret").required(true).args(["ssh_key", "password_from_file"]))]
+    Create {
+        /// 1 to 63 lowercase letters, digits and '-'.
+        name: String,
+        /// A private key file (OpenSSH or PEM).
+        #[arg(long, value_name = "FILE")]
+        ssh_key: Option<PathBuf>,
+        /// A file holding the key's passphrase.
+        #[arg(long, value_name = "FILE", requires = "ssh_key")]
+        passphrase_from_file: Option<PathBuf>,
+        /// A file holding the password (never the command line).
+        #[arg(long, value_name = "FILE")]
+        password_from_file: Option<PathBuf>,
+        /// Where it may be offered: CIDRs, addresses or host names, comma-separated.
+        #[arg(long, value_name = "CIDR,...", value_delimiter = ',', required = true)]
+        hosts: Vec<String>,
+    },
+    /// The credentials, without their secrets.
+    List {
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Format,
+    },
+    /// Forget a credential.
+    Delete { name: String },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum HostKeyCmd {
+    /// Pin a host's key: `kubexm host-key add 10.0.0.5 'ssh-ed25519 AAAA...'`.
+    Add {
+        /// ADDRESS[:PORT] (port 22 unless given).
+        endpoint: String,
+        /// The key, as in known_hosts or the host's /etc/ssh/ssh_host_*_key.pub.
+        key: String,
+    },
+    /// Show the key a host offers now; pinned only with --yes, once you have checked it.
+    Scan {
+        /// ADDRESS[:PORT] (port 22 unless given).
+        endpoint: String,
+        /// Pin the key shown (check it against the host's console first).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// The pinned keys.
+    List {
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Format,
+    },
+    /// Unpin a host's key.
+    Delete { endpoint: String },
 }
 
 #[derive(Subcommand)]

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Parser;
 use kubexm_cli::{Class, classified};
 use kubexm_server::jobdb::{JobDb, LogLine};
-use kubexm_server::{api, bundles, client, ops, worker};
+use kubexm_server::{api, bundles, client, credentials, ops, worker};
 
 mod args;
 mod print;
@@ -100,10 +100,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::ApiServer(a) => api_server(open(&cli.db)?, a),
+        Command::Credential { what } => credential(&*open(&cli.db)?, &key_path(&cli.db, cli.credential_key), what),
+        Command::HostKey { what } => host_key(&*open(&cli.db)?, what),
+        Command::ApiServer(a) => {
+            let key = key_path(&cli.db, cli.credential_key);
+            api_server(open(&cli.db)?, a, key)
+        }
         Command::Worker(w) => {
             let db = open(&cli.db)?;
             let mut o = worker::WorkerOptions::here(w.state, jobs_dir(&db));
+            o.credential_key = key_path(&cli.db, cli.credential_key);
             o.lease = std::time::Duration::from_secs(w.lease_seconds.max(3));
             o.install = w.install.worker();
             eprintln!("kubexm worker {} on {}: claiming jobs", o.name, db.path().display());
@@ -118,7 +124,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .or_else(|| Some(PathBuf::from(client::CLIENT_CONFIG)).filter(|p| p.exists()));
             match config {
                 Some(c) => remote(&client::ClientConfig::load(&c).map_err(|e| classified(Class::Usage, e))?, command),
-                None => local(open(&cli.db)?, command),
+                None => local(open(&cli.db)?, command, key_path(&cli.db, cli.credential_key)),
             }
         }
     }
@@ -126,7 +132,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `kubexm api-server`: serves until SIGINT or SIGTERM; the embedded worker
 /// then starts no new step and gives its job back.
-fn api_server(db: Arc<JobDb>, a: ApiServerArgs) -> anyhow::Result<()> {
+fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyhow::Result<()> {
     if !a.no_worker && a.install.advertise.is_none() {
         return Err(classified(
             Class::Usage,
@@ -156,6 +162,7 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs) -> anyhow::Result<()> {
         let mut w = worker::WorkerOptions::here(a.state, jobs_dir(&db));
         w.lease = std::time::Duration::from_secs(a.lease_seconds.max(3));
         w.install = a.install.worker();
+        w.credential_key = credential_key;
         let (db, quit) = (db.clone(), quit.clone());
         std::thread::spawn(move || worker::serve(&db, &w, quit, false))
     });
@@ -200,6 +207,130 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs) -> anyhow::Result<()> {
     served
 }
 
+/// The credential key: given, beside a SQLite database, or the default.
+fn key_path(db: &std::path::Path, given: Option<PathBuf>) -> PathBuf {
+    given.unwrap_or_else(|| {
+        if kubexm_server::jobdb::is_postgres(db) {
+            PathBuf::from(credentials::CREDENTIAL_KEY)
+        } else {
+            db.parent().unwrap_or(std::path::Path::new(".")).join("credential.key")
+        }
+    })
+}
+
+/// `kubexm credential create|list|delete`.
+fn credential(db: &JobDb, key: &std::path::Path, what: CredentialCmd) -> anyhow::Result<()> {
+    match what {
+        CredentialCmd::Create {
+            name,
+            ssh_key,
+            passphrase_from_file,
+            password_from_file,
+            hosts,
+        } => {
+            let secret = match (ssh_key, password_from_file) {
+                (Some(key), _) => credentials::NewSecret::SshKey {
+                    key,
+                    passphrase: passphrase_from_file,
+                },
+                (None, Some(file)) => credentials::NewSecret::Password { file },
+                (None, None) => unreachable!("clap requires one"),
+            };
+            let seal = credentials::SealKey::load_or_create(key).map_err(|e| classified(Class::Io, e))?;
+            let kind = credentials::create(db, &seal, &name, secret, &hosts).map_err(|e| classified(Class::Usage, e))?;
+            eprintln!(
+                "credential {name} ({}) sealed with {} and stored; offered only to {}. Workers open it with a copy of that key (mode 0600).",
+                kind.as_str(),
+                key.display(),
+                hosts.join(",")
+            );
+            Ok(())
+        }
+        CredentialCmd::List { output } => {
+            let rows = db.credentials()?;
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                Format::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
+                Format::Text => {
+                    println!("{:<24} {:<9} {:<20} HOSTS", "NAME", "KIND", "CREATED");
+                    for r in rows {
+                        println!("{:<24} {:<9} {:<20} {}", r.name, r.kind.as_str(), utc(r.created), r.hosts.join(","));
+                    }
+                }
+            }
+            Ok(())
+        }
+        CredentialCmd::Delete { name } => match db.delete_credential(&name)? {
+            true => {
+                eprintln!("credential {name} deleted");
+                Ok(())
+            }
+            false => Err(classified(Class::Usage, anyhow::anyhow!("no credential named {name:?}"))),
+        },
+    }
+}
+
+/// `kubexm host-key add|scan|list|delete`.
+fn host_key(db: &JobDb, what: HostKeyCmd) -> anyhow::Result<()> {
+    let usage = |e: anyhow::Error| classified(Class::Usage, e);
+    match what {
+        HostKeyCmd::Add { endpoint, key } => {
+            let (endpoint, key) = (
+                credentials::endpoint(&endpoint).map_err(usage)?,
+                credentials::normalize_host_key(&key).map_err(usage)?,
+            );
+            db.pin_host_key(&endpoint, &key)?;
+            eprintln!("{endpoint}: {key} pinned");
+            Ok(())
+        }
+        HostKeyCmd::Scan { endpoint, yes } => {
+            let endpoint = credentials::endpoint(&endpoint).map_err(usage)?;
+            let (addr, port) = endpoint.rsplit_once(':').unwrap_or((&endpoint, "22"));
+            let rt = tokio::runtime::Runtime::new()?;
+            let key = rt
+                .block_on(kubexm_installer::engine::ssh::scan(
+                    addr,
+                    port.parse()?,
+                    std::time::Duration::from_secs(10),
+                ))
+                .map_err(|e| classified(Class::Host, e))?;
+            println!("{endpoint} {key}");
+            if yes {
+                db.pin_host_key(&endpoint, &key)?;
+                eprintln!("pinned: requests' jobs connect to {endpoint} only while it offers this key");
+            } else {
+                eprintln!(
+                    "not pinned: check this key against the host (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on its console), then run again with --yes"
+                );
+            }
+            Ok(())
+        }
+        HostKeyCmd::List { output } => {
+            let rows = db.host_keys()?;
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                Format::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
+                Format::Text => {
+                    for r in rows {
+                        println!("{} {}", r.endpoint, r.key);
+                    }
+                }
+            }
+            Ok(())
+        }
+        HostKeyCmd::Delete { endpoint } => {
+            let endpoint = credentials::endpoint(&endpoint).map_err(usage)?;
+            match db.delete_host_key(&endpoint)? {
+                true => {
+                    eprintln!("{endpoint}: unpinned");
+                    Ok(())
+                }
+                false => Err(usage(anyhow::anyhow!("no key is pinned for {endpoint}"))),
+            }
+        }
+    }
+}
+
 /// The bundle a local job installs from: a file, or one held by digest.
 fn bundle_file(given: &str, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
     if given.starts_with("sha256:") {
@@ -210,7 +341,7 @@ fn bundle_file(given: &str, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
 }
 
 /// create, get and cancel against the local job database.
-fn local(db: Arc<JobDb>, command: Command) -> anyhow::Result<()> {
+fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result<()> {
     let quit = quit_flag();
     match command {
         Command::Create { what: Create::Cluster(c) } => {
@@ -243,12 +374,12 @@ fn local(db: Arc<JobDb>, command: Command) -> anyhow::Result<()> {
                 kubeconfig: c.kubeconfig,
             };
             let id = ops::create_cluster(&db, &c.file, &job)?;
-            run_created(&db, id, c.detach, &live, c.state, &quit)
+            run_created(&db, id, c.detach, &live, (c.state, key), &quit)
         }
         Command::Create { what: Create::Facts(h) } => {
             let live = detachable(&db, h.detach)?;
             let id = ops::create_hosts_job(&db, &h.file, "facts", serde_json::json!({}))?;
-            run_created(&db, id, h.detach, &live, h.state, &quit)
+            run_created(&db, id, h.detach, &live, (h.state, key), &quit)
         }
         Command::Reset {
             what: ResetCmd::Cluster { job: h, yes, root },
@@ -261,7 +392,7 @@ fn local(db: Arc<JobDb>, command: Command) -> anyhow::Result<()> {
                 root
             };
             let id = ops::create_hosts_job(&db, &h.file, "reset", serde_json::to_value(worker::ResetJob { root: Some(root) })?)?;
-            run_created(&db, id, h.detach, &live, h.state, &quit)
+            run_created(&db, id, h.detach, &live, (h.state, key), &quit)
         }
         Command::Get {
             what: Get::Job { id, output, follow, from },
@@ -301,7 +432,14 @@ fn detachable(db: &JobDb, detach: bool) -> anyhow::Result<Vec<String>> {
 
 /// After a job is stored: return (`detach`), follow a running worker's run
 /// of it, or run it here as a worker for this job while its log streams.
-fn run_created(db: &Arc<JobDb>, id: i64, detach: bool, live: &[String], state: PathBuf, quit: &Arc<AtomicBool>) -> anyhow::Result<()> {
+fn run_created(
+    db: &Arc<JobDb>,
+    id: i64,
+    detach: bool,
+    live: &[String],
+    (state, credential_key): (PathBuf, PathBuf),
+    quit: &Arc<AtomicBool>,
+) -> anyhow::Result<()> {
     println!("Job created with ID {id}. Run 'kubexm get job {id}' to check status.");
     if detach {
         return Ok(());
@@ -316,7 +454,8 @@ fn run_created(db: &Arc<JobDb>, id: i64, detach: bool, live: &[String], state: P
         return ops::outcome(&j);
     }
     // No worker: this process is one, for this job, while the log streams here.
-    let o = worker::WorkerOptions::here(state, jobs_dir(db));
+    let mut o = worker::WorkerOptions::here(state, jobs_dir(db));
+    o.credential_key = credential_key;
     let claim = db
         .claim(&o.name, &o.machine, o.lease.as_millis() as i64, Some(id))?
         .ok_or_else(|| {
