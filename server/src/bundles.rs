@@ -1,7 +1,9 @@
-//! Bundles a worker holds, by digest. `kubexm bundle add FILE` checks the
-//! bundle's signature and keeps a copy (a hard link when the file system
-//! allows) as `<dir>/<hex>.tar.zst` with its signature beside it; API jobs
-//! name a bundle by that digest. A bundle's digest is the sha256 of its
+//! Bundles a worker holds, by digest. `kubexm bundle add FILE` copies the
+//! bundle (never a link: the operator's file could be rewritten after the
+//! check) into a directory only its owner writes, checks the signature of
+//! that copy, and keeps it read-only for others as `<dir>/<hex>.tar.zst`
+//! with its signature beside it; API jobs name a bundle by that digest,
+//! and the worker checks, while unpacking, that the bundle is that one. A bundle's digest is the sha256 of its
 //! signed `bundle.yaml`, which lists the sha256 of every member: the same
 //! digest the installer prints when it checks the signature.
 
@@ -63,26 +65,38 @@ fn signature_of(bundle: &Path) -> PathBuf {
     PathBuf::from(format!("{}.minisig", bundle.display()))
 }
 
-/// Checks `file`'s signature with `pubkey` and keeps it in `dir` under its
-/// digest. Adding the same bundle again changes nothing.
+/// Copies `file` into `dir`, checks the copy's signature with `pubkey` and
+/// keeps it under its digest (0644 in a 0755 directory). Adding the same
+/// bundle again changes nothing.
 pub fn add(file: &Path, pubkey: &Path, dir: &Path) -> Result<Held, BundleError> {
-    let check = SignatureCheck::load(&signature_of(file), pubkey)?;
-    let v = verify::read_bundle(file, Some(&check), &mut ManifestOnly)?;
-    let hex = kubexm_bundle::digest::sha256_hex(v.text.as_bytes());
+    use std::os::unix::fs::PermissionsExt;
     fs_err::create_dir_all(dir).map_err(io(dir))?;
+    fs_err::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(io(dir))?;
+    // The copies are checked, not the originals: what is verified is what is kept.
+    let tmp = |what: &str| dir.join(format!(".add-{}-{what}.tmp", std::process::id()));
+    let (tmp_bundle, tmp_sig) = (tmp("bundle"), tmp("sig"));
+    let copied = (|| {
+        for (from, to) in [(file.to_path_buf(), &tmp_bundle), (signature_of(file), &tmp_sig)] {
+            let _ = fs_err::remove_file(to);
+            fs_err::copy(&from, to).map_err(io(&from))?;
+            fs_err::set_permissions(to, std::fs::Permissions::from_mode(0o644)).map_err(io(to))?;
+        }
+        let check = SignatureCheck::load(&tmp_sig, pubkey)?;
+        Ok::<_, BundleError>(verify::read_bundle(&tmp_bundle, Some(&check), &mut ManifestOnly)?)
+    })();
+    let v = match copied {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = fs_err::remove_file(&tmp_bundle);
+            let _ = fs_err::remove_file(&tmp_sig);
+            return Err(e);
+        }
+    };
+    let hex = kubexm_bundle::digest::sha256_hex(v.text.as_bytes());
     let dest = dir.join(format!("{hex}.tar.zst"));
-    for (from, to) in [(signature_of(file), signature_of(&dest)), (file.to_path_buf(), dest.clone())] {
-        if to.exists() {
-            continue;
-        }
-        // Whole or not at all: a temporary name, then a rename.
-        let tmp = dir.join(format!(".{hex}.{}.tmp", std::process::id()));
-        let _ = fs_err::remove_file(&tmp);
-        if std::fs::hard_link(&from, &tmp).is_err() {
-            fs_err::copy(&from, &tmp).map_err(io(&tmp))?;
-        }
-        fs_err::rename(&tmp, &to).map_err(io(&to))?;
-    }
+    // Whole or not at all: renamed into place, the signature first.
+    fs_err::rename(&tmp_sig, signature_of(&dest)).map_err(io(&dest))?;
+    fs_err::rename(&tmp_bundle, &dest).map_err(io(&dest))?;
     Ok(Held {
         digest: format!("sha256:{hex}"),
         path: dest,

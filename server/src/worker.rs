@@ -382,9 +382,9 @@ fn operate(
                     job.id
                 )
             })?;
-            let j = match request {
-                InstallRequest::Local(j) => j,
-                InstallRequest::Api(a) => o.install.complete(job.id, &a)?,
+            let (j, expect_digest) = match request {
+                InstallRequest::Local(j) => (j, None),
+                InstallRequest::Api(a) => (o.install.complete(job.id, &a)?, Some(a.bundle_digest)),
             };
             let opts = ops::install::InstallOptions {
                 bundle: Some(j.bundle),
@@ -399,6 +399,7 @@ fn operate(
                 dry_run: false,
                 server_dry_run: false,
                 installer: Some(installer_binary()?),
+                expect_digest,
                 engine,
             };
             match ops::install::install(&opts)? {

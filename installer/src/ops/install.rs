@@ -34,6 +34,9 @@ pub struct InstallOptions {
     /// The kubexm-install binary the registry host runs as its registry
     /// service. `None`: this process's own (kubexm-install itself).
     pub installer: Option<PathBuf>,
+    /// The bundle the job asked for (`sha256:<hex>` of its signed
+    /// `bundle.yaml`): any other, even one signed, is refused once read.
+    pub expect_digest: Option<String>,
     pub engine: EngineSettings,
 }
 
@@ -137,6 +140,19 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
             Class::Verify,
             anyhow::anyhow!("{}: the bundle changed while it was read; run again", bundle.display()),
         ));
+    }
+    if let Some(want) = &args.expect_digest {
+        let got = bundle_dir.file_name().map(|n| format!("sha256:{}", n.to_string_lossy()));
+        if got.as_deref() != Some(want.as_str()) {
+            return Err(classified(
+                Class::Verify,
+                anyhow::anyhow!(
+                    "{} is not the bundle this job asked for: its signed bundle.yaml is {}, the job's {want}. The held file was replaced; nothing was installed. Add the bundle again with `kubexm bundle add`",
+                    bundle.display(),
+                    got.unwrap_or_default()
+                ),
+            ));
+        }
     }
     let catalog = super::lock_catalog(&manifest, bundle)?;
     let bom = manifest.lock;

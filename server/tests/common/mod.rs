@@ -16,8 +16,15 @@ pub static EXAMPLE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 });
 
 /// A small signed bundle carrying the built-in catalog, held by digest in `dir/bundles`.
+#[allow(dead_code)] // not every user of this module holds the default bundle
 pub fn held_bundle(dir: &Path) -> (String, PathBuf) {
-    let members: Vec<PackMember> = [("files/a/1/amd64/a", b"alpha".to_vec())]
+    held_bundle_of(dir, b"alpha")
+}
+
+#[allow(dead_code)]
+/// [`held_bundle`] with one member holding `data` (another bundle, another digest).
+pub fn held_bundle_of(dir: &Path, data: &[u8]) -> (String, PathBuf) {
+    let members: Vec<PackMember> = [("files/a/1/amd64/a", data.to_vec())]
         .into_iter()
         .map(|(p, d)| PackMember {
             path: p.into(),

@@ -303,6 +303,7 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         dry_run: args.dry_run,
         server_dry_run: args.server_dry_run,
         installer: None,
+        expect_digest: None,
         engine: args.engine.settings(),
     };
     match ops::install::install(&opts)? {
