@@ -74,6 +74,12 @@ impl ClientConfig {
         if c.token_file.is_none() && c.client_cert.is_none() {
             return Err(bad("name a tokenFile or a clientCert and clientKey".into()));
         }
+        if !c.server.starts_with("https://") {
+            return Err(bad(format!(
+                "server: {:?} is not https://: a token or key is never sent in the clear",
+                crate::text::line(&c.server)
+            )));
+        }
         if c.client_cert.is_some() != c.client_key.is_some() {
             return Err(bad("clientCert and clientKey go together".into()));
         }

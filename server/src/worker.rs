@@ -359,12 +359,28 @@ fn operate(
 ) -> anyhow::Result<String> {
     let dir = o.jobs_dir.join(job.id.to_string());
     fs_err::create_dir_all(&dir)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for d in [&o.jobs_dir, &dir] {
+            fs_err::set_permissions(d, std::fs::Permissions::from_mode(0o700))?;
+        }
+    }
     let name = std::path::Path::new(&job.config_name)
         .file_name()
         .map(|n| n.to_os_string())
         .unwrap_or_else(|| "cluster.yaml".into());
     let file = dir.join(name);
-    fs_err::write(&file, &job.config)?;
+    {
+        use fs_err::os::unix::fs::OpenOptionsExt;
+        use std::io::Write;
+        let _ = fs_err::remove_file(&file);
+        fs_err::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)?
+            .write_all(job.config.as_bytes())?;
+    }
     let engine = ops::EngineSettings {
         state: o.state.clone(),
         accept_new_host_key: false,

@@ -31,6 +31,8 @@ impl Server {
             tls_dir: dir.join("tls"),
             names: vec!["127.0.0.1".into(), "localhost".into()],
             bundles: dir.join("bundles"),
+            max_connections: kubexm_server::api::limits::MAX_CONNECTIONS,
+            health_listen: None,
         }
     }
 
@@ -141,11 +143,24 @@ async fn a_bad_config_answers_422_with_the_errors_and_positions_of_validate_and_
         .client()
         .post(s.url(&format!("/api/v1/clusters?bundle=sha256:{}", "0".repeat(64))))
         .bearer_auth(&s.token)
+        .header("content-type", "application/yaml")
         .body(EXAMPLE.clone())
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 400);
+    // Issue 24, item 10: a body of another media type is refused with 415.
+    for t in [None, Some("text/plain"), Some("application/x-www-form-urlencoded")] {
+        let mut req = s
+            .client()
+            .post(s.url("/api/v1/clusters"))
+            .bearer_auth(&s.token)
+            .body(EXAMPLE.clone());
+        if let Some(t) = t {
+            req = req.header("content-type", t);
+        }
+        assert_eq!(req.send().await.unwrap().status(), 415, "{t:?}");
+    }
     let v: serde_json::Value = r.json().await.unwrap();
     assert!(v["error"].as_str().unwrap().contains("kubexm bundle add"), "{v}");
     assert!(s.db.list().unwrap().is_empty(), "a job was stored");
@@ -229,6 +244,16 @@ async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_40
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_certificate_from_the_servers_ca_authenticates_and_one_from_another_ca_is_refused() {
     let s = Server::start().await;
+    // Issue 24, item 10: no name escapes --out, and the server's own CA and
+    // certificate are never overwritten.
+    let tls = s.dir.path().join("tls");
+    for (name, out) in [
+        ("../evil", s.dir.path().join("client")),
+        ("ca", s.dir.path().join("client")),
+        ("ci", tls.clone()),
+    ] {
+        assert!(api::tls::client_cert(&tls, name, &out).is_err(), "{name} in {}", out.display());
+    }
     let (crt, key) = api::tls::client_cert(&s.dir.path().join("tls"), "ci", &s.dir.path().join("client")).unwrap();
     let identity = |crt: &Path, key: &Path| {
         let mut pem = std::fs::read(crt).unwrap();

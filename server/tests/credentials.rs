@@ -215,6 +215,8 @@ async fn the_api_refuses_worker_files_variables_keys_and_the_agent_at_their_posi
         tls_dir: dir.path().join("tls"),
         names: vec!["127.0.0.1".into()],
         bundles: dir.path().join("bundles"),
+        max_connections: kubexm_server::api::limits::MAX_CONNECTIONS,
+        health_listen: None,
     };
     tokio::spawn(kubexm_server::api::serve(db.clone(), o, handle.clone()));
     let addr = handle.listening().await.unwrap();

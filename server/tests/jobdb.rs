@@ -126,3 +126,13 @@ fn log_lines_and_errors_are_stored_without_nul_or_control_characters() {
     nul.config.push('\0');
     assert!(db.create(&nul).unwrap_err().to_string().contains("NUL"));
 }
+
+/// Issue 24, item 10: the job database is readable by its owner only.
+#[test]
+fn the_job_database_is_made_mode_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("jobs.db");
+    JobDb::open(&p).unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+}

@@ -185,6 +185,10 @@ fn a_password_in_the_url_is_not_shown() {
     let text = err.to_string();
     assert!(!text.contains("s3cret-pw"), "{text}");
     assert!(text.contains("kubexm:***@"), "{text}");
+    // Issue 24, item 10: nor in the query string.
+    let url = format!("{url}?password=s3cret-pw");
+    let text = JobDb::open(Path::new(&url)).err().expect("a missing database opens").to_string();
+    assert!(!text.contains("s3cret-pw") && text.contains("?***"), "{text}");
 }
 
 #[test]
@@ -235,6 +239,8 @@ async fn the_api_server_stores_and_serves_jobs_in_postgres() {
         tls_dir: d.join("tls"),
         names: vec!["127.0.0.1".into()],
         bundles: d.join("bundles"),
+        max_connections: kubexm_server::api::limits::MAX_CONNECTIONS,
+        health_listen: None,
     };
     tokio::spawn(kubexm_server::api::serve(db.clone(), o, handle.clone()));
     let addr = handle.listening().await.unwrap();
@@ -244,6 +250,7 @@ async fn the_api_server_stores_and_serves_jobs_in_postgres() {
     let r = c
         .post(format!("{base}/api/v1/clusters?bundle={digest}"))
         .bearer_auth(&token)
+        .header("content-type", "application/yaml")
         .body(common::EXAMPLE.clone())
         .send()
         .await

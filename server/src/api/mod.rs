@@ -7,6 +7,7 @@
 //! a client certificate from the server's CA ([`tls`]). The OpenAPI document
 //! it serves is the one committed in `manifests/api/openapi.json`.
 
+pub mod limits;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -50,6 +51,11 @@ pub struct ApiOptions {
     /// The bundles jobs may name by digest (a request is validated against
     /// its bundle's catalog; the claiming worker installs from its own copy).
     pub bundles: PathBuf,
+    /// Connections open at once; one more is closed at once.
+    pub max_connections: usize,
+    /// A plain-HTTP listener (loopback) serving only `/healthz`, outside the
+    /// connection cap: a health check always has room.
+    pub health_listen: Option<SocketAddr>,
 }
 
 struct App {
@@ -123,9 +129,29 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
 pub async fn serve(db: Arc<JobDb>, o: ApiOptions, handle: axum_server::Handle<SocketAddr>) -> anyhow::Result<()> {
     let t = tls::server(&o.tls_dir, &o.names)?;
     let listen = o.listen;
-    axum_server::bind(listen)
-        .acceptor(tls::Acceptor::new(t.config))
-        .handle(handle)
+    let limits = limits::Limits::new(o.max_connections, limits::IDLE);
+    if let Some(h) = o.health_listen {
+        let health = Router::new().route("/healthz", get(|| async { "ok\n" }));
+        let listener = tokio::net::TcpListener::bind(h)
+            .await
+            .map_err(|e| anyhow::anyhow!("the health listener on {h}: {e}"))?;
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, health).await {
+                tracing::error!("the health listener on {h}: {e}");
+            }
+        });
+    }
+    let mut server = axum_server::bind(listen)
+        .acceptor(tls::Acceptor::new(t.config, limits))
+        .handle(handle);
+    // A request head must arrive within 10 s (hyper's timer); an idle
+    // connection is closed by the acceptor's limits.
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits::IDLE);
+    server
         .serve(router(db, o).into_make_service())
         .await
         .map_err(|e| anyhow::anyhow!("the API server on {listen}: {e}"))
@@ -179,7 +205,13 @@ struct CreateQuery {
     bundle: Option<String>,
 }
 
-async fn create_cluster(State(app): State<Arc<App>>, Query(q): Query<CreateQuery>, body: Bytes) -> Result<Response, ApiError> {
+async fn create_cluster(
+    State(app): State<Arc<App>>,
+    Query(q): Query<CreateQuery>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    body_type(&headers)?;
     let _turn = app.validating.acquire().await.map_err(internal)?;
     let app = app.clone();
     blocking(move || {
@@ -213,6 +245,21 @@ async fn create_cluster(State(app): State<Arc<App>>, Query(q): Query<CreateQuery
     .await
 }
 
+/// A request body is cluster.yaml as `application/yaml` or `application/json`.
+fn body_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let t = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    match t.as_deref() {
+        Some("application/yaml" | "application/json") => Ok(()),
+        _ => Err(ApiError(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send cluster.yaml with `Content-Type: application/yaml` (or application/json)".into(),
+        )),
+    }
+}
+
 /// The config text of a request body.
 fn utf8(body: &Bytes) -> Result<String, ApiError> {
     String::from_utf8(body.to_vec()).map_err(|e| {
@@ -237,7 +284,8 @@ fn created(r: Result<i64, CreateError>) -> Result<Response, ApiError> {
     }
 }
 
-async fn create_facts(State(app): State<Arc<App>>, body: Bytes) -> Result<Response, ApiError> {
+async fn create_facts(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    body_type(&headers)?;
     hosts_job(app, body, "facts", json!({})).await
 }
 
@@ -247,7 +295,13 @@ struct ResetQuery {
     confirm: bool,
 }
 
-async fn create_reset(State(app): State<Arc<App>>, Query(q): Query<ResetQuery>, body: Bytes) -> Result<Response, ApiError> {
+async fn create_reset(
+    State(app): State<Arc<App>>,
+    Query(q): Query<ResetQuery>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    body_type(&headers)?;
     if !q.confirm {
         return Err(ApiError(
             StatusCode::BAD_REQUEST,
@@ -392,5 +446,6 @@ async fn logs(
             }
         }
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    // A comment every 5 s: a followed log is never idle long enough to be closed.
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(5))))
 }

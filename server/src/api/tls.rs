@@ -20,6 +20,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 use tower_layer::Layer;
 
+use super::limits::{Guarded, Limits};
+
 /// Where the API server keeps its CA and certificate unless told otherwise.
 pub const TLS_DIR: &str = "/var/lib/kubexm/api";
 
@@ -83,6 +85,19 @@ pub fn server(dir: &Path, names: &[String]) -> Result<ServerTls, TlsError> {
 /// A client certificate `<out>/<name>.crt` and `.key` signed by the CA in
 /// `dir`; returns the two paths.
 pub fn client_cert(dir: &Path, name: &str, out: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
+    if !kubexm_bom::net::is_dns_label(name) || matches!(name, "ca" | "server") {
+        return Err(bad(
+            out,
+            format!("client name {name:?}: use 1 to 63 lowercase letters, digits and '-', other than ca and server"),
+        ));
+    }
+    let same = |a: &Path, b: &Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b);
+    if same(dir, out) {
+        return Err(bad(
+            out,
+            "this is the server's TLS directory: write client certificates elsewhere (--out DIR)",
+        ));
+    }
     let ca = ca(dir)?;
     fs_err::create_dir_all(out).map_err(|e| bad(out, e))?;
     pki::ensure_cert(&ca, out, name, name, &[], Usage::Client)?;
@@ -96,15 +111,20 @@ pub struct ClientCertificate(pub bool);
 
 /// The TLS acceptor, marking each connection's requests with whether the
 /// client authenticated with a certificate.
+/// Each connection is first admitted under the server's [`Limits`] (the
+/// cap, the idle timeout), then handshaken (10 s at most).
 #[derive(Clone)]
 pub struct Acceptor {
     inner: RustlsAcceptor,
+    limits: Arc<Limits>,
 }
 
 impl Acceptor {
-    pub fn new(config: rustls::ServerConfig) -> Acceptor {
+    pub fn new(config: rustls::ServerConfig, limits: Arc<Limits>) -> Acceptor {
         Acceptor {
-            inner: RustlsAcceptor::new(axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config))),
+            inner: RustlsAcceptor::new(axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config)))
+                .handshake_timeout(std::time::Duration::from_secs(10)),
+            limits,
         }
     }
 }
@@ -114,14 +134,15 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Send + 'static,
 {
-    type Stream = TlsStream<I>;
+    type Stream = TlsStream<Guarded<I>>;
     type Service = axum::middleware::AddExtension<S, ClientCertificate>;
     type Future = BoxFuture<'static, std::io::Result<(Self::Stream, Self::Service)>>;
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
         let inner = self.inner.clone();
+        let admitted = self.limits.admit(stream);
         Box::pin(async move {
-            let (stream, service) = inner.accept(stream, service).await?;
+            let (stream, service) = inner.accept(admitted?, service).await?;
             let presented = stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
             Ok((stream, Extension(ClientCertificate(presented)).layer(service)))
         })

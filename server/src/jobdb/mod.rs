@@ -304,6 +304,11 @@ impl JobDb {
                 what: e.to_string(),
             })?;
         }
+        // Configs and logs are for the operators: 0600 before the first byte.
+        if !path.exists() {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+        }
         let mut conn = Connection::open(path).map_err(sql)?;
         conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(sql)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;

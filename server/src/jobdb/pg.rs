@@ -74,16 +74,21 @@ pub(super) struct Pg {
     rt: tokio::runtime::Runtime,
 }
 
-/// The URL without its password, for messages.
+/// The URL without its password or query (which may carry one), for messages.
 pub(super) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (url, query) = match url.split_once('?') {
+        Some((u, _)) => (u, "?***"),
+        None => (url, ""),
+    };
+    let shown = match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let creds = &url[s + 3..at];
             let user = creds.split(':').next().unwrap_or("");
             format!("{}{user}:***{}", &url[..s + 3], &url[at..])
         }
         _ => url.to_string(),
-    }
+    };
+    format!("{shown}{query}")
 }
 
 impl Pg {

@@ -202,6 +202,12 @@ pub(crate) struct ApiServerArgs {
     /// Run no embedded worker (workers run elsewhere, sharing the job database).
     #[arg(long)]
     pub(crate) no_worker: bool,
+    /// Connections open at once; one more is closed at once (idle ones close after 10 s).
+    #[arg(long, value_name = "N", default_value_t = api::limits::MAX_CONNECTIONS)]
+    pub(crate) max_connections: usize,
+    /// Also serve /healthz over plain HTTP here (loopback), outside the connection cap.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub(crate) health_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub(crate) install: InstallFlags,
     /// The engine's state database of the embedded worker.

@@ -156,6 +156,8 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
         tls_dir: a.tls_dir,
         names,
         bundles: a.install.bundles.clone(),
+        max_connections: a.max_connections,
+        health_listen: a.health_listen,
     };
     let quit = Arc::new(AtomicBool::new(false));
     let embedded = (!a.no_worker).then(|| {
