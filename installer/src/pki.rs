@@ -148,7 +148,48 @@ pub fn server_cert(ca: &Ca, names: &[String]) -> Result<ServerCert, PkiError> {
     issue(ca, &cn, names, Usage::Server)
 }
 
+/// The civil date (year, month, day) of a day counted from 1970-01-01
+/// (Howard Hinnant's algorithm).
+pub fn civil_date(days: i64) -> (i64, u8, u8) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m as u8, d as u8)
+}
+
+/// A client certificate `<dir>/<stem>.crt` and `.key` for `cn`, its
+/// organizations (`O`: what it may do) in its subject, valid for `days`
+/// from today. Always issued anew.
+pub fn client_cert(ca: &Ca, dir: &Path, stem: &str, cn: &str, orgs: &[String], days: i64) -> Result<ServerCert, PkiError> {
+    let today = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64 / 86_400)
+        .unwrap_or(0);
+    let (y, m, d) = civil_date(today + days);
+    let c = issue_with(ca, cn, &[], Usage::Client, orgs, (y as i32, m, d))?;
+    let (crt, key) = (dir.join(format!("{stem}.crt")), dir.join(format!("{stem}.key")));
+    write_private(&key, c.key_pem.as_bytes())?;
+    fs_err::write(&crt, &c.cert_pem).map_err(io(&crt))?;
+    Ok(c)
+}
+
 fn issue(ca: &Ca, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert, PkiError> {
+    issue_with(ca, cn, names, usage, &[], (2035, 1, 1))
+}
+
+fn issue_with(
+    ca: &Ca,
+    cn: &str,
+    names: &[String],
+    usage: Usage,
+    orgs: &[String],
+    (y, m, d): (i32, u8, u8),
+) -> Result<ServerCert, PkiError> {
     let ca_key = KeyPair::from_pem(&fs_err::read_to_string(&ca.key).map_err(io(&ca.key))?).map_err(cert_err("reading the CA key"))?;
     let issuer = Issuer::from_ca_cert_pem(&fs_err::read_to_string(&ca.cert).map_err(io(&ca.cert))?, ca_key)
         .map_err(cert_err("reading the CA certificate"))?;
@@ -156,6 +197,9 @@ fn issue(ca: &Ca, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert
     let mut params = CertificateParams::new(names.to_vec()).map_err(cert_err("server certificate names"))?;
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, cn);
+    for o in orgs {
+        dn.push(DnType::OrganizationName, o.as_str());
+    }
     params.distinguished_name = dn;
     use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
     params.extended_key_usages = match usage {
@@ -163,7 +207,7 @@ fn issue(ca: &Ca, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert
         Usage::Client => vec![ClientAuth],
         Usage::ServerAndClient => vec![ServerAuth, ClientAuth],
     };
-    params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+    params.not_after = rcgen::date_time_ymd(y, m, d);
     let cert = params
         .signed_by(&key, &issuer)
         .map_err(cert_err("signing the server certificate"))?;

@@ -100,6 +100,7 @@ fn pg_claims(url: &str, jobs: usize, workers: usize) -> anyhow::Result<()> {
             config_name: "cluster.yaml".into(),
             options: serde_json::json!({}),
             origin: kubexm_server::jobdb::Origin::Request,
+            principal: None,
         })?;
     }
     let started = Instant::now();

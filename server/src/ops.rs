@@ -52,6 +52,7 @@ pub fn create_cluster_text(
     name: &str,
     catalog: &kubexm_bom::catalog::Catalog,
     digest: &str,
+    principal: &str,
 ) -> Result<i64, CreateError> {
     let cluster = kubexm_bom::config::load_str_as(text, name, Some(catalog), Origin::Request)?;
     let options = serde_json::to_value(ApiInstallJob {
@@ -65,7 +66,7 @@ pub fn create_cluster_text(
         name.to_string(),
         "install",
         options,
-        Origin::Request,
+        (Origin::Request, Some(principal.to_string())),
     )
     .map_err(|e| CreateError::Store(e.into()))
 }
@@ -102,7 +103,15 @@ fn store(
             *p = std::env::current_dir()?.join(&*p);
         }
     }
-    Ok(store_job(db, cluster, text, name, "install", serde_json::to_value(&job)?, origin)?)
+    Ok(store_job(
+        db,
+        cluster,
+        text,
+        name,
+        "install",
+        serde_json::to_value(&job)?,
+        (origin, local_user()),
+    )?)
 }
 
 /// A facts or reset job for the hosts of `file` (validated as those
@@ -111,14 +120,30 @@ pub fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json
     let cluster = kubexm_bom::config::load_file_hosts(file)?;
     let text = fs_err::read_to_string(file)?;
     let origin = origin_of(db, &text, file)?;
-    Ok(store_job(db, &cluster, text, file.display().to_string(), kind, options, origin)?)
+    Ok(store_job(
+        db,
+        &cluster,
+        text,
+        file.display().to_string(),
+        kind,
+        options,
+        (origin, local_user()),
+    )?)
 }
 
 /// A facts or reset job from config text (the API), validated as
 /// [`create_hosts_job`] does a file. Nothing is stored when it is invalid.
-pub fn create_hosts_job_text(db: &JobDb, text: &str, name: &str, kind: &str, options: serde_json::Value) -> Result<i64, CreateError> {
+pub fn create_hosts_job_text(
+    db: &JobDb,
+    text: &str,
+    name: &str,
+    kind: &str,
+    options: serde_json::Value,
+    principal: &str,
+) -> Result<i64, CreateError> {
     let cluster = kubexm_bom::config::load_str_as(text, name, None, Origin::Request)?;
-    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options, Origin::Request).map_err(|e| CreateError::Store(e.into()))
+    let who = (Origin::Request, Some(principal.to_string()));
+    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options, who).map_err(|e| CreateError::Store(e.into()))
 }
 
 fn store_job(
@@ -128,7 +153,7 @@ fn store_job(
     name: String,
     kind: &str,
     options: serde_json::Value,
-    origin: Origin,
+    (origin, principal): (Origin, Option<String>),
 ) -> Result<i64, crate::jobdb::JobDbError> {
     db.create(&NewJob {
         cluster: cluster.metadata.name.clone(),
@@ -137,7 +162,16 @@ fn store_job(
         config_name: name,
         options,
         origin,
+        principal,
     })
+}
+
+/// The principal of a job created on this machine: `local:<user>`.
+fn local_user() -> Option<String> {
+    let user = std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| "root".into());
+    Some(format!("local:{}", crate::text::line(&user)))
 }
 
 /// A job by id, or a usage error naming it.

@@ -13,6 +13,9 @@ use kubexm_server::jobdb::{JobDb, Status};
 use kubexm_server::worker::ApiInstallJob;
 
 mod common;
+
+/// The scopes tokens had before scopes existed.
+const RC: &[kubexm_server::jobdb::Scope] = &[kubexm_server::jobdb::Scope::Read, kubexm_server::jobdb::Scope::Create];
 use common::{EXAMPLE, held_bundle};
 
 struct Server {
@@ -40,7 +43,10 @@ impl Server {
         let dir = tempfile::tempdir().unwrap();
         let (digest, _) = held_bundle(dir.path());
         let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).unwrap());
-        let token = db.create_token("test").unwrap();
+        use kubexm_server::jobdb::Scope;
+        let token = db
+            .create_token_scoped("test", &[Scope::Read, Scope::Create, Scope::Reset], None)
+            .unwrap();
         let (handle, addr) = Self::serve(&db, dir.path()).await;
         Server {
             dir,
@@ -252,9 +258,13 @@ async fn a_client_certificate_from_the_servers_ca_authenticates_and_one_from_ano
         ("ca", s.dir.path().join("client")),
         ("ci", tls.clone()),
     ] {
-        assert!(api::tls::client_cert(&tls, name, &out).is_err(), "{name} in {}", out.display());
+        assert!(
+            api::tls::client_cert(&tls, name, &out, RC, 365).is_err(),
+            "{name} in {}",
+            out.display()
+        );
     }
-    let (crt, key) = api::tls::client_cert(&s.dir.path().join("tls"), "ci", &s.dir.path().join("client")).unwrap();
+    let (crt, key) = api::tls::client_cert(&s.dir.path().join("tls"), "ci", &s.dir.path().join("client"), RC, 365).unwrap();
     let identity = |crt: &Path, key: &Path| {
         let mut pem = std::fs::read(crt).unwrap();
         pem.extend(std::fs::read(key).unwrap());
@@ -268,7 +278,7 @@ async fn a_client_certificate_from_the_servers_ca_authenticates_and_one_from_ano
     assert_eq!(ours.get(s.url("/api/v1/jobs")).send().await.unwrap().status(), 200);
     // A certificate signed by another CA: the handshake fails.
     let other = tempfile::tempdir().unwrap();
-    let (crt, key) = api::tls::client_cert(&other.path().join("tls"), "intruder", other.path()).unwrap();
+    let (crt, key) = api::tls::client_cert(&other.path().join("tls"), "intruder", other.path(), RC, 365).unwrap();
     let theirs = reqwest::Client::builder()
         .tls_certs_only([s.ca()])
         .identity(identity(&crt, &key))
@@ -575,4 +585,94 @@ async fn a_body_of_empty_hosts_answers_at_most_100_errors_and_counts_the_rest() 
     }
     assert!(s.db.list().unwrap().is_empty(), "a job was stored");
     s.handle.shutdown();
+}
+
+/// Issue 24, item 9: scopes (a read-only token creates nothing, a create
+/// token cannot reset), expiry, revocation from the very next request, the
+/// principal recorded on each job, client certificates' scopes and
+/// revocation, and the audit log of mutating requests and refusals.
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_have_scopes_expiry_and_revocation_and_every_mutation_is_audited() {
+    use kubexm_server::jobdb::Scope;
+    let s = Server::start().await;
+    let reader = s.db.create_token_scoped("reader", &[Scope::Read], None).unwrap();
+    let expired = s.db.create_token_scoped("old", &[Scope::Admin], Some(1)).unwrap();
+    let post = |token: String, path: &'static str| {
+        let req = s
+            .client()
+            .post(s.url(path))
+            .bearer_auth(token)
+            .header("content-type", "application/yaml")
+            .body(EXAMPLE.clone());
+        async move { req.send().await.unwrap().status() }
+    };
+    let get = |token: String| {
+        let req = s.client().get(s.url("/api/v1/jobs")).bearer_auth(token);
+        async move { req.send().await.unwrap().status() }
+    };
+    assert_eq!(get(reader.clone()).await, 200);
+    assert_eq!(post(reader.clone(), "/api/v1/clusters").await, 403);
+    // A token made without --scopes (or before scopes existed): read,create.
+    let rc = s.db.create_token("rc").unwrap();
+    assert_eq!(
+        post(rc, "/api/v1/clusters/reset?confirm=true").await,
+        403,
+        "read,create may not reset"
+    );
+    assert_eq!(get(expired).await, 401);
+    // The default token (read,create) creates; the job names who asked.
+    let r = s.post(&EXAMPLE).await;
+    assert_eq!(r.status(), 202);
+    let id = r.json::<serde_json::Value>().await.unwrap()["job_id"].as_i64().unwrap();
+    let j: serde_json::Value = s.get_json(s.url(&format!("/api/v1/jobs/{id}"))).await;
+    assert!(j["principal"].as_str().unwrap().starts_with("token:test#"), "{j}");
+    // Revoked: refused on the very next request.
+    assert_eq!(s.db.revoke_token("reader").unwrap(), 1);
+    assert_eq!(get(reader).await, 401);
+    let rows = s.db.tokens().unwrap();
+    let rc = rows.iter().find(|t| t.name == "rc").unwrap();
+    assert_eq!(Scope::join(&rc.scopes), "read,create");
+    assert!(rows.iter().find(|t| t.name == "reader").unwrap().revoked.is_some());
+
+    // A certificate's scopes are in its subject; a revoked one is refused.
+    let (crt, key) = api::tls::client_cert(&s.dir.path().join("tls"), "ro", &s.dir.path().join("client"), &[Scope::Read], 365).unwrap();
+    let mut pem = std::fs::read(&crt).unwrap();
+    pem.extend(std::fs::read(&key).unwrap());
+    let c = reqwest::Client::builder()
+        .tls_certs_only([s.ca()])
+        .identity(reqwest::Identity::from_pem(&pem).unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(c.get(s.url("/api/v1/jobs")).send().await.unwrap().status(), 200);
+    let r = c
+        .post(s.url("/api/v1/clusters"))
+        .header("content-type", "application/yaml")
+        .body(EXAMPLE.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let id = api::tls::CertIdentity::of_pem_file(&crt).unwrap();
+    assert_eq!((id.name.as_str(), id.scopes.as_slice()), ("ro", &[Scope::Read][..]));
+    s.db.revoke_cert(&id.fingerprint, &id.name).unwrap();
+    let c = reqwest::Client::builder()
+        .tls_certs_only([s.ca()])
+        .identity(reqwest::Identity::from_pem(&pem).unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(c.get(s.url("/api/v1/jobs")).send().await.unwrap().status(), 401);
+
+    // The audit log: each mutation and each refusal, with its principal.
+    let log = s.db.audit_log().unwrap();
+    let seen = |p: &str, status: i64| log.iter().any(|a| a.principal.starts_with(p) && a.status == status);
+    assert!(
+        seen("token:reader#", 403) && seen("-", 401) && seen("token:test#", 202) && seen("cert:ro", 403),
+        "{log:?}"
+    );
+    assert!(log.iter().any(|a| a.status == 202 && a.job == Some(id_of(&log))), "{log:?}");
+    s.handle.shutdown();
+}
+
+fn id_of(log: &[kubexm_server::jobdb::AuditRow]) -> i64 {
+    log.iter().find(|a| a.status == 202).and_then(|a| a.job).unwrap()
 }

@@ -79,6 +79,7 @@ fn run(db: &Arc<JobDb>, dir: &std::path::Path, config: String, origin: Origin) -
             config_name: "cluster.yaml".into(),
             options: serde_json::json!({}),
             origin,
+            principal: None,
         })
         .unwrap();
     let mut o = WorkerOptions::here(dir.join("state.db"), dir.join("jobs"));

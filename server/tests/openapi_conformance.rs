@@ -63,6 +63,7 @@ fn every_answer_conforms_to_the_committed_openapi_document() {
                     config_name: "cluster.yaml".into(),
                     options: serde_json::json!({}),
                     origin: kubexm_server::jobdb::Origin::Request,
+                    principal: None,
                 })
                 .unwrap();
             jobs.request_cancel(id).unwrap();

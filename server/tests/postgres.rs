@@ -38,6 +38,7 @@ fn job(cluster: &str) -> NewJob {
         config_name: "cluster.yaml".into(),
         options: serde_json::json!({}),
         origin: kubexm_server::jobdb::Origin::Request,
+        principal: None,
     }
 }
 

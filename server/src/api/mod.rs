@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, Request, State};
@@ -30,9 +31,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::bundles;
-use crate::jobdb::{JobDb, LogLine};
+use crate::jobdb::{JobDb, LogLine, Scope};
 use crate::ops::{self, CreateError};
 use crate::worker::ResetJob;
+use tls::ClientCertificate;
 
 /// The OpenAPI document of this API, as committed.
 pub const OPENAPI: &str = include_str!("../../../manifests/api/openapi.json");
@@ -63,16 +65,10 @@ struct App {
     o: ApiOptions,
     /// The catalog each bundle carries, read once.
     catalogs: Mutex<HashMap<PathBuf, Arc<kubexm_bom::catalog::Catalog>>>,
-    /// Tokens found valid, by sha256, and when: a busy client is not looked
-    /// up in the database on every request.
-    tokens: Mutex<HashMap<String, std::time::Instant>>,
     /// Validations running at once: one per core. More only switch threads
     /// and fight over the allocator, which shows as tail latency.
     validating: tokio::sync::Semaphore,
 }
-
-/// How long a token found valid is trusted without asking the database again.
-const TOKEN_TRUST: Duration = Duration::from_secs(10);
 
 /// An error answer: `{"error": "..."}` with its status.
 struct ApiError(StatusCode, String);
@@ -104,7 +100,6 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
         db,
         o,
         catalogs: Mutex::new(HashMap::new()),
-        tokens: Mutex::new(HashMap::new()),
         validating: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
     });
     let guarded = Router::new()
@@ -157,41 +152,112 @@ pub async fn serve(db: Arc<JobDb>, o: ApiOptions, handle: axum_server::Handle<So
         .map_err(|e| anyhow::anyhow!("the API server on {listen}: {e}"))
 }
 
-async fn authenticate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
-    if req.extensions().get::<tls::ClientCertificate>().is_some_and(|c| c.0) {
-        return next.run(req).await;
+/// Who made a request, and what they may do.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// `token:NAME#ID` or `cert:NAME`: recorded on the jobs it creates and in the audit log.
+    pub name: String,
+    pub scopes: Vec<Scope>,
+}
+
+impl Principal {
+    fn allows(&self, needed: Scope) -> bool {
+        self.scopes.contains(&needed) || self.scopes.contains(&Scope::Admin)
     }
-    let token = req
+}
+
+/// The scope a route needs.
+fn needed(method: &axum::http::Method, path: &str) -> Scope {
+    match (method.as_str(), path) {
+        ("GET", _) => Scope::Read,
+        ("POST", "/api/v1/clusters/reset") => Scope::Reset,
+        _ => Scope::Create,
+    }
+}
+
+/// The job a response created (set by [`created`]), for the audit log.
+#[derive(Clone, Copy)]
+struct CreatedJob(i64);
+
+/// Authenticates (a client certificate not revoked, or a bearer token
+/// neither revoked nor expired, looked up on every request), checks the
+/// route's scope, and appends every mutating request and every refusal to
+/// the audit log.
+async fn authenticate(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let cert = req.extensions().get::<ClientCertificate>().and_then(|c| c.0.clone());
+    let bearer = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(|t| t.trim().to_string());
-    let Some(token) = token else {
+    let who = identify(&app, cert, bearer).await;
+    let audit = |principal: String, job: Option<i64>, status: StatusCode| {
+        let (db, method, path) = (app.db.clone(), method.to_string(), path.clone());
+        async move {
+            let r = tokio::task::spawn_blocking(move || db.audit(&principal, &method, &path, job, status.as_u16())).await;
+            if !matches!(r, Ok(Ok(()))) {
+                tracing::error!("the audit log could not be written: {r:?}");
+            }
+        }
+    };
+    let p = match who {
+        Ok(p) => p,
+        Err(e) => {
+            audit("-".into(), None, e.0).await;
+            return e.into_response();
+        }
+    };
+    let scope = needed(&method, &path);
+    if !p.allows(scope) {
+        audit(p.name.clone(), None, StatusCode::FORBIDDEN).await;
         return ApiError(
-            StatusCode::UNAUTHORIZED,
-            "no credentials: send `Authorization: Bearer <token>` (`kubexm token create` makes one) or a client certificate from this server's CA".into(),
+            StatusCode::FORBIDDEN,
+            format!("{} may not do this: it needs the `{}` scope", p.name, scope.as_str()),
         )
         .into_response();
-    };
-    let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
-    let fresh = |seen: &std::time::Instant| seen.elapsed() < TOKEN_TRUST;
-    let known = app.tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&hash).is_some_and(fresh);
-    if known {
-        return next.run(req).await;
     }
-    let db = app.db.clone();
-    match blocking(move || db.token_name(&token).map_err(internal)).await {
-        Ok(Some(_)) => {
-            {
-                let mut known = app.tokens.lock().unwrap_or_else(|e| e.into_inner());
-                known.retain(|_, seen| fresh(seen));
-                known.insert(hash, std::time::Instant::now());
-            }
-            next.run(req).await
+    req.extensions_mut().insert(p.clone());
+    let resp = next.run(req).await;
+    if method != axum::http::Method::GET {
+        let job = resp.extensions().get::<CreatedJob>().map(|j| j.0).or_else(|| {
+            path.strip_prefix("/api/v1/jobs/")
+                .and_then(|r| r.split('/').next())
+                .and_then(|id| id.parse().ok())
+        });
+        audit(p.name, job, resp.status()).await;
+    }
+    resp
+}
+
+/// The principal of a request, or the 401 to answer.
+async fn identify(app: &Arc<App>, cert: Option<tls::CertIdentity>, bearer: Option<String>) -> Result<Principal, ApiError> {
+    let unauthorized = |m: &str| ApiError(StatusCode::UNAUTHORIZED, m.to_string());
+    if let Some(c) = cert {
+        let (db, fp) = (app.db.clone(), c.fingerprint.clone());
+        if blocking(move || db.cert_revoked(&fp).map_err(internal)).await? {
+            return Err(unauthorized("this client certificate is revoked"));
         }
-        Ok(None) => ApiError(StatusCode::UNAUTHORIZED, "unknown token".into()).into_response(),
-        Err(e) => e.into_response(),
+        return Ok(Principal {
+            name: format!("cert:{}", c.name),
+            scopes: c.scopes,
+        });
+    }
+    let token = bearer.ok_or_else(|| {
+            unauthorized(
+                "no credentials: send `Authorization: Bearer <token>` (`kubexm token create` makes one) or a client certificate from this server's CA",
+            )
+        })?;
+    let db = app.db.clone();
+    match blocking(move || db.token(&token).map_err(internal)).await? {
+        Some(t) if t.valid(crate::jobdb::now_ms()) => Ok(Principal {
+            name: format!("token:{}#{}", t.name, t.id),
+            scopes: t.scopes,
+        }),
+        Some(t) if t.revoked.is_some() => Err(unauthorized("this token is revoked")),
+        Some(_) => Err(unauthorized("this token has expired: `kubexm token create --ttl` makes a new one")),
+        None => Err(unauthorized("unknown token")),
     }
 }
 
@@ -208,6 +274,7 @@ struct CreateQuery {
 async fn create_cluster(
     State(app): State<Arc<App>>,
     Query(q): Query<CreateQuery>,
+    Extension(who): Extension<Principal>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -240,7 +307,14 @@ async fn create_cluster(
         let bundle = bundles::find(&app.o.bundles, &digest).map_err(|e| bad(e.to_string()))?;
         let catalog = app.catalog(&bundle)?;
         let text = utf8(&body)?;
-        created(ops::create_cluster_text(&app.db, &text, "cluster.yaml", &catalog, &digest))
+        created(ops::create_cluster_text(
+            &app.db,
+            &text,
+            "cluster.yaml",
+            &catalog,
+            &digest,
+            &who.name,
+        ))
     })
     .await
 }
@@ -273,7 +347,11 @@ fn utf8(body: &Bytes) -> Result<String, ApiError> {
 /// 202 with the job's id, or 422 with every validation error.
 fn created(r: Result<i64, CreateError>) -> Result<Response, ApiError> {
     match r {
-        Ok(id) => Ok((StatusCode::ACCEPTED, axum::Json(json!({"job_id": id}))).into_response()),
+        Ok(id) => {
+            let mut r = (StatusCode::ACCEPTED, axum::Json(json!({"job_id": id}))).into_response();
+            r.extensions_mut().insert(CreatedJob(id));
+            Ok(r)
+        }
         Err(CreateError::Invalid(kubexm_bom::config::LoadError::Invalid(d))) => Ok((
             StatusCode::UNPROCESSABLE_ENTITY,
             axum::Json(json!({"error": d.to_string(), "file": d.file, "errors": d.diagnostics, "more": d.more})),
@@ -284,9 +362,14 @@ fn created(r: Result<i64, CreateError>) -> Result<Response, ApiError> {
     }
 }
 
-async fn create_facts(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+async fn create_facts(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     body_type(&headers)?;
-    hosts_job(app, body, "facts", json!({})).await
+    hosts_job(app, body, ("facts", json!({})), who).await
 }
 
 #[derive(Deserialize)]
@@ -298,6 +381,7 @@ struct ResetQuery {
 async fn create_reset(
     State(app): State<Arc<App>>,
     Query(q): Query<ResetQuery>,
+    Extension(who): Extension<Principal>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -309,14 +393,29 @@ async fn create_reset(
         ));
     }
     let options = serde_json::to_value(ResetJob { root: None }).map_err(internal)?;
-    hosts_job(app, body, "reset", options).await
+    hosts_job(app, body, ("reset", options), who).await
 }
 
 /// A facts or reset job for the hosts of the body's config.
-async fn hosts_job(app: Arc<App>, body: Bytes, kind: &'static str, options: serde_json::Value) -> Result<Response, ApiError> {
+async fn hosts_job(
+    app: Arc<App>,
+    body: Bytes,
+    (kind, options): (&'static str, serde_json::Value),
+    who: Principal,
+) -> Result<Response, ApiError> {
     let _turn = app.validating.acquire().await.map_err(internal)?;
     let app = app.clone();
-    blocking(move || created(ops::create_hosts_job_text(&app.db, &utf8(&body)?, "cluster.yaml", kind, options))).await
+    blocking(move || {
+        created(ops::create_hosts_job_text(
+            &app.db,
+            &utf8(&body)?,
+            "cluster.yaml",
+            kind,
+            options,
+            &who.name,
+        ))
+    })
+    .await
 }
 
 impl App {

@@ -21,6 +21,7 @@ use tokio_rustls::server::TlsStream;
 use tower_layer::Layer;
 
 use super::limits::{Guarded, Limits};
+use crate::jobdb::Scope;
 
 /// Where the API server keeps its CA and certificate unless told otherwise.
 pub const TLS_DIR: &str = "/var/lib/kubexm/api";
@@ -83,8 +84,9 @@ pub fn server(dir: &Path, names: &[String]) -> Result<ServerTls, TlsError> {
 }
 
 /// A client certificate `<out>/<name>.crt` and `.key` signed by the CA in
-/// `dir`; returns the two paths.
-pub fn client_cert(dir: &Path, name: &str, out: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
+/// `dir`, its scopes in its subject (`O=kubexm:<scope>,...`), valid for `days`;
+/// returns the two paths.
+pub fn client_cert(dir: &Path, name: &str, out: &Path, scopes: &[Scope], days: i64) -> Result<(PathBuf, PathBuf), TlsError> {
     if !kubexm_bom::net::is_dns_label(name) || matches!(name, "ca" | "server") {
         return Err(bad(
             out,
@@ -100,14 +102,49 @@ pub fn client_cert(dir: &Path, name: &str, out: &Path) -> Result<(PathBuf, PathB
     }
     let ca = ca(dir)?;
     fs_err::create_dir_all(out).map_err(|e| bad(out, e))?;
-    pki::ensure_cert(&ca, out, name, name, &[], Usage::Client)?;
+    let orgs = vec![format!("kubexm:{}", Scope::join(scopes))];
+    pki::client_cert(&ca, out, name, name, &orgs, days)?;
     Ok((out.join(format!("{name}.crt")), out.join(format!("{name}.key"))))
 }
 
+/// Who a client certificate names: its `CN`, its scopes (`O=kubexm:read,create`)
+/// and its sha256 (what a revocation lists).
+#[derive(Debug, Clone)]
+pub struct CertIdentity {
+    pub name: String,
+    pub scopes: Vec<Scope>,
+    pub fingerprint: String,
+}
+
+impl CertIdentity {
+    /// The identity in a DER certificate, if it parses.
+    pub fn of(der: &[u8]) -> Option<CertIdentity> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let subject = cert.subject();
+        let name = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+        let scopes = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok()?.strip_prefix("kubexm:").map(str::to_string))
+            .collect::<Vec<_>>()
+            .join(",");
+        Some(CertIdentity {
+            name,
+            scopes: Scope::parse_list(&scopes).unwrap_or_default(),
+            fingerprint: kubexm_bundle::digest::sha256_hex(der),
+        })
+    }
+
+    /// The identity of a PEM certificate file (for `kubexm client-cert revoke`).
+    pub fn of_pem_file(path: &Path) -> Result<CertIdentity, TlsError> {
+        let der = CertificateDer::from_pem_file(path).map_err(|e| bad(path, e))?;
+        CertIdentity::of(&der).ok_or_else(|| bad(path, "not a client certificate with a common name"))
+    }
+}
+
 /// Set on a request whose connection presented a certificate this server's
-/// CA signed (the handshake refuses any other).
-#[derive(Debug, Clone, Copy)]
-pub struct ClientCertificate(pub bool);
+/// CA signed (the handshake refuses any other): who it names.
+#[derive(Debug, Clone)]
+pub struct ClientCertificate(pub Option<CertIdentity>);
 
 /// The TLS acceptor, marking each connection's requests with whether the
 /// client authenticated with a certificate.
@@ -143,7 +180,12 @@ where
         let admitted = self.limits.admit(stream);
         Box::pin(async move {
             let (stream, service) = inner.accept(admitted?, service).await?;
-            let presented = stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
+            let presented = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| CertIdentity::of(c.as_ref()));
             Ok((stream, Extension(ClientCertificate(presented)).layer(service)))
         })
     }

@@ -14,8 +14,10 @@
 //! machines: `--db postgres://user@host/db`.
 
 mod pg;
+mod principals;
 mod trust;
 
+pub use principals::{AuditRow, Scope, TokenRow};
 pub use trust::{CredentialKind, CredentialRow, HostKeyRow};
 
 use std::path::{Path, PathBuf};
@@ -142,6 +144,8 @@ pub struct NewJob {
     pub options: serde_json::Value,
     /// Who wrote the config: the operator on this machine, or a request.
     pub origin: Origin,
+    /// Who asked (`token:NAME#ID`, `cert:NAME`, or the local user).
+    pub principal: Option<String>,
 }
 
 /// Who wrote a job's config, and so what its run may use of the worker's
@@ -186,6 +190,8 @@ pub struct Job {
     pub options: serde_json::Value,
     #[serde(skip, default = "request")]
     pub origin: Origin,
+    /// Who asked for it.
+    pub principal: Option<String>,
 }
 
 fn request() -> Origin {
@@ -240,6 +246,7 @@ impl Job {
             config_name: r.text(13)?,
             options: serde_json::from_str(&r.text(14)?).unwrap_or_default(),
             origin: parse_origin(&r.text(15)?),
+            principal: r.maybe_text(16)?,
         })
     }
 }
@@ -284,7 +291,7 @@ pub fn now_ms() -> i64 {
 }
 
 const COLUMNS: &str = "id, cluster, kind, status, current_step, error, created, started, finished, worker, attempt, \
-                       cancel_requested, config, config_name, options, origin";
+                       cancel_requested, config, config_name, options, origin, principal";
 
 impl JobDb {
     /// Opens (creating and migrating) the database at `path`.
@@ -398,8 +405,8 @@ impl JobDb {
         }
         self.with(|c| {
             c.execute(
-                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created, origin) VALUES (?1, ?2, 'Pending', ?3, ?4, ?5, ?6, ?7)",
-                params![job.cluster, job.kind, job.config, job.config_name, job.options.to_string(), now_ms(), origin_str(job.origin)],
+                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created, origin, principal) VALUES (?1, ?2, 'Pending', ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![job.cluster, job.kind, job.config, job.config_name, job.options.to_string(), now_ms(), origin_str(job.origin), job.principal],
             )?;
             Ok(c.last_insert_rowid())
         })
@@ -645,41 +652,10 @@ impl JobDb {
         })
     }
 
-    /// Stores a new API token named `name` (only its sha256); returns the
-    /// token, which is shown once and never again.
+    /// A new API token named `name` with the scopes tokens had before
+    /// scopes existed (`read,create`), never expiring; shown once.
     pub fn create_token(&self, name: &str) -> Result<String, JobDbError> {
-        let token = format!(
-            "kxm_{}",
-            hex::encode(kubexm_installer::kube_pki::random_bytes(32).map_err(|e| JobDbError::Invalid {
-                path: self.path.clone(),
-                what: format!("reading /dev/urandom: {e}"),
-            })?)
-        );
-        let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
-        if let Backend::Postgres(pg) = &self.backend {
-            pg.create_token(name, &hash)?;
-            return Ok(token);
-        }
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO tokens (name, sha256, created) VALUES (?1, ?2, ?3)",
-                params![name, hash, now_ms()],
-            )
-            .map(|_| ())
-        })?;
-        Ok(token)
-    }
-
-    /// The name of the token `token`, if it is one.
-    pub fn token_name(&self, token: &str) -> Result<Option<String>, JobDbError> {
-        let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.token_name(&hash);
-        }
-        self.with(|c| {
-            c.query_row("SELECT name FROM tokens WHERE sha256 = ?1", [hash], |r| r.get(0))
-                .optional()
-        })
+        self.create_token_scoped(name, &[Scope::Read, Scope::Create], None)
     }
 
     /// Gives a job back unfinished (Ctrl-C of a foreground run): Pending

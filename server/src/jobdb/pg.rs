@@ -63,7 +63,7 @@ const COLUMNS: &str = "id, cluster, kind, \
     CASE WHEN status = 'Pending' AND EXISTS (SELECT 1 FROM jobs b WHERE b.cluster = jobs.cluster \
       AND b.status = 'Processing' AND b.lease_until >= (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT) \
       THEN 'Blocked' ELSE status END, \
-    current_step, error, created, started, finished, worker, attempt, cancel_requested, config, config_name, options, origin";
+    current_step, error, created, started, finished, worker, attempt, cancel_requested, config, config_name, options, origin, principal";
 
 pub(super) struct Pg {
     // Declared before the runtime: dropped while it still runs.
@@ -201,8 +201,8 @@ impl Pg {
         self.run(async {
             let mut tx = self.pool.begin().await?;
             let id: i64 = sqlx::query_scalar(
-                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created, origin)
-                 VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7) RETURNING id",
+                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created, origin, principal)
+                 VALUES ($1, $2, 'Pending', $3, $4, $5, $6, $7, $8) RETURNING id",
             )
             .bind(&job.cluster)
             .bind(&job.kind)
@@ -211,6 +211,7 @@ impl Pg {
             .bind(job.options.to_string())
             .bind(now_ms())
             .bind(super::origin_str(job.origin))
+            .bind(&job.principal)
             .fetch_one(&mut *tx)
             .await?;
             sqlx::query("NOTIFY kubexm_jobs").execute(&mut *tx).await?;
@@ -478,27 +479,6 @@ impl Pg {
                     .await?;
                 notify(tx).await
             })
-        })
-    }
-
-    pub(super) fn create_token(&self, name: &str, hash: &str) -> Result<(), JobDbError> {
-        self.run(async {
-            sqlx::query("INSERT INTO tokens (name, sha256, created) VALUES ($1, $2, $3)")
-                .bind(name)
-                .bind(hash)
-                .bind(now_ms())
-                .execute(&self.pool)
-                .await
-                .map(|_| ())
-        })
-    }
-
-    pub(super) fn token_name(&self, hash: &str) -> Result<Option<String>, JobDbError> {
-        self.run(async {
-            sqlx::query_scalar("SELECT name FROM tokens WHERE sha256 = $1")
-                .bind(hash)
-                .fetch_optional(&self.pool)
-                .await
         })
     }
 

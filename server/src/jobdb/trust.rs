@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use super::{Backend, JobDb, JobDbError, now_ms};
 
-/// SQLite's migration 3.
+/// SQLite's migration 3: job origins and principals, credentials, host
+/// keys, token scopes, expiry and revocation (tokens from before keep
+/// `read,create`), and the audit log.
 pub(super) const MIGRATION: &str = "ALTER TABLE jobs ADD COLUMN origin TEXT NOT NULL DEFAULT 'request';
     CREATE TABLE credentials (
         name TEXT PRIMARY KEY,
@@ -17,9 +19,23 @@ pub(super) const MIGRATION: &str = "ALTER TABLE jobs ADD COLUMN origin TEXT NOT 
         sealed TEXT NOT NULL,
         created INTEGER NOT NULL
     );
-    CREATE TABLE host_keys (endpoint TEXT PRIMARY KEY, key TEXT NOT NULL, added INTEGER NOT NULL);";
+    CREATE TABLE host_keys (endpoint TEXT PRIMARY KEY, key TEXT NOT NULL, added INTEGER NOT NULL);
+    ALTER TABLE tokens ADD COLUMN scopes TEXT NOT NULL DEFAULT 'read,create';
+    ALTER TABLE tokens ADD COLUMN expires INTEGER;
+    ALTER TABLE tokens ADD COLUMN revoked INTEGER;
+    ALTER TABLE jobs ADD COLUMN principal TEXT;
+    CREATE TABLE audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        principal TEXT NOT NULL,
+        method TEXT NOT NULL,
+        route TEXT NOT NULL,
+        job INTEGER,
+        status INTEGER NOT NULL
+    );
+    CREATE TABLE revoked_certs (fingerprint TEXT PRIMARY KEY, name TEXT NOT NULL, at INTEGER NOT NULL);";
 
-/// PostgreSQL's migration 2.
+/// PostgreSQL's migration 2: as SQLite's 3.
 pub(super) const MIGRATION_PG: &str = "ALTER TABLE jobs ADD COLUMN origin TEXT NOT NULL DEFAULT 'request';
     CREATE TABLE credentials (
         name TEXT PRIMARY KEY,
@@ -28,7 +44,21 @@ pub(super) const MIGRATION_PG: &str = "ALTER TABLE jobs ADD COLUMN origin TEXT N
         sealed TEXT NOT NULL,
         created BIGINT NOT NULL
     );
-    CREATE TABLE host_keys (endpoint TEXT PRIMARY KEY, key TEXT NOT NULL, added BIGINT NOT NULL);";
+    CREATE TABLE host_keys (endpoint TEXT PRIMARY KEY, key TEXT NOT NULL, added BIGINT NOT NULL);
+    ALTER TABLE tokens ADD COLUMN scopes TEXT NOT NULL DEFAULT 'read,create';
+    ALTER TABLE tokens ADD COLUMN expires BIGINT;
+    ALTER TABLE tokens ADD COLUMN revoked BIGINT;
+    ALTER TABLE jobs ADD COLUMN principal TEXT;
+    CREATE TABLE audit (
+        id BIGSERIAL PRIMARY KEY,
+        at BIGINT NOT NULL,
+        principal TEXT NOT NULL,
+        method TEXT NOT NULL,
+        route TEXT NOT NULL,
+        job BIGINT,
+        status INTEGER NOT NULL
+    );
+    CREATE TABLE revoked_certs (fingerprint TEXT PRIMARY KEY, name TEXT NOT NULL, at BIGINT NOT NULL);";
 
 /// What a credential logs in with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -102,7 +132,7 @@ impl JobDb {
 
     /// Inserts a row of text `values` and the time as the last column,
     /// replacing the row with the same first column.
-    fn upsert(&self, table: &str, columns: &[&str], values: &[&str]) -> Result<(), JobDbError> {
+    pub(super) fn upsert(&self, table: &str, columns: &[&str], values: &[&str]) -> Result<(), JobDbError> {
         let now = now_ms();
         let marks: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
         let insert = format!("INSERT INTO {table} ({}) VALUES ({})", columns.join(", "), marks.join(", "));

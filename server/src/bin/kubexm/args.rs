@@ -153,7 +153,20 @@ pub(crate) enum TokenCmd {
         /// Who or what it is for (shown in the job database, never secret).
         #[arg(long, default_value = "default")]
         name: String,
+        /// What it may do: read, create, reset, credential, host-key, admin (comma-separated).
+        #[arg(long, value_name = "SCOPES", default_value = "read,create")]
+        scopes: String,
+        /// How long it is valid: 90m, 12h, 30d (none: until revoked).
+        #[arg(long, value_name = "DURATION")]
+        ttl: Option<String>,
     },
+    /// The tokens: id, name, scopes, expiry, revocation (never their values).
+    List {
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Format,
+    },
+    /// Revoke a token by id or name: refused from the next request on.
+    Revoke { token: String },
 }
 
 #[derive(Subcommand)]
@@ -166,7 +179,15 @@ pub(crate) enum ClientCertCmd {
         /// The API server's TLS directory (its CA).
         #[arg(long, value_name = "DIR", default_value = api::tls::TLS_DIR)]
         tls_dir: PathBuf,
+        /// What it may do (in its subject): read, create, reset, credential, host-key, admin.
+        #[arg(long, value_name = "SCOPES", default_value = "read,create")]
+        scopes: String,
+        /// Days it is valid.
+        #[arg(long, value_name = "N", default_value_t = 365)]
+        days: i64,
     },
+    /// Revoke a client certificate (its .crt file): refused from the next request on.
+    Revoke { cert: PathBuf },
 }
 
 #[derive(Subcommand)]

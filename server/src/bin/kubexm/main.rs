@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use kubexm_cli::{Class, classified};
-use kubexm_server::jobdb::{JobDb, LogLine};
+use kubexm_server::jobdb::{JobDb, LogLine, Scope};
 use kubexm_server::{api, bundles, client, credentials, ops, worker};
 
 mod args;
@@ -52,27 +52,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let open =
         |path: &std::path::Path| -> anyhow::Result<Arc<JobDb>> { Ok(Arc::new(JobDb::open(path).map_err(|e| classified(Class::Io, e))?)) };
     match cli.command {
-        Command::Token {
-            what: TokenCmd::Create { name },
+        Command::Token { what } => token(&*open(&cli.db)?, what),
+        Command::ClientCert {
+            what:
+                ClientCertCmd::Create {
+                    name,
+                    out,
+                    tls_dir,
+                    scopes,
+                    days,
+                },
         } => {
-            let db = open(&cli.db)?;
-            let token = db.create_token(&name)?;
-            println!("{token}");
+            let scopes = Scope::parse_list(&scopes).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--scopes: {e}")))?;
+            let (crt, key) = api::tls::client_cert(&tls_dir, &name, &out, &scopes, days).map_err(|e| classified(Class::Usage, e))?;
+            println!("{}\n{}", crt.display(), key.display());
             eprintln!(
-                "token {name:?}: shown once; {} keeps only its sha256. Put it in a file (mode 0600) named by tokenFile in the client config.",
-                db.path().display()
+                "signed by {} for {days} days, scopes {}: name them as clientCert and clientKey in the client config",
+                tls_dir.join("ca.crt").display(),
+                Scope::join(&scopes)
             );
             Ok(())
         }
         Command::ClientCert {
-            what: ClientCertCmd::Create { name, out, tls_dir },
+            what: ClientCertCmd::Revoke { cert },
         } => {
-            let (crt, key) = api::tls::client_cert(&tls_dir, &name, &out)?;
-            println!("{}\n{}", crt.display(), key.display());
-            eprintln!(
-                "signed by {}: name them as clientCert and clientKey in the client config",
-                tls_dir.join("ca.crt").display()
-            );
+            let id = api::tls::CertIdentity::of_pem_file(&cert).map_err(|e| classified(Class::Usage, e))?;
+            open(&cli.db)?.revoke_cert(&id.fingerprint, &id.name)?;
+            eprintln!("client certificate {} (sha256 {}) revoked", id.name, id.fingerprint);
             Ok(())
         }
         Command::Bundle {
@@ -218,6 +224,79 @@ fn key_path(db: &std::path::Path, given: Option<PathBuf>) -> PathBuf {
             db.parent().unwrap_or(std::path::Path::new(".")).join("credential.key")
         }
     })
+}
+
+/// `kubexm token create|list|revoke`.
+fn token(db: &JobDb, what: TokenCmd) -> anyhow::Result<()> {
+    let usage = |e: String| classified(Class::Usage, anyhow::anyhow!(e));
+    match what {
+        TokenCmd::Create { name, scopes, ttl } => {
+            let scopes = Scope::parse_list(&scopes).map_err(|e| usage(format!("--scopes: {e}")))?;
+            let expires = ttl
+                .map(|t| duration_ms(&t).map(|ms| kubexm_server::jobdb::now_ms() + ms))
+                .transpose()
+                .map_err(|e| usage(format!("--ttl: {e}")))?;
+            let token = db.create_token_scoped(&name, &scopes, expires)?;
+            println!("{token}");
+            eprintln!(
+                "token {name:?} ({}{}): shown once; {} keeps only its sha256. Put it in a file (mode 0600) named by tokenFile in the client config.",
+                Scope::join(&scopes),
+                expires.map(|e| format!(", until {}", utc(e))).unwrap_or_default(),
+                db.path().display()
+            );
+            Ok(())
+        }
+        TokenCmd::List { output } => {
+            let rows = db.tokens()?;
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                Format::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
+                Format::Text => {
+                    println!(
+                        "{:<5} {:<20} {:<28} {:<21} {:<21} REVOKED",
+                        "ID", "NAME", "SCOPES", "CREATED", "EXPIRES"
+                    );
+                    let t = |v: Option<i64>| v.map(utc).unwrap_or_else(|| "-".into());
+                    for r in rows {
+                        println!(
+                            "{:<5} {:<20} {:<28} {:<21} {:<21} {}",
+                            r.id,
+                            r.name,
+                            Scope::join(&r.scopes),
+                            utc(r.created),
+                            t(r.expires),
+                            t(r.revoked)
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }
+        TokenCmd::Revoke { token } => match db.revoke_token(&token)? {
+            0 => Err(usage(format!("no token with id or name {token:?} is valid (`kubexm token list`)"))),
+            n => {
+                eprintln!("{n} token(s) revoked: refused from the next request on");
+                Ok(())
+            }
+        },
+    }
+}
+
+/// `90m`, `12h`, `30d` or seconds, in milliseconds.
+fn duration_ms(s: &str) -> Result<i64, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: i64 = n.parse().map_err(|_| format!("{s:?} is not a duration such as 90m, 12h or 30d"))?;
+    let secs = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(format!("{s:?}: the unit is s, m, h or d")),
+    };
+    if n <= 0 {
+        return Err(format!("{s:?} is not a positive duration"));
+    }
+    Ok(n.saturating_mul(secs).saturating_mul(1000))
 }
 
 /// `kubexm credential create|list|delete`.

@@ -88,10 +88,11 @@ pub(crate) fn print_jobs(jobs: &[Job], output: Format) -> anyhow::Result<()> {
 pub(crate) fn describe(j: &Job) -> String {
     let t = |v: Option<i64>| v.map(utc).unwrap_or_else(|| "-".into());
     format!(
-        "ID:           {}\nCluster:      {}\nKind:         {}\nStatus:       {}\nCurrent step: {}\nCreated:      {}\nStarted:      {}\nFinished:     {}\nAttempt:      {}{}\n{}",
+        "ID:           {}\nCluster:      {}\nKind:         {}\nCreated by:   {}\nStatus:       {}\nCurrent step: {}\nCreated:      {}\nStarted:      {}\nFinished:     {}\nAttempt:      {}{}\n{}",
         j.id,
         j.cluster,
         j.kind,
+        j.principal.as_deref().unwrap_or("-"),
         j.status.as_str(),
         j.current_step.as_deref().unwrap_or("-"),
         utc(j.created),
@@ -107,16 +108,7 @@ pub(crate) fn describe(j: &Job) -> String {
 pub(crate) fn utc(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = kubexm_installer::pki::civil_date(days);
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
