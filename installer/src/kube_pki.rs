@@ -13,7 +13,7 @@ use crate::pki;
 /// (kubeadm deletes uploaded certificates after two hours).
 const CREDENTIALS_FOR_SECS: u64 = 100 * 60;
 
-/// The join credentials, kept in `<root>/pki/kubernetes/join.json`.
+/// The join credentials, kept in `<root>/clusters/<name>/pki/kubernetes/join.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JoinCredentials {
     pub token: String,
@@ -80,7 +80,7 @@ pub struct KubePki {
 }
 
 impl KubePki {
-    /// Made in `<root>/pki/kubernetes` on first use; placeholders in a dry run.
+    /// Made in `<root>/clusters/<name>/pki/kubernetes` on first use; placeholders in a dry run.
     pub fn ensure(pki: &pki::Pki) -> anyhow::Result<KubePki> {
         let ca = pki.ca("kubernetes", "kubernetes")?;
         let creds = match pki.dir("kubernetes") {

@@ -5,6 +5,11 @@
 /// The installer's state root: unpacked bundles, PKI, the admin kubeconfig.
 pub const ROOT: &str = "/var/lib/kubexm";
 
+/// A cluster's PKI (its CAs, join token) under the state root.
+pub fn cluster_pki(root: &std::path::Path, name: &str) -> std::path::PathBuf {
+    root.join("clusters").join(name).join("pki")
+}
+
 /// The port of the file server the installer runs during an install.
 pub const SERVE_PORT: u16 = 5443;
 

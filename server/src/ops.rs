@@ -52,7 +52,7 @@ pub fn create_cluster_text(
     name: &str,
     catalog: &kubexm_bom::catalog::Catalog,
     digest: &str,
-    principal: &str,
+    who: Requester<'_>,
 ) -> Result<i64, CreateError> {
     let cluster = kubexm_bom::config::load_str_as(text, name, Some(catalog), Origin::Request)?;
     let options = serde_json::to_value(ApiInstallJob {
@@ -66,9 +66,17 @@ pub fn create_cluster_text(
         name.to_string(),
         "install",
         options,
-        (Origin::Request, Some(principal.to_string())),
+        (Origin::Request, Some(who.name.to_string())),
+        who.admin,
     )
-    .map_err(|e| CreateError::Store(e.into()))
+}
+
+/// Who asks, through the API: recorded on the job; `admin` may act on
+/// any cluster name (another principal's too).
+#[derive(Debug, Clone, Copy)]
+pub struct Requester<'a> {
+    pub name: &'a str,
+    pub admin: bool,
 }
 
 /// Why a job was not created from config text.
@@ -76,6 +84,9 @@ pub fn create_cluster_text(
 pub enum CreateError {
     #[error(transparent)]
     Invalid(#[from] kubexm_bom::config::LoadError),
+    /// The cluster name belongs to another principal, or to other hosts.
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Store(anyhow::Error),
 }
@@ -111,6 +122,7 @@ fn store(
         "install",
         serde_json::to_value(&job)?,
         (origin, local_user()),
+        false,
     )?)
 }
 
@@ -128,6 +140,7 @@ pub fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json
         kind,
         options,
         (origin, local_user()),
+        false,
     )?)
 }
 
@@ -139,11 +152,11 @@ pub fn create_hosts_job_text(
     name: &str,
     kind: &str,
     options: serde_json::Value,
-    principal: &str,
+    who: Requester<'_>,
 ) -> Result<i64, CreateError> {
     let cluster = kubexm_bom::config::load_str_as(text, name, None, Origin::Request)?;
-    let who = (Origin::Request, Some(principal.to_string()));
-    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options, who).map_err(|e| CreateError::Store(e.into()))
+    let by = (Origin::Request, Some(who.name.to_string()));
+    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options, by, who.admin)
 }
 
 fn store_job(
@@ -154,7 +167,16 @@ fn store_job(
     kind: &str,
     options: serde_json::Value,
     (origin, principal): (Origin, Option<String>),
-) -> Result<i64, crate::jobdb::JobDbError> {
+    admin: bool,
+) -> Result<i64, CreateError> {
+    // A request's cluster name is bound to its first principal and hosts
+    // before anything of that cluster is read; the operator's own jobs
+    // record a missing binding (so no request can take their cluster).
+    let hosts: Vec<String> = cluster.spec.hosts.iter().map(|h| h.address.clone()).collect();
+    let who = principal.clone().unwrap_or_else(|| "local".into());
+    db.bind_cluster(&cluster.metadata.name, &who, &hosts, origin == Origin::Request && !admin)
+        .map_err(|e| CreateError::Store(e.into()))?
+        .map_err(CreateError::Conflict)?;
     db.create(&NewJob {
         cluster: cluster.metadata.name.clone(),
         kind: kind.into(),
@@ -164,6 +186,7 @@ fn store_job(
         origin,
         principal,
     })
+    .map_err(|e| CreateError::Store(e.into()))
 }
 
 /// The principal of a job created on this machine: `local:<user>`.

@@ -676,3 +676,37 @@ async fn tokens_have_scopes_expiry_and_revocation_and_every_mutation_is_audited(
 fn id_of(log: &[kubexm_server::jobdb::AuditRow]) -> i64 {
     log.iter().find(|a| a.status == 202).and_then(|a| a.job).unwrap()
 }
+
+/// Issue 24, item 2: a cluster name is bound to the principal that first
+/// named it and to its hosts: another token, or other hosts, get 409 and
+/// nothing is stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_principal_or_other_hosts_cannot_take_a_cluster_name() {
+    let s = Server::start().await;
+    assert_eq!(s.post(&EXAMPLE).await.status(), 202);
+    let b = s.db.create_token("b").unwrap();
+    let post_as = |token: String, body: String| {
+        let req = s
+            .client()
+            .post(s.url(&format!("/api/v1/clusters?bundle={}", s.digest)))
+            .bearer_auth(token)
+            .header("content-type", "application/yaml")
+            .body(body);
+        async move { req.send().await.unwrap() }
+    };
+    let r = post_as(b.clone(), EXAMPLE.clone()).await;
+    assert_eq!(r.status(), 409);
+    assert!(r.text().await.unwrap().contains("another principal"));
+    let r = post_as(s.token.clone(), EXAMPLE.replace("192.168.10.21", "192.168.10.99")).await;
+    assert_eq!(r.status(), 409);
+    assert!(r.text().await.unwrap().contains("192.168.10.99"));
+    // An admin may act on any cluster (the operator's hand).
+    let admin =
+        s.db.create_token_scoped("admin", &[kubexm_server::jobdb::Scope::Admin], None)
+            .unwrap();
+    assert_eq!(post_as(admin, EXAMPLE.clone()).await.status(), 202);
+    // B's own name is B's.
+    assert_eq!(post_as(b, EXAMPLE.replace("name: demo", "name: demo-b")).await.status(), 202);
+    assert_eq!(s.db.list().unwrap().len(), 3);
+    s.handle.shutdown();
+}

@@ -156,7 +156,12 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     }
     let catalog = super::lock_catalog(&manifest, bundle)?;
     let bom = manifest.lock;
-    let pki_dir = args.root.join("pki");
+    // A dry run writes nothing: an old single-cluster root is moved only by a real run.
+    let pki_dir = if args.dry_run {
+        crate::paths::cluster_pki(&args.root, &cluster.metadata.name)
+    } else {
+        super::cluster_pki(&args.root, &cluster.metadata.name)?
+    };
     let pki = if args.dry_run {
         crate::pki::Pki::DryRun
     } else {

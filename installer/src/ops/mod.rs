@@ -117,6 +117,20 @@ pub fn engine_context(
     Ok((state, stop, rt))
 }
 
+/// The PKI directory of cluster `name` under `root`: `<root>/clusters/<name>/pki`,
+/// one CA and join token per cluster. A root from before (one `<root>/pki`
+/// for its one cluster) is moved there on first use by the cluster it was
+/// made for: the one whose `<root>/<name>.kubeconfig` it holds.
+pub fn cluster_pki(root: &std::path::Path, name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let dir = crate::paths::cluster_pki(root, name);
+    let old = root.join("pki");
+    if !dir.exists() && old.is_dir() && root.join(format!("{name}.kubeconfig")).exists() {
+        fs_err::create_dir_all(root.join("clusters").join(name))?;
+        fs_err::rename(&old, &dir)?;
+    }
+    Ok(dir)
+}
+
 /// `unpack`: verifies a bundle and unpacks it under `root` (once: an
 /// unpacked bundle is reused), its errors classified for their exit code.
 pub fn unpack(bundle: &std::path::Path, trust: &crate::unpack::Trust, root: &std::path::Path) -> anyhow::Result<crate::unpack::Unpacked> {
@@ -129,5 +143,29 @@ pub fn split_registry(r: &str) -> (String, Option<String>) {
     match r.split_once('/') {
         Some((h, p)) => (h.to_string(), Some(p.trim_matches('/').to_string()).filter(|p| !p.is_empty())),
         None => (r.to_string(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Issue 24, item 2: two clusters on one root get different CAs and
+    /// join tokens; a single-cluster root moves to its cluster on first use.
+    #[test]
+    fn each_cluster_has_its_own_ca_and_join_token() -> anyhow::Result<()> {
+        let root = tempfile::tempdir()?;
+        let old = crate::pki::Pki::Dir(root.path().join("pki"));
+        let a_before = crate::kube_pki::KubePki::ensure(&old)?;
+        std::fs::write(root.path().join("a.kubeconfig"), "")?;
+        let (a, b) = (super::cluster_pki(root.path(), "a")?, super::cluster_pki(root.path(), "b")?);
+        assert!(
+            !root.path().join("pki").exists() && a.is_dir(),
+            "the old root was not moved to cluster a"
+        );
+        let ka = crate::kube_pki::KubePki::ensure(&crate::pki::Pki::Dir(a))?;
+        let kb = crate::kube_pki::KubePki::ensure(&crate::pki::Pki::Dir(b))?;
+        assert_eq!(ka.ca.cert_pem, a_before.ca.cert_pem, "cluster a lost its CA in the move");
+        assert_ne!(ka.ca.cert_pem, kb.ca.cert_pem);
+        assert_ne!(ka.creds.token, kb.creds.token);
+        Ok(())
     }
 }

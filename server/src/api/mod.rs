@@ -164,6 +164,13 @@ impl Principal {
     fn allows(&self, needed: Scope) -> bool {
         self.scopes.contains(&needed) || self.scopes.contains(&Scope::Admin)
     }
+
+    fn requester(&self) -> ops::Requester<'_> {
+        ops::Requester {
+            name: &self.name,
+            admin: self.scopes.contains(&Scope::Admin),
+        }
+    }
 }
 
 /// The scope a route needs.
@@ -313,7 +320,7 @@ async fn create_cluster(
             "cluster.yaml",
             &catalog,
             &digest,
-            &who.name,
+            who.requester(),
         ))
     })
     .await
@@ -358,6 +365,7 @@ fn created(r: Result<i64, CreateError>) -> Result<Response, ApiError> {
         )
             .into_response()),
         Err(CreateError::Invalid(e)) => Err(ApiError(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())),
+        Err(CreateError::Conflict(why)) => Err(ApiError(StatusCode::CONFLICT, why)),
         Err(CreateError::Store(e)) => Err(internal(format!("{e:#}"))),
     }
 }
@@ -412,7 +420,7 @@ async fn hosts_job(
             "cluster.yaml",
             kind,
             options,
-            &who.name,
+            who.requester(),
         ))
     })
     .await

@@ -272,4 +272,52 @@ impl JobDb {
         };
         Ok(n > 0)
     }
+
+    /// Binds cluster `name` to `principal` and `hosts` (addresses) at its
+    /// first job; later, `Err(why)` when another principal names it or it
+    /// names a host outside the record. `check: false` (the operator's own
+    /// job on this machine) only records a binding that is missing.
+    pub fn bind_cluster(&self, name: &str, principal: &str, hosts: &[String], check: bool) -> Result<Result<(), String>, JobDbError> {
+        let mut sorted = hosts.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        let (joined, now) = (sorted.join(","), now_ms());
+        let insert = "INSERT INTO cluster_owners (name, principal, hosts, created) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING";
+        let select = "SELECT principal, hosts FROM cluster_owners WHERE name = $1";
+        let (owner, recorded): (String, String) = if let Backend::Postgres(pg) = &self.backend {
+            pg.run(async {
+                sqlx::query(insert)
+                    .bind(name)
+                    .bind(principal)
+                    .bind(&joined)
+                    .bind(now)
+                    .execute(&pg.pool)
+                    .await?;
+                sqlx::query_as(select).bind(name).fetch_one(&pg.pool).await
+            })?
+        } else {
+            self.with(|c| {
+                c.execute(&insert.replace('$', "?"), params![name, principal, joined, now])?;
+                c.query_row(&select.replace('$', "?"), [name], |r| Ok((r.get(0)?, r.get(1)?)))
+            })?
+        };
+        if !check {
+            return Ok(Ok(()));
+        }
+        if owner != principal {
+            return Ok(Err(format!(
+                "cluster {name} was created by another principal; choose another name (a cluster's jobs come from the principal that created it)"
+            )));
+        }
+        let known: Vec<&str> = recorded.split(',').collect();
+        let outside: Vec<&String> = sorted.iter().filter(|h| !known.contains(&h.as_str())).collect();
+        if !outside.is_empty() {
+            return Ok(Err(format!(
+                "cluster {name} was created with other hosts; {} {} not among them",
+                outside.iter().map(|h| h.as_str()).collect::<Vec<_>>().join(", "),
+                if outside.len() == 1 { "is" } else { "are" }
+            )));
+        }
+        Ok(Ok(()))
+    }
 }

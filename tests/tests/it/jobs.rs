@@ -245,7 +245,14 @@ fn create_cluster_runs_as_a_job_that_a_worker_claims_and_a_client_follows() {
     );
     let digest = held.trim().to_string();
     assert!(digest.starts_with("sha256:") && digest.len() == 71, "{digest}");
-    let token = ok(kubexm(d, &["token", "create", "--name", "lab"]).output().unwrap(), "token create");
+    // The cluster was created here by the operator: a request may re-run
+    // it only with the admin scope (any other principal gets 409).
+    let token = ok(
+        kubexm(d, &["token", "create", "--name", "lab", "--scopes", "admin"])
+            .output()
+            .unwrap(),
+        "token create",
+    );
     std::fs::write(d.join("token"), token.trim()).unwrap();
     let api_port = free_port("127.0.0.1");
     let serve_port = free_port(&lab.desc.gateway).to_string();
@@ -362,8 +369,8 @@ fn three_workers_on_postgresql_run_thirty_facts_jobs_over_ten_clusters() {
     // database's jobs name no file or variable on the worker).
     let keyfile = d.join("credential.key").display().to_string();
     trust_lab(&lab, d, |a| {
-        let mut c = kubexm_pg(&pg.url, a);
-        c.args(["--credential-key", &keyfile]);
+        let mut c = Command::new(bin("kubexm"));
+        c.args(["--db", &pg.url, "--credential-key", &keyfile]).args(a);
         c
     });
     let base = crate::engine::config(&lab, d, |i| match i {
@@ -542,9 +549,11 @@ fn on_postgresql_a_killed_worker_s_install_is_finished_by_another_and_a_stopped_
     let b = signed_bundle(&lab, &lab.desc.main_job);
     // Every job of a shared database follows a request's rules.
     let keyfile = d.join("credential.key").display().to_string();
+    // Global flags first: a command's arguments may end with a flag that
+    // takes the next one (`-f FILE`).
     let kubexm_pg = |url: &str, args: &[&str]| {
-        let mut c = kubexm_pg(url, args);
-        c.args(["--credential-key", &keyfile]);
+        let mut c = Command::new(bin("kubexm"));
+        c.args(["--db", url, "--credential-key", &keyfile]).args(args);
         c
     };
     trust_lab(&lab, d, |a| kubexm_pg(&url, a));
