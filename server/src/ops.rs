@@ -66,9 +66,36 @@ pub fn create_cluster_text(
         name.to_string(),
         "install",
         options,
-        (Origin::Request, Some(who.name.to_string())),
-        who.admin,
+        By::request(who),
     )
+}
+
+/// Who a stored job is by: its origin, principal, and whether it may act
+/// on any cluster name.
+struct By {
+    origin: Origin,
+    principal: Option<String>,
+    admin: bool,
+}
+
+impl By {
+    fn request(who: Requester<'_>) -> By {
+        By {
+            origin: Origin::Request,
+            principal: Some(who.name.to_string()),
+            admin: who.admin,
+        }
+    }
+
+    /// A job the operator creates on this machine (a request's rules on a
+    /// shared database, `origin`).
+    fn operator(origin: Origin) -> By {
+        By {
+            origin,
+            principal: local_user(),
+            admin: false,
+        }
+    }
 }
 
 /// Who asks, through the API: recorded on the job; `admin` may act on
@@ -121,8 +148,7 @@ fn store(
         name,
         "install",
         serde_json::to_value(&job)?,
-        (origin, local_user()),
-        false,
+        By::operator(origin),
     )?)
 }
 
@@ -139,8 +165,7 @@ pub fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json
         file.display().to_string(),
         kind,
         options,
-        (origin, local_user()),
-        false,
+        By::operator(origin),
     )?)
 }
 
@@ -155,8 +180,7 @@ pub fn create_hosts_job_text(
     who: Requester<'_>,
 ) -> Result<i64, CreateError> {
     let cluster = kubexm_bom::config::load_str_as(text, name, None, Origin::Request)?;
-    let by = (Origin::Request, Some(who.name.to_string()));
-    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options, by, who.admin)
+    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options, By::request(who))
 }
 
 fn store_job(
@@ -166,9 +190,9 @@ fn store_job(
     name: String,
     kind: &str,
     options: serde_json::Value,
-    (origin, principal): (Origin, Option<String>),
-    admin: bool,
+    by: By,
 ) -> Result<i64, CreateError> {
+    let By { origin, principal, admin } = by;
     // A request's cluster name is bound to its first principal and hosts
     // before anything of that cluster is read; the operator's own jobs
     // record a missing binding (so no request can take their cluster).
