@@ -164,10 +164,10 @@ pub fn targets(cluster: &Cluster, trust: &Trust) -> Result<(Vec<Target>, Vec<Str
 pub async fn connect_all(
     targets: &[Target],
     known: Arc<dyn KnownHosts>,
-    accept_new_key: bool,
-    concurrency: usize,
+    o: &crate::jobs::ConnectOptions,
     trust: &Trust,
 ) -> (HashMap<String, Arc<dyn Transport>>, Vec<TransportError>) {
+    let (accept_new_key, concurrency, timeout, attempts) = (o.accept_new_host_key, o.concurrency, o.timeout, o.attempts.max(1));
     let (known, pinned_only) = match trust {
         Trust::Local => (known, false),
         Trust::Untrusted { pinned, .. } => (pinned.clone(), true),
@@ -189,21 +189,15 @@ pub async fn connect_all(
                 }
                 let mut last = None;
                 // A host still booting refuses connections for a moment: retry those only.
-                for attempt in 0..3u32 {
-                    match ssh::connect(
-                        t,
-                        known.clone(),
-                        accept_new_key && !pinned_only,
-                        pinned_only,
-                        Duration::from_secs(15),
-                    )
-                    .await
-                    {
+                for attempt in 0..attempts {
+                    match ssh::connect(t, known.clone(), accept_new_key && !pinned_only, pinned_only, timeout).await {
                         Ok(s) => return Ok((t.name.clone(), Arc::new(s) as Arc<dyn Transport>)),
                         Err(e) if e.transient() => last = Some(e),
                         Err(e) => return Err(e),
                     }
-                    tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
+                    if attempt + 1 < attempts {
+                        tokio::time::sleep(Duration::from_millis(500 << attempt.min(5))).await;
+                    }
                 }
                 Err(last.unwrap_or_else(|| TransportError::Connect {
                     host: t.name.clone(),

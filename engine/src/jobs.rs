@@ -20,9 +20,25 @@ use crate::store::Store;
 pub struct ConnectOptions {
     pub accept_new_host_key: bool,
     pub concurrency: usize,
+    /// How long one connection attempt may take, and how many a host gets
+    /// (only refused or dropped connections are tried again).
+    pub timeout: std::time::Duration,
+    pub attempts: u32,
     /// What the run may use of this machine (a request: named credentials
     /// and pinned host keys only).
     pub trust: crate::trust::Trust,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> ConnectOptions {
+        ConnectOptions {
+            accept_new_host_key: false,
+            concurrency: 20,
+            timeout: std::time::Duration::from_secs(15),
+            attempts: 3,
+            trust: Default::default(),
+        }
+    }
 }
 
 /// The facts of every host that answered, and an error line per host that did not.
@@ -118,14 +134,21 @@ pub async fn execute(
 ) -> anyhow::Result<Execution> {
     let (targets, _) = inventory::targets(cluster, &connect.trust)?;
     let job = state.begin_job(&cluster.metadata.name, kind).await?;
-    let (transports, failures) = inventory::connect_all(
-        &targets,
-        state.clone(),
-        connect.accept_new_host_key,
-        connect.concurrency,
-        &connect.trust,
-    )
-    .await;
+    let connecting = inventory::connect_all(&targets, state.clone(), connect, &connect.trust);
+    // A cancel (or Ctrl-C) ends the connect phase within a fraction of a
+    // second, however many hosts never answer.
+    let watch = async {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    let (transports, failures) = tokio::select! {
+        r = connecting => r,
+        () = watch => {
+            state.finish_job(job, "failed").await?;
+            anyhow::bail!("stopped while connecting to the hosts: nothing ran; run again to resume");
+        }
+    };
     let connect_errors: Vec<String> = failures.iter().map(|e| e.to_string()).collect();
     if !connect_errors.is_empty() && engine.policy == Policy::FailFast {
         state.finish_job(job, "failed").await?;
@@ -165,7 +188,7 @@ pub fn run_steps_blocking(
     let connect = ConnectOptions {
         accept_new_host_key: true,
         concurrency,
-        trust: Default::default(),
+        ..Default::default()
     };
     let opts = EngineOptions {
         concurrency,

@@ -107,11 +107,14 @@ pub fn add(file: &Path, pubkey: &Path, dir: &Path) -> Result<Held, BundleError> 
 
 /// The file of bundle `digest` in `dir`.
 pub fn find(dir: &Path, digest: &str) -> Result<PathBuf, BundleError> {
-    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(BundleError::BadDigest { digest: digest.into() });
+    // Exactly the OpenAPI document's pattern: ^sha256:[0-9a-f]{64}$.
+    let hex = digest.strip_prefix("sha256:").unwrap_or("");
+    if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(BundleError::BadDigest {
+            digest: crate::text::line(digest).into_owned(),
+        });
     }
-    let p = dir.join(format!("{}.tar.zst", hex.to_ascii_lowercase()));
+    let p = dir.join(format!("{hex}.tar.zst"));
     if p.is_file() {
         Ok(p)
     } else {

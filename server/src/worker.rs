@@ -134,6 +134,9 @@ pub struct WorkerOptions {
     pub install: WorkerInstall,
     /// The key that opens the database's credentials (a 0600 file).
     pub credential_key: PathBuf,
+    /// One SSH connection attempt's time limit, and attempts per host.
+    pub connect_timeout: Duration,
+    pub connect_attempts: u32,
 }
 
 impl WorkerOptions {
@@ -156,6 +159,8 @@ impl WorkerOptions {
             concurrency: 20,
             install: WorkerInstall::default(),
             credential_key: crate::credentials::CREDENTIAL_KEY.into(),
+            connect_timeout: ops::CONNECT_TIMEOUT,
+            connect_attempts: ops::CONNECT_ATTEMPTS,
         }
     }
 }
@@ -228,7 +233,7 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
     let done = Arc::new(AtomicBool::new(false));
     // This job's stop: a cancel, a lost claim or the caller's quit.
     let stop = Arc::new(AtomicBool::new(false));
-    // The lease, renewed at a third of its length.
+    // The lease, renewed at a third of its length (every second at most).
     let lease = {
         let (db, stop, fenced, cancelled, done, quit) = (
             db.clone(),
@@ -238,7 +243,9 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
             done.clone(),
             quit.clone(),
         );
-        let (every, ms) = (o.lease / 3, o.lease.as_millis() as i64);
+        // Renewed (and a cancel looked for) every second at least: a
+        // cancel stops the job within about a second.
+        let (every, ms) = ((o.lease / 3).min(Duration::from_secs(1)), o.lease.as_millis() as i64);
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
                 match db.renew(claim, ms) {
@@ -388,6 +395,8 @@ fn operate(
         events: Some(sink),
         stop: Some(stop),
         trust: trust(db, job, o),
+        connect_timeout: o.connect_timeout,
+        connect_attempts: o.connect_attempts,
     };
     match job.kind.as_str() {
         "install" => {

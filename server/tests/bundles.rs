@@ -12,6 +12,14 @@ fn a_held_bundle_is_a_checked_copy_and_an_install_refuses_any_other() {
     let d = dir.path();
     let (digest, _) = held_bundle(d);
     let held = kubexm_server::bundles::find(&d.join("bundles"), &digest).unwrap();
+    // Issue 24, item 10: only the OpenAPI pattern's spelling names a bundle.
+    for other in [
+        digest.to_uppercase().replace("SHA256", "sha256"),
+        digest[7..].to_string(),
+        format!("{digest}\n"),
+    ] {
+        assert!(kubexm_server::bundles::find(&d.join("bundles"), &other).is_err(), "{other:?}");
+    }
     let (orig, copy) = (std::fs::metadata(d.join("k.tar.zst")).unwrap(), std::fs::metadata(&held).unwrap());
     assert_ne!(orig.ino(), copy.ino(), "the held bundle is a link to the operator's file");
     assert_eq!(copy.permissions().mode() & 0o777, 0o644);
@@ -53,6 +61,8 @@ fn a_held_bundle_is_a_checked_copy_and_an_install_refuses_any_other() {
             events: None,
             stop: None,
             trust: Default::default(),
+            connect_timeout: kubexm_installer::ops::CONNECT_TIMEOUT,
+            connect_attempts: kubexm_installer::ops::CONNECT_ATTEMPTS,
         },
     };
     let e = format!("{:#}", kubexm_installer::ops::install::install(&opts).unwrap_err());

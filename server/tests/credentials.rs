@@ -261,3 +261,61 @@ async fn the_api_refuses_worker_files_variables_keys_and_the_agent_at_their_posi
     assert!(db.list().unwrap().is_empty(), "a job was stored");
     handle.shutdown();
 }
+
+/// Issue 24, item 4: a cancel stops a job whose 40 hosts never answer
+/// within 2 s (it held the only worker about 100 s), and more hosts than a
+/// cluster may have are refused before any is contacted.
+#[test]
+fn a_cancel_stops_the_connect_phase_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = Arc::new(JobDb::open(&d.join("jobs.db")).unwrap());
+    // 40 hosts that accept and never say a word, on loopback only.
+    let mut listeners = Vec::new();
+    let mut hosts = String::new();
+    for i in 1..=40 {
+        let l = TcpListener::bind(format!("127.0.1.{i}:0")).unwrap();
+        hosts.push_str(&format!(
+            "    - {{name: n{i}, address: 127.0.1.{i}, port: {}, auth: {{password: {{fromFile: {}}}}}}}\n",
+            l.local_addr().unwrap().port(),
+            d.join("pw").display()
+        ));
+        listeners.push(l);
+    }
+    std::fs::write(d.join("pw"), "x").unwrap();
+    let config = format!(
+        "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata: {{name: mute}}\nspec:\n  hosts:\n{hosts}  roleGroups: {{etcd: [n1], control-plane: [n1], loadbalancer: [n1, n2]}}\n  controlPlaneEndpoint: {{mode: haproxy-keepalived, address: 10.9.9.9}}\n"
+    );
+    let id = db
+        .create(&NewJob {
+            cluster: "mute".into(),
+            kind: "facts".into(),
+            config,
+            config_name: "cluster.yaml".into(),
+            options: serde_json::json!({}),
+            origin: Origin::Operator,
+            principal: None,
+        })
+        .unwrap();
+    let runner = {
+        let (db, d) = (db.clone(), d.to_path_buf());
+        std::thread::spawn(move || {
+            let mut o = WorkerOptions::here(d.join("state.db"), d.join("jobs"));
+            o.lease = std::time::Duration::from_secs(3);
+            worker::serve(&db, &o, Arc::new(AtomicBool::new(false)), true).unwrap();
+        })
+    };
+    while db.get(id).unwrap().unwrap().status != Status::Processing {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let asked = std::time::Instant::now();
+    db.request_cancel(id).unwrap();
+    runner.join().unwrap();
+    let took = asked.elapsed();
+    eprintln!("cancelled while connecting to 40 mute hosts: the worker was free after {took:?}");
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    let j = db.get(id).unwrap().unwrap();
+    assert_eq!(j.status, Status::Cancelled, "{j:?}");
+    drop(listeners);
+}

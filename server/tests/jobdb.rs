@@ -137,3 +137,18 @@ fn the_job_database_is_made_mode_0600() {
     JobDb::open(&p).unwrap();
     assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
 }
+
+/// Issue 24, item 10: a running job whose worker died (its lease ran out)
+/// is cancelled at once, and that worker's later writes are refused.
+#[test]
+fn a_job_whose_worker_died_can_be_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+    let id = db.create(&job("a")).unwrap();
+    let claim = db.claim("dead", "m", 1, None).unwrap().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(db.request_cancel(id).unwrap(), Some(Status::Cancelled));
+    assert!(matches!(db.append(claim, &["late".into()], None), Err(JobDbError::Fenced { .. })));
+    assert!(matches!(db.finish(claim, Status::Success, None), Err(JobDbError::Fenced { .. })));
+    assert_eq!(db.get(id).unwrap().unwrap().status, Status::Cancelled);
+}

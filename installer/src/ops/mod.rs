@@ -41,7 +41,15 @@ pub struct EngineSettings {
     /// What the run may use of this machine: the operator's own config
     /// (local), or a request's (named credentials, pinned host keys only).
     pub trust: crate::engine::trust::Trust,
+    /// One SSH connection attempt's time limit, and the attempts per host.
+    pub connect_timeout: std::time::Duration,
+    pub connect_attempts: u32,
 }
+
+/// One SSH connection attempt's time limit unless told otherwise.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+/// Connection attempts per host unless told otherwise.
+pub const CONNECT_ATTEMPTS: u32 = 3;
 
 impl EngineSettings {
     /// How hosts are connected to.
@@ -49,6 +57,8 @@ impl EngineSettings {
         jobs::ConnectOptions {
             accept_new_host_key: self.accept_new_host_key,
             concurrency: self.concurrency,
+            timeout: self.connect_timeout,
+            attempts: self.connect_attempts,
             trust: self.trust.clone(),
         }
     }

@@ -455,8 +455,9 @@ impl JobDb {
         })
     }
 
-    /// Asks a job to stop: one not started yet is Cancelled at once; a
-    /// running one stops scheduling steps when its worker sees the request.
+    /// Asks a job to stop: one not started yet, or whose worker died, is
+    /// Cancelled at once; a running one stops scheduling steps when its
+    /// worker sees the request.
     /// Returns the job's status afterwards (`None`: no such job).
     pub fn request_cancel(&self, id: i64) -> Result<Option<Status>, JobDbError> {
         if let Backend::Postgres(pg) = &self.backend {
@@ -466,6 +467,13 @@ impl JobDb {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             tx.execute(
                 "UPDATE jobs SET status = 'Cancelled', finished = ?2, current_step = NULL WHERE id = ?1 AND status IN ('Pending', 'Blocked')",
+                params![id, now_ms()],
+            )?;
+            // A running job whose worker died (its lease ran out) ends now;
+            // the claim attempt moves on, so that worker's writes are refused.
+            tx.execute(
+                "UPDATE jobs SET status = 'Cancelled', finished = ?2, current_step = NULL, lease_until = NULL, attempt = attempt + 1
+                 WHERE id = ?1 AND status = 'Processing' AND lease_until < ?2",
                 params![id, now_ms()],
             )?;
             tx.execute(

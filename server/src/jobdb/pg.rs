@@ -268,6 +268,14 @@ impl Pg {
             .bind(now_ms())
             .execute(&mut *tx)
             .await?;
+            sqlx::query(
+                "UPDATE jobs SET status = 'Cancelled', finished = $2, current_step = NULL, lease_until = NULL, attempt = attempt + 1
+                 WHERE id = $1 AND status = 'Processing' AND lease_until < $2",
+            )
+            .bind(id)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
             sqlx::query("UPDATE jobs SET cancel_requested = TRUE WHERE id = $1 AND status = 'Processing'")
                 .bind(id)
                 .execute(&mut *tx)

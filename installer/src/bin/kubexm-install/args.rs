@@ -95,6 +95,12 @@ pub struct EngineArgs {
     /// Hosts worked on at once.
     #[arg(long, default_value_t = 20)]
     pub concurrency: usize,
+    /// Seconds one SSH connection attempt may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15)]
+    pub connect_timeout: u64,
+    /// Connection attempts per host (only refused or dropped connections are retried).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub connect_attempts: u32,
 }
 
 #[derive(Subcommand)]

@@ -281,6 +281,8 @@ impl EngineArgs {
             stop: None,
             // The operator's own config, typed on this machine.
             trust: Default::default(),
+            connect_timeout: std::time::Duration::from_secs(self.connect_timeout.max(1)),
+            connect_attempts: self.connect_attempts.max(1),
         }
     }
 }

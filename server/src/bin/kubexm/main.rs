@@ -49,8 +49,10 @@ fn jobs_dir(db: &JobDb) -> PathBuf {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let open =
-        |path: &std::path::Path| -> anyhow::Result<Arc<JobDb>> { Ok(Arc::new(JobDb::open(path).map_err(|e| classified(Class::Io, e))?)) };
+    let open = |path: &std::path::Path| -> anyhow::Result<Arc<JobDb>> {
+        refuse_password_in_url(path)?;
+        Ok(Arc::new(JobDb::open(path).map_err(|e| classified(Class::Io, e))?))
+    };
     match cli.command {
         Command::Token { what } => token(&*open(&cli.db)?, what),
         Command::ClientCert {
@@ -213,6 +215,33 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
         w.join().map_err(|_| anyhow::anyhow!("the embedded worker panicked"))??;
     }
     served
+}
+
+/// A PostgreSQL password never comes from the command line (every user of
+/// the machine reads argv): it goes in ~/.pgpass or PGPASSFILE (0600).
+fn refuse_password_in_url(db: &std::path::Path) -> anyhow::Result<()> {
+    let url = db.to_string_lossy();
+    if !kubexm_server::jobdb::is_postgres(db) {
+        return Ok(());
+    }
+    let userinfo = url
+        .split_once("://")
+        .map(|(_, r)| r.split(['/', '?']).next().unwrap_or(""))
+        .unwrap_or("");
+    let in_userinfo = userinfo.rsplit_once('@').is_some_and(|(u, _)| u.contains(':'));
+    let in_query = url
+        .split_once('?')
+        .is_some_and(|(_, q)| q.split('&').any(|p| p.starts_with("password=")));
+    if in_userinfo || in_query {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!(
+                "--db: the URL holds a password, which every user of this machine can read in the process list; \
+                 put it in ~/.pgpass or the file PGPASSFILE names (mode 0600) and leave it out of the URL"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The credential key: given, beside a SQLite database, or the default.
