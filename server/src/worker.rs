@@ -224,10 +224,22 @@ impl EventSink for DbSink {
 /// Runs a claimed job to its end. `quit` is the caller's Ctrl-C flag: the
 /// job stops scheduling steps and is given back as Pending.
 pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBool>) -> Result<Ended, JobDbError> {
-    let job = db.get(claim.job)?.ok_or_else(|| JobDbError::Invalid {
-        path: db.path().display().to_string(),
-        what: format!("job {} vanished", claim.job),
-    })?;
+    let job = match db.get(claim.job) {
+        Ok(Some(j)) => j,
+        Ok(None) => {
+            return Err(JobDbError::Invalid {
+                path: db.path().display().to_string(),
+                what: format!("job {} vanished", claim.job),
+            });
+        }
+        // A row that cannot be read fails with its reason; the worker goes on.
+        Err(e) => {
+            let why = format!("this job's row cannot be read: {e}");
+            tracing::warn!("job {}: {why}", claim.job);
+            db.finish(claim, Status::Failed, Some(&why))?;
+            return Ok(Ended::Final(Status::Failed));
+        }
+    };
     let fenced = Arc::new(AtomicBool::new(false));
     let cancelled = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
@@ -488,6 +500,44 @@ fn installer_binary() -> anyhow::Result<PathBuf> {
         );
     }
     Ok(p)
+}
+
+/// What an embedded worker is doing, for `/healthz` and `/readyz`.
+#[derive(Debug, Default)]
+pub struct WorkerHealth(std::sync::Mutex<(bool, Option<String>)>);
+
+impl WorkerHealth {
+    /// Whether it is claiming jobs, and the error it last restarted after.
+    pub fn state(&self) -> (bool, Option<String>) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, running: bool, error: Option<String>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = (running, error);
+    }
+}
+
+/// [`serve`] until `quit`, started again with backoff (1 s doubling to
+/// 30 s) whenever the database fails under it (a lock held past its
+/// timeout, a lost connection): a worker never ends silently.
+pub fn supervise(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, health: &WorkerHealth) {
+    let mut pause = Duration::from_secs(1);
+    while !quit.load(Ordering::Relaxed) {
+        health.set(true, health.state().1);
+        match serve(db, o, quit.clone(), false) {
+            Ok(_) => break,
+            Err(e) => {
+                tracing::error!("the worker stopped: {e}; starting it again in {} s", pause.as_secs());
+                health.set(false, Some(crate::text::line(&e.to_string()).into_owned()));
+                let until = std::time::Instant::now() + pause;
+                while std::time::Instant::now() < until && !quit.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                pause = (pause * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+    health.set(false, health.state().1);
 }
 
 /// Claims and runs jobs until `quit` is set (checked between jobs and

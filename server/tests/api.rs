@@ -36,6 +36,7 @@ impl Server {
             bundles: dir.join("bundles"),
             max_connections: kubexm_server::api::limits::MAX_CONNECTIONS,
             health_listen: None,
+            worker: None,
         }
     }
 
@@ -708,5 +709,45 @@ async fn another_principal_or_other_hosts_cannot_take_a_cluster_name() {
     // B's own name is B's.
     assert_eq!(post_as(b, EXAMPLE.replace("name: demo", "name: demo-b")).await.status(), 202);
     assert_eq!(s.db.list().unwrap().len(), 3);
+    s.handle.shutdown();
+}
+
+/// Issue 24, item 8: a job row that cannot be read is listed with its error
+/// (the list does not answer 500) and failed by a worker that goes on;
+/// `/healthz` and `/readyz` report the database's state.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_row_is_listed_with_its_error_and_skipped_and_health_reports_the_database() {
+    let s = Server::start().await;
+    let id = s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
+        .as_i64()
+        .unwrap();
+    let good = s.post(&EXAMPLE.replace("name: demo", "name: other")).await.status();
+    assert_eq!(good, 202);
+    rusqlite::Connection::open(s.dir.path().join("jobs.db"))
+        .unwrap()
+        .execute("UPDATE jobs SET created = 'not a number' WHERE id = ?1", [id])
+        .unwrap();
+    let r = s.client().get(s.url("/api/v1/jobs")).bearer_auth(&s.token).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let bad = v["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id).unwrap().clone();
+    assert_eq!(bad["status"], "Failed");
+    assert!(bad["error"].as_str().unwrap().contains("cannot be read"), "{bad}");
+    // A worker claims it, fails it with the reason, and is still there.
+    let db = s.db.clone();
+    let (state, jobs) = (s.dir.path().join("state.db"), s.dir.path().join("jobs"));
+    let ran = tokio::task::spawn_blocking(move || {
+        let o = kubexm_server::worker::WorkerOptions::here(state, jobs);
+        kubexm_server::worker::serve(&db, &o, Arc::new(std::sync::atomic::AtomicBool::new(false)), true)
+    })
+    .await
+    .unwrap();
+    assert!(ran.is_ok(), "{ran:?}");
+    let h: serde_json::Value = s.client().get(s.url("/healthz")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (h["status"].as_str(), h["database"].as_str(), h["worker"].as_str()),
+        (Some("ok"), Some("ok"), Some("none"))
+    );
+    assert_eq!(s.client().get(s.url("/readyz")).send().await.unwrap().status(), 200);
     s.handle.shutdown();
 }

@@ -218,6 +218,7 @@ async fn the_api_refuses_worker_files_variables_keys_and_the_agent_at_their_posi
         bundles: dir.path().join("bundles"),
         max_connections: kubexm_server::api::limits::MAX_CONNECTIONS,
         health_listen: None,
+        worker: None,
     };
     tokio::spawn(kubexm_server::api::serve(db.clone(), o, handle.clone()));
     let addr = handle.listening().await.unwrap();

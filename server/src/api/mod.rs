@@ -55,9 +55,11 @@ pub struct ApiOptions {
     pub bundles: PathBuf,
     /// Connections open at once; one more is closed at once.
     pub max_connections: usize,
-    /// A plain-HTTP listener (loopback) serving only `/healthz`, outside the
-    /// connection cap: a health check always has room.
+    /// A plain-HTTP listener (loopback) serving only `/healthz` and
+    /// `/readyz`, outside the connection cap: a health check always has room.
     pub health_listen: Option<SocketAddr>,
+    /// The embedded worker's state, when there is one.
+    pub worker: Option<Arc<crate::worker::WorkerHealth>>,
 }
 
 struct App {
@@ -94,14 +96,20 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
     tokio::task::spawn_blocking(f).await.map_err(internal)?
 }
 
+impl App {
+    fn new(db: Arc<JobDb>, o: ApiOptions) -> App {
+        App {
+            db,
+            o,
+            catalogs: Mutex::new(HashMap::new()),
+            validating: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
+        }
+    }
+}
+
 /// The API's routes over `db`.
 pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
-    let app = Arc::new(App {
-        db,
-        o,
-        catalogs: Mutex::new(HashMap::new()),
-        validating: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
-    });
+    let app = Arc::new(App::new(db, o));
     let guarded = Router::new()
         .route("/api/v1/clusters", post(create_cluster))
         .route("/api/v1/clusters/facts", post(create_facts))
@@ -113,10 +121,56 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
         .layer(axum::middleware::from_fn_with_state(app.clone(), authenticate))
         .layer(DefaultBodyLimit::max(kubexm_bom::config::MAX_CONFIG_BYTES as usize + 1));
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(health_routes(app.clone()))
         .route("/api/v1/openapi.json", get(openapi))
         .merge(guarded)
         .with_state(app)
+}
+
+/// `/healthz` (liveness: always 200, with the database's and the embedded
+/// worker's state) and `/readyz` (503 when jobs cannot run: the database
+/// does not answer, or the embedded worker is restarting).
+fn health_routes<S: Clone + Send + Sync + 'static>(app: Arc<App>) -> Router<S> {
+    let check = |app: Arc<App>| async move {
+        let db = app.db.clone();
+        let database = match tokio::task::spawn_blocking(move || db.ping()).await {
+            Ok(Ok(())) => "ok".to_string(),
+            Ok(Err(e)) => format!("error: {}", crate::text::line(&e.to_string())),
+            Err(e) => format!("error: {e}"),
+        };
+        let (worker, error) = match &app.o.worker {
+            None => ("none".to_string(), None),
+            Some(w) => {
+                let (running, error) = w.state();
+                ((if running { "running" } else { "restarting" }).to_string(), error)
+            }
+        };
+        let ready = database == "ok" && worker != "restarting";
+        (
+            ready,
+            json!({"status": if ready { "ok" } else { "degraded" }, "database": database, "worker": worker, "workerError": error}),
+        )
+    };
+    let (a, b) = (app.clone(), app);
+    Router::new()
+        .route(
+            "/healthz",
+            get(move || {
+                let app = a.clone();
+                async move { axum::Json(check(app).await.1) }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let app = b.clone();
+                async move {
+                    let (ready, body) = check(app).await;
+                    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+                    (status, axum::Json(body))
+                }
+            }),
+        )
 }
 
 /// Serves the API on `o.listen` over TLS until `handle` is shut down
@@ -126,7 +180,7 @@ pub async fn serve(db: Arc<JobDb>, o: ApiOptions, handle: axum_server::Handle<So
     let listen = o.listen;
     let limits = limits::Limits::new(o.max_connections, limits::IDLE);
     if let Some(h) = o.health_listen {
-        let health = Router::new().route("/healthz", get(|| async { "ok\n" }));
+        let health = health_routes(Arc::new(App::new(db.clone(), o.clone())));
         let listener = tokio::net::TcpListener::bind(h)
             .await
             .map_err(|e| anyhow::anyhow!("the health listener on {h}: {e}"))?;

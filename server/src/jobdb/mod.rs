@@ -228,6 +228,29 @@ impl JobRow for rusqlite::Row<'_> {
 }
 
 impl Job {
+    /// A row that could not be read, listed as Failed with `why`.
+    pub(crate) fn unreadable(id: i64, why: &dyn std::fmt::Display) -> Job {
+        Job {
+            id,
+            cluster: "?".into(),
+            kind: "?".into(),
+            status: Status::Failed,
+            current_step: None,
+            error: Some(format!("this job's row cannot be read: {}", crate::text::line(&why.to_string()))),
+            created: 0,
+            started: None,
+            finished: None,
+            worker: None,
+            attempt: 0,
+            cancel_requested: false,
+            config: String::new(),
+            config_name: String::new(),
+            options: serde_json::Value::Null,
+            origin: Origin::Request,
+            principal: None,
+        }
+    }
+
     fn from_row<R: JobRow>(r: &R) -> Result<Job, R::Error> {
         Ok(Job {
             id: r.int(0)?,
@@ -426,15 +449,27 @@ impl JobDb {
         })
     }
 
-    /// Every job, newest first.
+    /// Every job, newest first; a row that cannot be read is listed as
+    /// Failed with why (one bad row never hides the others).
     pub fn list(&self) -> Result<Vec<Job>, JobDbError> {
         if let Backend::Postgres(pg) = &self.backend {
             return pg.list();
         }
         self.with(|c| {
             let mut st = c.prepare(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id DESC"))?;
-            st.query_map([], Self::row)?.collect()
+            st.query_map([], |r| {
+                Ok(Self::row(r).unwrap_or_else(|e| Job::unreadable(r.get(0).unwrap_or(-1), &e)))
+            })?
+            .collect()
         })
+    }
+
+    /// Whether the database answers a query.
+    pub fn ping(&self) -> Result<(), JobDbError> {
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.run(async { sqlx::query("SELECT 1").execute(&pg.pool).await.map(|_| ()) });
+        }
+        self.with(|c| c.query_row("SELECT 1", [], |_| Ok(())))
     }
 
     /// A job's log lines after `after` (0: from the first), in order.

@@ -235,7 +235,10 @@ impl Pg {
             let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id DESC"))
                 .fetch_all(&self.pool)
                 .await?;
-            rows.iter().map(Self::row).collect()
+            Ok(rows
+                .iter()
+                .map(|r| Self::row(r).unwrap_or_else(|e| Job::unreadable(r.try_get(0).unwrap_or(-1), &e)))
+                .collect())
         })
     }
 

@@ -166,15 +166,17 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
         bundles: a.install.bundles.clone(),
         max_connections: a.max_connections,
         health_listen: a.health_listen,
+        worker: (!a.no_worker).then(Default::default),
     };
     let quit = Arc::new(AtomicBool::new(false));
-    let embedded = (!a.no_worker).then(|| {
+    let embedded = o.worker.clone().map(|health| {
         let mut w = worker::WorkerOptions::here(a.state, jobs_dir(&db));
         w.lease = std::time::Duration::from_secs(a.lease_seconds.max(3));
         w.install = a.install.worker();
         w.credential_key = credential_key;
         let (db, quit) = (db.clone(), quit.clone());
-        std::thread::spawn(move || worker::serve(&db, &w, quit, false))
+        // Started again with backoff whenever the database fails under it.
+        std::thread::spawn(move || worker::supervise(&db, &w, quit, &health))
     });
     let rt = tokio::runtime::Runtime::new()?;
     let q = quit.clone();
@@ -212,7 +214,7 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
     });
     quit.store(true, Ordering::Relaxed);
     if let Some(w) = embedded {
-        w.join().map_err(|_| anyhow::anyhow!("the embedded worker panicked"))??;
+        w.join().map_err(|_| anyhow::anyhow!("the embedded worker panicked"))?;
     }
     served
 }
