@@ -137,7 +137,13 @@ pub struct WorkerOptions {
     /// One SSH connection attempt's time limit, and attempts per host.
     pub connect_timeout: Duration,
     pub connect_attempts: u32,
+    /// Finished jobs (and their logs) older than this are deleted, looked
+    /// for every hour; `None`: kept for ever.
+    pub retain: Option<Duration>,
 }
+
+/// How long finished jobs are kept unless told otherwise.
+pub const RETAIN_DAYS: u64 = 90;
 
 impl WorkerOptions {
     /// This process on this machine.
@@ -161,6 +167,7 @@ impl WorkerOptions {
             credential_key: crate::credentials::CREDENTIAL_KEY.into(),
             connect_timeout: ops::CONNECT_TIMEOUT,
             connect_attempts: ops::CONNECT_ATTEMPTS,
+            retain: Some(Duration::from_secs(RETAIN_DAYS * 86_400)),
         }
     }
 }
@@ -300,6 +307,8 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
         });
     done.store(true, Ordering::Relaxed);
     let _ = lease.join();
+    // The config's copy for the operation is not kept (the database has it).
+    let _ = fs_err::remove_dir_all(o.jobs_dir.join(claim.job.to_string()));
     if fenced.load(Ordering::Relaxed) {
         return Ok(Ended::Fenced);
     }
@@ -544,8 +553,21 @@ pub fn supervise(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, heal
 /// every poll); `once`: returns after the first job or when none is waiting.
 pub fn serve(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, once: bool) -> Result<usize, JobDbError> {
     let mut ran = 0;
+    let mut pruned: Option<std::time::Instant> = None;
     while !quit.load(Ordering::Relaxed) {
         db.heartbeat(&o.name, &o.machine)?;
+        if let Some(keep) = o.retain
+            && pruned.is_none_or(|p| p.elapsed() > Duration::from_secs(3600))
+        {
+            pruned = Some(std::time::Instant::now());
+            let n = db.prune(crate::jobdb::now_ms() - keep.as_millis() as i64)?;
+            if n > 0 {
+                tracing::info!(
+                    "{n} finished job(s) older than {} days deleted with their logs",
+                    keep.as_secs() / 86_400
+                );
+            }
+        }
         match db.claim(&o.name, &o.machine, o.lease.as_millis() as i64, None)? {
             Some(claim) => {
                 tracing::info!("job {} claimed (attempt {})", claim.job, claim.attempt);

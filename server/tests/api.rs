@@ -37,6 +37,7 @@ impl Server {
             max_connections: kubexm_server::api::limits::MAX_CONNECTIONS,
             health_listen: None,
             worker: None,
+            post_rate: kubexm_server::api::POST_RATE,
         }
     }
 
@@ -749,5 +750,37 @@ async fn a_bad_row_is_listed_with_its_error_and_skipped_and_health_reports_the_d
         (Some("ok"), Some("ok"), Some("none"))
     );
     assert_eq!(s.client().get(s.url("/readyz")).send().await.unwrap().status(), 200);
+    s.handle.shutdown();
+}
+
+/// Issue 24, item 10: a principal's changing requests are rate limited
+/// (a burst of 20, then --post-rate a minute): one more answers 429.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_principal_flooding_posts_gets_429() {
+    let s = Server::start().await;
+    let mut codes = Vec::new();
+    for _ in 0..25 {
+        let r = s
+            .client()
+            .post(s.url("/api/v1/jobs/999999/cancel"))
+            .bearer_auth(&s.token)
+            .send()
+            .await
+            .unwrap();
+        codes.push(r.status().as_u16());
+    }
+    assert!(codes[..20].iter().all(|c| *c == 404), "{codes:?}");
+    assert!(codes[20..].iter().all(|c| *c == 429), "{codes:?}");
+    // Reads are not limited.
+    assert_eq!(
+        s.client()
+            .get(s.url("/api/v1/jobs"))
+            .bearer_auth(&s.token)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     s.handle.shutdown();
 }

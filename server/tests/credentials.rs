@@ -219,6 +219,7 @@ async fn the_api_refuses_worker_files_variables_keys_and_the_agent_at_their_posi
         max_connections: kubexm_server::api::limits::MAX_CONNECTIONS,
         health_listen: None,
         worker: None,
+        post_rate: kubexm_server::api::POST_RATE,
     };
     tokio::spawn(kubexm_server::api::serve(db.clone(), o, handle.clone()));
     let addr = handle.listening().await.unwrap();

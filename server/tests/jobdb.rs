@@ -152,3 +152,24 @@ fn a_job_whose_worker_died_can_be_cancelled() {
     assert!(matches!(db.finish(claim, Status::Success, None), Err(JobDbError::Fenced { .. })));
     assert_eq!(db.get(id).unwrap().unwrap().status, Status::Cancelled);
 }
+
+/// Issue 24, item 10: finished jobs older than the retention go with their
+/// logs; running and waiting ones stay.
+#[test]
+fn finished_jobs_past_the_retention_are_deleted_with_their_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+    let done = db.create(&job("a")).unwrap();
+    let waiting = db.create(&job("b")).unwrap();
+    let c = db.claim("w", "m", 30_000, Some(done)).unwrap().unwrap();
+    db.append(c, &["x".into()], None).unwrap();
+    db.finish(c, Status::Success, None).unwrap();
+    assert_eq!(
+        db.prune(kubexm_server::jobdb::now_ms() - 60_000).unwrap(),
+        0,
+        "a job finished now is kept"
+    );
+    assert_eq!(db.prune(kubexm_server::jobdb::now_ms() + 1).unwrap(), 1);
+    assert!(db.get(done).unwrap().is_none() && db.logs(done, 0).unwrap().is_empty());
+    assert!(db.get(waiting).unwrap().is_some());
+}

@@ -63,6 +63,7 @@ async fn two_thousand_idle_connections_leave_the_health_check_fast_and_memory_sm
         max_connections: 2_500,
         health_listen: Some(health_addr),
         worker: None,
+        post_rate: kubexm_server::api::POST_RATE,
     };
     tokio::spawn(api::serve(db, o, handle.clone()));
     let addr = handle.listening().await.unwrap();

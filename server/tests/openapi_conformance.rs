@@ -76,7 +76,16 @@ fn every_answer_conforms_to_the_committed_openapi_document() {
     let listen = format!("127.0.0.1:{port}");
     let _server = Running(
         kubexm(&db)
-            .args(["api-server", "--listen", &listen, "--no-worker", "--advertise", "127.0.0.1"])
+            .args([
+                "api-server",
+                "--listen",
+                &listen,
+                "--no-worker",
+                "--advertise",
+                "127.0.0.1",
+                "--post-rate",
+                "0",
+            ])
             .arg("--tls-dir")
             .arg(d.join("tls"))
             .arg("--bundles")

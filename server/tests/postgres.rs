@@ -243,6 +243,7 @@ async fn the_api_server_stores_and_serves_jobs_in_postgres() {
         max_connections: kubexm_server::api::limits::MAX_CONNECTIONS,
         health_listen: None,
         worker: None,
+        post_rate: kubexm_server::api::POST_RATE,
     };
     tokio::spawn(kubexm_server::api::serve(db.clone(), o, handle.clone()));
     let addr = handle.listening().await.unwrap();

@@ -60,7 +60,15 @@ pub struct ApiOptions {
     pub health_listen: Option<SocketAddr>,
     /// The embedded worker's state, when there is one.
     pub worker: Option<Arc<crate::worker::WorkerHealth>>,
+    /// Mutating requests a principal may make per minute after a burst of
+    /// [`POST_BURST`] (0: no limit); one more answers 429.
+    pub post_rate: u32,
 }
+
+/// Mutating requests per principal and minute unless told otherwise.
+pub const POST_RATE: u32 = 60;
+/// The burst a principal may send before the rate applies.
+pub const POST_BURST: f64 = 20.0;
 
 struct App {
     db: Arc<JobDb>,
@@ -70,6 +78,8 @@ struct App {
     /// Validations running at once: one per core. More only switch threads
     /// and fight over the allocator, which shows as tail latency.
     validating: tokio::sync::Semaphore,
+    /// Each principal's bucket of mutating requests: (left, when counted).
+    buckets: Mutex<HashMap<String, (f64, std::time::Instant)>>,
 }
 
 /// An error answer: `{"error": "..."}` with its status.
@@ -97,12 +107,32 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
 }
 
 impl App {
+    /// Takes one mutating request from `principal`'s bucket; false when it is empty.
+    fn take_post(&self, principal: &str) -> bool {
+        if self.o.post_rate == 0 {
+            return true;
+        }
+        let per_sec = f64::from(self.o.post_rate) / 60.0;
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        let (left, at) = buckets.entry(principal.to_string()).or_insert((POST_BURST, now));
+        *left = (*left + at.elapsed().as_secs_f64() * per_sec).min(POST_BURST);
+        *at = now;
+        if *left >= 1.0 {
+            *left -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
     fn new(db: Arc<JobDb>, o: ApiOptions) -> App {
         App {
             db,
             o,
             catalogs: Mutex::new(HashMap::new()),
             validating: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
+            buckets: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -278,6 +308,19 @@ async fn authenticate(State(app): State<Arc<App>>, mut req: Request, next: Next)
             format!("{} may not do this: it needs the `{}` scope", p.name, scope.as_str()),
         )
         .into_response();
+    }
+    if method != axum::http::Method::GET && !app.take_post(&p.name) {
+        audit(p.name.clone(), None, StatusCode::TOO_MANY_REQUESTS).await;
+        let mut r = ApiError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{} sent more than {} changing requests a minute; wait and send again",
+                p.name, app.o.post_rate
+            ),
+        )
+        .into_response();
+        r.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+        return r;
     }
     req.extensions_mut().insert(p.clone());
     let resp = next.run(req).await;

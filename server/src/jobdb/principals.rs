@@ -320,4 +320,28 @@ impl JobDb {
         }
         Ok(Ok(()))
     }
+
+    /// Deletes finished jobs that ended before `before` (ms since the
+    /// epoch), with their log lines; how many.
+    pub fn prune(&self, before: i64) -> Result<u64, JobDbError> {
+        let ended = "status IN ('Success', 'Failed', 'Cancelled') AND finished < $1";
+        let logs = format!("DELETE FROM job_logs WHERE job IN (SELECT id FROM jobs WHERE {ended})");
+        let jobs = format!("DELETE FROM jobs WHERE {ended}");
+        if let Backend::Postgres(pg) = &self.backend {
+            return pg.run(async {
+                let mut tx = pg.pool.begin().await?;
+                sqlx::query(&logs).bind(before).execute(&mut *tx).await?;
+                let n = sqlx::query(&jobs).bind(before).execute(&mut *tx).await?.rows_affected();
+                tx.commit().await?;
+                Ok(n)
+            });
+        }
+        self.with(|c| {
+            let tx = c.transaction()?;
+            tx.execute(&logs.replace('$', "?"), [before])?;
+            let n = tx.execute(&jobs.replace('$', "?"), [before])?;
+            tx.commit()?;
+            Ok(n as u64)
+        })
+    }
 }

@@ -226,9 +226,15 @@ pub(crate) struct ApiServerArgs {
     /// Connections open at once; one more is closed at once (idle ones close after 10 s).
     #[arg(long, value_name = "N", default_value_t = api::limits::MAX_CONNECTIONS)]
     pub(crate) max_connections: usize,
-    /// Also serve /healthz over plain HTTP here (loopback), outside the connection cap.
+    /// Also serve /healthz and /readyz over plain HTTP here (loopback), outside the connection cap.
     #[arg(long, value_name = "ADDR:PORT")]
     pub(crate) health_listen: Option<std::net::SocketAddr>,
+    /// Mutating requests (POST) a token or certificate may make per minute, after a burst of 20 (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = api::POST_RATE)]
+    pub(crate) post_rate: u32,
+    /// Days finished jobs and their logs are kept (0: for ever).
+    #[arg(long, value_name = "DAYS", default_value_t = worker::RETAIN_DAYS)]
+    pub(crate) retain_days: u64,
     #[command(flatten)]
     pub(crate) install: InstallFlags,
     /// The engine's state database of the embedded worker.
@@ -375,8 +381,16 @@ pub(crate) struct WorkerArgs {
     /// Seconds a claim holds without renewal before another worker may take the job.
     #[arg(long, default_value_t = 30)]
     pub(crate) lease_seconds: u64,
+    /// Days finished jobs and their logs are kept (0: for ever).
+    #[arg(long, value_name = "DAYS", default_value_t = worker::RETAIN_DAYS)]
+    pub(crate) retain_days: u64,
     #[command(flatten)]
     pub(crate) install: InstallFlags,
+}
+
+/// `--retain-days` as the worker's setting.
+pub(crate) fn retention(days: u64) -> Option<std::time::Duration> {
+    (days > 0).then(|| std::time::Duration::from_secs(days * 86_400))
 }
 
 impl InstallFlags {

@@ -118,6 +118,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let db = open(&cli.db)?;
             let mut o = worker::WorkerOptions::here(w.state, jobs_dir(&db));
             o.credential_key = key_path(&cli.db, cli.credential_key);
+            o.retain = retention(w.retain_days);
             o.lease = std::time::Duration::from_secs(w.lease_seconds.max(3));
             o.install = w.install.worker();
             eprintln!("kubexm worker {} on {}: claiming jobs", o.name, db.path().display());
@@ -167,6 +168,7 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
         max_connections: a.max_connections,
         health_listen: a.health_listen,
         worker: (!a.no_worker).then(Default::default),
+        post_rate: a.post_rate,
     };
     let quit = Arc::new(AtomicBool::new(false));
     let embedded = o.worker.clone().map(|health| {
@@ -174,6 +176,7 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
         w.lease = std::time::Duration::from_secs(a.lease_seconds.max(3));
         w.install = a.install.worker();
         w.credential_key = credential_key;
+        w.retain = retention(a.retain_days);
         let (db, quit) = (db.clone(), quit.clone());
         // Started again with backoff whenever the database fails under it.
         std::thread::spawn(move || worker::supervise(&db, &w, quit, &health))
