@@ -163,8 +163,8 @@ pub fn create(db: &JobDb, key: &SealKey, name: &str, secret: NewSecret, hosts: &
 /// A request's credentials, opened on the worker from the job database.
 pub struct DbCredentials {
     db: Arc<JobDb>,
-    key: Option<SealKey>,
-    key_path: PathBuf,
+    /// The key, or why this worker has none.
+    key: Result<SealKey, String>,
 }
 
 impl Credentials for DbCredentials {
@@ -180,12 +180,10 @@ impl Credentials for DbCredentials {
                 row.hosts.join(",")
             ));
         }
-        let key = self.key.as_ref().ok_or_else(|| {
-            format!(
-                "host {host}: this worker has no credential key at {} to open credential {name:?}; copy it there (mode 0600) from the machine that made it",
-                self.key_path.display()
-            )
-        })?;
+        let key = self
+            .key
+            .as_ref()
+            .map_err(|why| format!("host {host}: this worker cannot open credential {name:?}: {why}"))?;
         Ok(match key.open(name, &row.sealed)? {
             Secret::Password { password } => Credential::Password(password),
             Secret::SshKey { pem, passphrase } => Credential::KeyData { pem, passphrase },
@@ -214,8 +212,7 @@ pub fn untrusted(db: &Arc<JobDb>, key_path: &Path) -> Trust {
     Trust::Untrusted {
         credentials: Arc::new(DbCredentials {
             db: db.clone(),
-            key: SealKey::load(key_path).ok(),
-            key_path: key_path.to_path_buf(),
+            key: SealKey::load(key_path).map_err(|e| format!("{}: {e:#}", key_path.display())),
         }),
         pinned: Arc::new(DbPins(db.clone(), MemoryKnownHosts::default())),
     }

@@ -76,6 +76,7 @@ struct By {
     origin: Origin,
     principal: Option<String>,
     admin: bool,
+    root: Option<std::path::PathBuf>,
 }
 
 impl By {
@@ -84,6 +85,7 @@ impl By {
             origin: Origin::Request,
             principal: Some(who.name.to_string()),
             admin: who.admin,
+            root: who.root.map(Path::to_path_buf),
         }
     }
 
@@ -94,6 +96,7 @@ impl By {
             origin,
             principal: local_user(),
             admin: false,
+            root: None,
         }
     }
 }
@@ -104,6 +107,9 @@ impl By {
 pub struct Requester<'a> {
     pub name: &'a str,
     pub admin: bool,
+    /// The installer's state root on the server's machine: a cluster found
+    /// there without a binding is not bound to a request.
+    pub root: Option<&'a Path>,
 }
 
 /// Why a job was not created from config text.
@@ -192,13 +198,20 @@ fn store_job(
     options: serde_json::Value,
     by: By,
 ) -> Result<i64, CreateError> {
-    let By { origin, principal, admin } = by;
+    let By {
+        origin,
+        principal,
+        admin,
+        root,
+    } = by;
+    let cname = &cluster.metadata.name;
+    let exists = root.is_some_and(|r| r.join(format!("{cname}.kubeconfig")).exists() || r.join("clusters").join(cname).exists());
     // A request's cluster name is bound to its first principal and hosts
     // before anything of that cluster is read; the operator's own jobs
     // record a missing binding (so no request can take their cluster).
     let hosts: Vec<String> = cluster.spec.hosts.iter().map(|h| h.address.clone()).collect();
     let who = principal.clone().unwrap_or_else(|| "local".into());
-    db.bind_cluster(&cluster.metadata.name, &who, &hosts, origin == Origin::Request && !admin)
+    db.bind_cluster(cname, &who, &hosts, origin == Origin::Request && !admin, exists)
         .map_err(|e| CreateError::Store(e.into()))?
         .map_err(CreateError::Conflict)?;
     db.create(&NewJob {

@@ -297,7 +297,13 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
         stop: stop.clone(),
         fenced: fenced.clone(),
     });
-    db.append(claim, &[format!("claimed by {} (attempt {})", o.name, claim.attempt)], None)?;
+    if let Err(e) = db.append(claim, &[format!("claimed by {} (attempt {})", o.name, claim.attempt)], None) {
+        // The lease is not renewed for a job this worker cannot write to:
+        // it runs out, and the next claim resumes the job.
+        done.store(true, Ordering::Relaxed);
+        let _ = lease.join();
+        return Err(e);
+    }
     // A panic is a failed job (with its message), never a worker that
     // keeps renewing the lease of a job nobody runs.
     let result =

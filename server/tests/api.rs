@@ -38,6 +38,7 @@ impl Server {
             health_listen: None,
             worker: None,
             post_rate: kubexm_server::api::POST_RATE,
+            root: None,
         }
     }
 
@@ -707,10 +708,55 @@ async fn another_principal_or_other_hosts_cannot_take_a_cluster_name() {
         s.db.create_token_scoped("admin", &[kubexm_server::jobdb::Scope::Admin], None)
             .unwrap();
     assert_eq!(post_as(admin, EXAMPLE.clone()).await.status(), 202);
-    // B's own name is B's.
-    assert_eq!(post_as(b, EXAMPLE.replace("name: demo", "name: demo-b")).await.status(), 202);
+    // B's own name is B's; B may not cancel A's job.
+    assert_eq!(
+        post_as(b.clone(), EXAMPLE.replace("name: demo", "name: demo-b")).await.status(),
+        202
+    );
     assert_eq!(s.db.list().unwrap().len(), 3);
+    let first = s.db.list().unwrap().iter().map(|j| j.id).min().unwrap();
+    let r = s
+        .client()
+        .post(s.url(&format!("/api/v1/jobs/{first}/cancel")))
+        .bearer_auth(&b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
     s.handle.shutdown();
+}
+
+/// Issue 24, item 2: a cluster installed on the server's machine outside
+/// the API (kubexm-install, or before names were bound) is not handed to
+/// the first request that names it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_installed_outside_the_api_is_not_bound_to_a_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (digest, _) = held_bundle(dir.path());
+    let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).unwrap());
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("demo.kubeconfig"), "").unwrap();
+    let mut o = Server::options(dir.path());
+    o.root = Some(root);
+    let handle = axum_server::Handle::new();
+    tokio::spawn(api::serve(db.clone(), o, handle.clone()));
+    let addr = handle.listening().await.unwrap();
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(dir.path().join("tls/ca.crt")).unwrap()).unwrap();
+    let c = reqwest::Client::builder().tls_certs_only([ca]).build().unwrap();
+    let post = |token: String| {
+        c.post(format!("https://127.0.0.1:{}/api/v1/clusters?bundle={digest}", addr.port()))
+            .bearer_auth(token)
+            .header("content-type", "application/yaml")
+            .body(EXAMPLE.clone())
+            .send()
+    };
+    let r = post(db.create_token("x").unwrap()).await.unwrap();
+    assert_eq!(r.status(), 409);
+    assert!(r.text().await.unwrap().contains("already exists on the server's machine"));
+    let admin = db.create_token_scoped("a", &[kubexm_server::jobdb::Scope::Admin], None).unwrap();
+    assert_eq!(post(admin).await.unwrap().status(), 202);
+    handle.shutdown();
 }
 
 /// Issue 24, item 8: a job row that cannot be read is listed with its error

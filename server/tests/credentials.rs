@@ -220,6 +220,7 @@ async fn the_api_refuses_worker_files_variables_keys_and_the_agent_at_their_posi
         health_listen: None,
         worker: None,
         post_rate: kubexm_server::api::POST_RATE,
+        root: None,
     };
     tokio::spawn(kubexm_server::api::serve(db.clone(), o, handle.clone()));
     let addr = handle.listening().await.unwrap();

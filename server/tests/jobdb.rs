@@ -173,3 +173,45 @@ fn finished_jobs_past_the_retention_are_deleted_with_their_logs() {
     assert!(db.get(done).unwrap().is_none() && db.logs(done, 0).unwrap().is_empty());
     assert!(db.get(waiting).unwrap().is_some());
 }
+
+/// Issue 24, item 8: a write lock held on jobs.db past the 10 s busy
+/// timeout (a backup, a VACUUM) no longer ends a supervised worker: it
+/// reports itself restarting, then claims jobs again once the lock is gone.
+#[test]
+fn a_worker_outlives_a_long_write_lock_and_says_so_meanwhile() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("jobs.db");
+    let db = Arc::new(JobDb::open(&p).unwrap());
+    let health = Arc::new(kubexm_server::worker::WorkerHealth::default());
+    let quit = Arc::new(AtomicBool::new(false));
+    let runner = {
+        let (db, health, quit, d) = (db.clone(), health.clone(), quit.clone(), dir.path().to_path_buf());
+        std::thread::spawn(move || {
+            let o = kubexm_server::worker::WorkerOptions::here(d.join("state.db"), d.join("jobs"));
+            kubexm_server::worker::supervise(&db, &o, quit, &health);
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let locker = rusqlite::Connection::open(&p).unwrap();
+    locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let start = std::time::Instant::now();
+    while health.state().0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the worker never noticed the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(health.state().1.is_some_and(|e| e.contains("locked")), "{:?}", health.state());
+    locker.execute_batch("COMMIT").unwrap();
+    drop(locker);
+    let start = std::time::Instant::now();
+    while !health.state().0 {
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "the worker did not come back");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    quit.store(true, Ordering::Relaxed);
+    runner.join().unwrap();
+}

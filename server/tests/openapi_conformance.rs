@@ -69,7 +69,10 @@ fn every_answer_conforms_to_the_committed_openapi_document() {
             jobs.request_cancel(id).unwrap();
         }
     }
-    let out = kubexm(&db).args(["token", "create", "--name", "schemathesis"]).output().unwrap();
+    let out = kubexm(&db)
+        .args(["token", "create", "--name", "schemathesis", "--scopes", "admin"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

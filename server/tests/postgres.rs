@@ -244,6 +244,7 @@ async fn the_api_server_stores_and_serves_jobs_in_postgres() {
         health_listen: None,
         worker: None,
         post_rate: kubexm_server::api::POST_RATE,
+        root: None,
     };
     tokio::spawn(kubexm_server::api::serve(db.clone(), o, handle.clone()));
     let addr = handle.listening().await.unwrap();

@@ -128,17 +128,44 @@ pub fn engine_context(
 }
 
 /// The PKI directory of cluster `name` under `root`: `<root>/clusters/<name>/pki`,
-/// one CA and join token per cluster. A root from before (one `<root>/pki`
-/// for its one cluster) is moved there on first use by the cluster it was
-/// made for: the one whose `<root>/<name>.kubeconfig` it holds.
+/// one CA and join token per cluster. A root from before held one
+/// `<root>/pki` that all its clusters shared: each of them (those whose
+/// `<root>/<name>.kubeconfig` is there) gets a copy on first use, so none
+/// loses the CA its nodes trust; a cluster new to the root gets its own.
 pub fn cluster_pki(root: &std::path::Path, name: &str) -> anyhow::Result<std::path::PathBuf> {
     let dir = crate::paths::cluster_pki(root, name);
     let old = root.join("pki");
     if !dir.exists() && old.is_dir() && root.join(format!("{name}.kubeconfig")).exists() {
+        let tmp = root.join("clusters").join(format!(".{name}.pki.tmp"));
+        if tmp.exists() {
+            fs_err::remove_dir_all(&tmp)?;
+        }
+        copy_tree(&old, &tmp)?;
         fs_err::create_dir_all(root.join("clusters").join(name))?;
-        fs_err::rename(&old, &dir)?;
+        fs_err::rename(&tmp, &dir)?;
+        tracing::warn!(
+            "cluster {name}: its PKI was copied from {} (shared by the clusters this root installed before per-cluster PKI); they keep sharing that CA until its certificates are renewed",
+            old.display()
+        );
     }
     Ok(dir)
+}
+
+/// Copies the directory `from` to `to` (made), keeping file modes.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs_err::create_dir_all(to)?;
+    fs_err::set_permissions(to, std::fs::Permissions::from_mode(0o700))?;
+    for e in fs_err::read_dir(from)? {
+        let e = e?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type()?.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else {
+            fs_err::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
 }
 
 /// `unpack`: verifies a bundle and unpacks it under `root` (once: an
@@ -159,7 +186,7 @@ pub fn split_registry(r: &str) -> (String, Option<String>) {
 #[cfg(test)]
 mod tests {
     /// Issue 24, item 2: two clusters on one root get different CAs and
-    /// join tokens; a single-cluster root moves to its cluster on first use.
+    /// join tokens; an old root's shared PKI is copied to its clusters.
     #[test]
     fn each_cluster_has_its_own_ca_and_join_token() -> anyhow::Result<()> {
         let root = tempfile::tempdir()?;
@@ -167,13 +194,10 @@ mod tests {
         let a_before = crate::kube_pki::KubePki::ensure(&old)?;
         std::fs::write(root.path().join("a.kubeconfig"), "")?;
         let (a, b) = (super::cluster_pki(root.path(), "a")?, super::cluster_pki(root.path(), "b")?);
-        assert!(
-            !root.path().join("pki").exists() && a.is_dir(),
-            "the old root was not moved to cluster a"
-        );
+        assert!(a.is_dir(), "the old root was not copied to cluster a");
         let ka = crate::kube_pki::KubePki::ensure(&crate::pki::Pki::Dir(a))?;
         let kb = crate::kube_pki::KubePki::ensure(&crate::pki::Pki::Dir(b))?;
-        assert_eq!(ka.ca.cert_pem, a_before.ca.cert_pem, "cluster a lost its CA in the move");
+        assert_eq!(ka.ca.cert_pem, a_before.ca.cert_pem, "cluster a lost its CA in the copy");
         assert_ne!(ka.ca.cert_pem, kb.ca.cert_pem);
         assert_ne!(ka.creds.token, kb.creds.token);
         Ok(())

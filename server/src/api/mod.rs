@@ -63,12 +63,17 @@ pub struct ApiOptions {
     /// Mutating requests a principal may make per minute after a burst of
     /// [`POST_BURST`] (0: no limit); one more answers 429.
     pub post_rate: u32,
+    /// The installer's state root on this machine (the embedded worker's):
+    /// clusters installed there outside the API are not bound to a request.
+    pub root: Option<PathBuf>,
 }
 
 /// Mutating requests per principal and minute unless told otherwise.
 pub const POST_RATE: u32 = 60;
 /// The burst a principal may send before the rate applies.
 pub const POST_BURST: f64 = 20.0;
+/// Unauthenticated refusals audited a minute, after the same burst.
+const ANON_AUDIT_RATE: u32 = 60;
 
 struct App {
     db: Arc<JobDb>,
@@ -107,15 +112,16 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
 }
 
 impl App {
-    /// Takes one mutating request from `principal`'s bucket; false when it is empty.
-    fn take_post(&self, principal: &str) -> bool {
-        if self.o.post_rate == 0 {
+    /// Takes one request from `key`'s bucket ([`POST_BURST`], refilled at
+    /// `per_minute`; 0: unlimited); false when it is empty.
+    fn take(&self, key: &str, per_minute: u32) -> bool {
+        if per_minute == 0 {
             return true;
         }
-        let per_sec = f64::from(self.o.post_rate) / 60.0;
+        let per_sec = f64::from(per_minute) / 60.0;
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let now = std::time::Instant::now();
-        let (left, at) = buckets.entry(principal.to_string()).or_insert((POST_BURST, now));
+        let (left, at) = buckets.entry(key.to_string()).or_insert((POST_BURST, now));
         *left = (*left + at.elapsed().as_secs_f64() * per_sec).min(POST_BURST);
         *at = now;
         if *left >= 1.0 {
@@ -220,7 +226,19 @@ pub async fn serve(db: Arc<JobDb>, o: ApiOptions, handle: axum_server::Handle<So
             }
         });
     }
-    let mut server = axum_server::bind(listen)
+    // The kernel's queue of connections not yet accepted holds as many as
+    // the cap (a burst never sits unaccepted, neither counted nor refused).
+    let socket = if listen.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }?;
+    socket.set_reuseaddr(true)?;
+    socket
+        .bind(listen)
+        .map_err(|e| anyhow::anyhow!("the API server on {listen}: {e}"))?;
+    let listener = socket.listen(u32::try_from(o.max_connections).unwrap_or(u32::MAX).clamp(128, 65_535))?;
+    let mut server = axum_server::from_tcp(listener.into_std()?)?
         .acceptor(tls::Acceptor::new(t.config, limits))
         .handle(handle);
     // A request head must arrive within 10 s (hyper's timer); an idle
@@ -249,10 +267,11 @@ impl Principal {
         self.scopes.contains(&needed) || self.scopes.contains(&Scope::Admin)
     }
 
-    fn requester(&self) -> ops::Requester<'_> {
+    fn requester<'a>(&'a self, root: Option<&'a std::path::Path>) -> ops::Requester<'a> {
         ops::Requester {
             name: &self.name,
             admin: self.scopes.contains(&Scope::Admin),
+            root,
         }
     }
 }
@@ -296,7 +315,11 @@ async fn authenticate(State(app): State<Arc<App>>, mut req: Request, next: Next)
     let p = match who {
         Ok(p) => p,
         Err(e) => {
-            audit("-".into(), None, e.0).await;
+            // Refusals of unauthenticated requests are audited up to a
+            // budget: a flood cannot grow the database or hold its lock.
+            if app.take("-", ANON_AUDIT_RATE) {
+                audit("-".into(), None, e.0).await;
+            }
             return e.into_response();
         }
     };
@@ -309,7 +332,7 @@ async fn authenticate(State(app): State<Arc<App>>, mut req: Request, next: Next)
         )
         .into_response();
     }
-    if method != axum::http::Method::GET && !app.take_post(&p.name) {
+    if method != axum::http::Method::GET && !app.take(&p.name, app.o.post_rate) {
         audit(p.name.clone(), None, StatusCode::TOO_MANY_REQUESTS).await;
         let mut r = ApiError(
             StatusCode::TOO_MANY_REQUESTS,
@@ -417,7 +440,7 @@ async fn create_cluster(
             "cluster.yaml",
             &catalog,
             &digest,
-            who.requester(),
+            who.requester(app.o.root.as_deref()),
         ))
     })
     .await
@@ -517,7 +540,7 @@ async fn hosts_job(
             "cluster.yaml",
             kind,
             options,
-            who.requester(),
+            who.requester(app.o.root.as_deref()),
         ))
     })
     .await
@@ -552,10 +575,26 @@ async fn job(State(app): State<Arc<App>>, UrlPath(id): UrlPath<i64>) -> Result<R
     Ok(axum::Json(j).into_response())
 }
 
-async fn cancel(State(app): State<Arc<App>>, UrlPath(id): UrlPath<i64>) -> Result<Response, ApiError> {
-    let s = blocking(move || app.db.request_cancel(id).map_err(internal))
-        .await?
-        .ok_or(not_found(id))?;
+async fn cancel(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<i64>,
+    Extension(who): Extension<Principal>,
+) -> Result<Response, ApiError> {
+    let s = blocking(move || {
+        let j = app.db.get(id).map_err(internal)?.ok_or(not_found(id))?;
+        // A principal cancels its own jobs (an admin any).
+        if !who.scopes.contains(&Scope::Admin) && j.principal.as_deref() != Some(who.name.as_str()) {
+            return Err(ApiError(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "job {id} was created by another principal; {} may cancel only its own jobs",
+                    who.name
+                ),
+            ));
+        }
+        app.db.request_cancel(id).map_err(internal)?.ok_or(not_found(id))
+    })
+    .await?;
     Ok(axum::Json(json!({"id": id, "status": s})).into_response())
 }
 

@@ -338,6 +338,12 @@ impl JobDb {
         if !path.exists() {
             use std::os::unix::fs::OpenOptionsExt;
             let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+        } else if let Ok(m) = std::fs::metadata(path) {
+            // A database made by an earlier kubexm: its owner only, from now on.
+            use std::os::unix::fs::PermissionsExt;
+            if m.permissions().mode() & 0o077 != 0 {
+                let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+            }
         }
         let mut conn = Connection::open(path).map_err(sql)?;
         conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(sql)?;

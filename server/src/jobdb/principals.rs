@@ -276,8 +276,22 @@ impl JobDb {
     /// Binds cluster `name` to `principal` and `hosts` (addresses) at its
     /// first job; later, `Err(why)` when another principal names it or it
     /// names a host outside the record. `check: false` (the operator's own
-    /// job on this machine) only records a binding that is missing.
-    pub fn bind_cluster(&self, name: &str, principal: &str, hosts: &[String], check: bool) -> Result<Result<(), String>, JobDbError> {
+    /// job on this machine) only records a binding that is missing. A name
+    /// with no binding that `exists` already (installed outside the job
+    /// database, on the server's machine) is not bound to a request.
+    pub fn bind_cluster(
+        &self,
+        name: &str,
+        principal: &str,
+        hosts: &[String],
+        check: bool,
+        exists: bool,
+    ) -> Result<Result<(), String>, JobDbError> {
+        if check && exists && !self.cluster_bound(name)? {
+            return Ok(Err(format!(
+                "cluster {name} already exists on the server's machine (installed outside the API); a token with the admin scope may act on it"
+            )));
+        }
         let mut sorted = hosts.to_vec();
         sorted.sort();
         sorted.dedup();
@@ -322,15 +336,18 @@ impl JobDb {
     }
 
     /// Deletes finished jobs that ended before `before` (ms since the
-    /// epoch), with their log lines; how many.
+    /// epoch), with their log lines, and audit entries older than that;
+    /// how many jobs.
     pub fn prune(&self, before: i64) -> Result<u64, JobDbError> {
         let ended = "status IN ('Success', 'Failed', 'Cancelled') AND finished < $1";
         let logs = format!("DELETE FROM job_logs WHERE job IN (SELECT id FROM jobs WHERE {ended})");
         let jobs = format!("DELETE FROM jobs WHERE {ended}");
+        let audit = "DELETE FROM audit WHERE at < $1";
         if let Backend::Postgres(pg) = &self.backend {
             return pg.run(async {
                 let mut tx = pg.pool.begin().await?;
                 sqlx::query(&logs).bind(before).execute(&mut *tx).await?;
+                sqlx::query(audit).bind(before).execute(&mut *tx).await?;
                 let n = sqlx::query(&jobs).bind(before).execute(&mut *tx).await?.rows_affected();
                 tx.commit().await?;
                 Ok(n)
@@ -339,9 +356,21 @@ impl JobDb {
         self.with(|c| {
             let tx = c.transaction()?;
             tx.execute(&logs.replace('$', "?"), [before])?;
+            tx.execute(&audit.replace('$', "?"), [before])?;
             let n = tx.execute(&jobs.replace('$', "?"), [before])?;
             tx.commit()?;
             Ok(n as u64)
         })
+    }
+
+    /// Whether cluster `name` has a binding.
+    fn cluster_bound(&self, name: &str) -> Result<bool, JobDbError> {
+        let sql = "SELECT COUNT(*) FROM cluster_owners WHERE name = $1";
+        let n: i64 = if let Backend::Postgres(pg) = &self.backend {
+            pg.run(async { sqlx::query_scalar(sql).bind(name).fetch_one(&pg.pool).await })?
+        } else {
+            self.with(|c| c.query_row(&sql.replace('$', "?"), [name], |r| r.get(0)))?
+        };
+        Ok(n > 0)
     }
 }

@@ -34,7 +34,8 @@ pub(super) const MIGRATION: &str = "ALTER TABLE jobs ADD COLUMN origin TEXT NOT 
         status INTEGER NOT NULL
     );
     CREATE TABLE revoked_certs (fingerprint TEXT PRIMARY KEY, name TEXT NOT NULL, at INTEGER NOT NULL);
-    CREATE TABLE cluster_owners (name TEXT PRIMARY KEY, principal TEXT NOT NULL, hosts TEXT NOT NULL, created INTEGER NOT NULL);";
+    CREATE TABLE cluster_owners (name TEXT PRIMARY KEY, principal TEXT NOT NULL, hosts TEXT NOT NULL, created INTEGER NOT NULL);
+    INSERT INTO cluster_owners (name, principal, hosts, created) SELECT DISTINCT cluster, 'legacy', '', 0 FROM jobs;";
 
 /// PostgreSQL's migration 2: as SQLite's 3.
 pub(super) const MIGRATION_PG: &str = "ALTER TABLE jobs ADD COLUMN origin TEXT NOT NULL DEFAULT 'request';
@@ -60,7 +61,8 @@ pub(super) const MIGRATION_PG: &str = "ALTER TABLE jobs ADD COLUMN origin TEXT N
         status INTEGER NOT NULL
     );
     CREATE TABLE revoked_certs (fingerprint TEXT PRIMARY KEY, name TEXT NOT NULL, at BIGINT NOT NULL);
-    CREATE TABLE cluster_owners (name TEXT PRIMARY KEY, principal TEXT NOT NULL, hosts TEXT NOT NULL, created BIGINT NOT NULL);";
+    CREATE TABLE cluster_owners (name TEXT PRIMARY KEY, principal TEXT NOT NULL, hosts TEXT NOT NULL, created BIGINT NOT NULL);
+    INSERT INTO cluster_owners (name, principal, hosts, created) SELECT DISTINCT cluster, 'legacy', '', 0 FROM jobs;";
 
 /// What a credential logs in with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

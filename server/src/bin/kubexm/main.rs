@@ -169,6 +169,7 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
         health_listen: a.health_listen,
         worker: (!a.no_worker).then(Default::default),
         post_rate: a.post_rate,
+        root: Some(a.install.root.clone()),
     };
     let quit = Arc::new(AtomicBool::new(false));
     let embedded = o.worker.clone().map(|health| {
