@@ -118,7 +118,7 @@ fn secrets_readable_during_upload_and_credentials_left_in_the_kubeadm_log() {
     // and certificate key (the installer keeps them in its PKI directory).
     let (token, key) = {
         let creds: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.path().join("root/pki/kubernetes/join.json")).unwrap()).unwrap();
+            serde_json::from_slice(&std::fs::read(dir.path().join("root/clusters/lab/pki/kubernetes/join.json")).unwrap()).unwrap();
         (
             creds["token"].as_str().unwrap().to_string(),
             creds["certificate_key"].as_str().unwrap().to_string(),
