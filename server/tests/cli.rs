@@ -38,3 +38,26 @@ fn a_client_config_without_https_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("is not https://"), "{err}");
 }
+
+/// The plain-HTTP health listener is for loopback only.
+#[test]
+fn a_health_listener_off_loopback_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("kubexm")
+        .unwrap()
+        .arg("--db")
+        .arg(dir.path().join("jobs.db"))
+        .args([
+            "api-server",
+            "--no-worker",
+            "--health-listen",
+            "0.0.0.0:8444",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("loopback only"), "{err}");
+}

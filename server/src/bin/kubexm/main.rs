@@ -150,6 +150,12 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
             ),
         ));
     }
+    if a.health_listen.is_some_and(|h| !h.ip().is_loopback()) {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("--health-listen: plain HTTP without credentials listens on loopback only (127.0.0.1:PORT or [::1]:PORT)"),
+        ));
+    }
     let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
     if let Ok(h) = fs_err::read_to_string("/etc/hostname") {
         names.push(h.trim().to_string());
