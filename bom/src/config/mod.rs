@@ -1,6 +1,7 @@
 //! The cluster.yaml config: model, defaults, loading and validation.
 
 pub mod defaults;
+pub mod host_paths;
 pub mod load;
 pub mod model;
 mod secret;
