@@ -69,129 +69,22 @@ pub fn validate(
 }
 
 pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
-    let Some(file) = args.file.clone() else {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
-        ));
-    };
-    let Some(bundle) = &args.bundle else {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
-        ));
-    };
-    if args.pubkey.is_none() && !args.allow_unsigned {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
-        ));
-    }
+    let (file, bundle) = inputs(args)?;
     // The config is checked against the catalog the bundle carries before
     // anything is unpacked; the verified copy read below is the one planned from.
     let (early, cluster) = validate(&file, bundle)?;
-    let asked: Vec<String> = if args.phases.is_empty() {
-        pipeline::PHASES.iter().map(|p| p.to_string()).collect()
-    } else {
-        args.phases.clone()
-    };
-    let (phases, missing) = pipeline::select(&asked).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
-    if args.server_dry_run
-        && let Some(other) = phases.iter().find(|p| *p != "cni" && *p != "addons")
-    {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!(
-                "--server-dry-run checks the cni and addons phases' manifests against an installed cluster; \
-                 phase {other} cannot run that way: pass --phases cni,addons (or one of them)"
-            ),
-        ));
-    }
-    if !missing.is_empty() {
-        return Err(classified(
-            Class::Unsupported,
-            anyhow::anyhow!(
-                "{}: config valid (cluster {}); phase(s) {} are not supported yet, and nothing was touched. \
-                 This release deploys --phases {}",
-                file.display(),
-                cluster.metadata.name,
-                missing.join(", "),
-                pipeline::IMPLEMENTED.join(",")
-            ),
-        ));
-    }
+    let phases = phases_of(args, &file, &cluster)?;
     let topo = kubexm_bom::topology::Topology::of(&cluster).map_err(|e| classified(Class::Config, anyhow::Error::from(e)))?;
-    let t = match &args.pubkey {
-        Some(k) => unpack::Trust::PublicKey(k.clone()),
-        None => unpack::Trust::Unsigned,
-    };
-    // A dry run verifies the bundle and plans from it in memory: it writes
-    // nothing anywhere (no unpack, no PKI, no state); values made at apply
-    // time print as <generated>.
-    let (manifest, bundle_dir, members) = if args.dry_run {
-        let p = unpack::read_for_plan(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
-        (p.manifest, p.dir, Some(p.members))
-    } else {
-        let u = unpack::unpack(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
-        (u.manifest, u.dir, None)
-    };
-    if manifest != early {
-        return Err(classified(
-            Class::Verify,
-            anyhow::anyhow!("{}: the bundle changed while it was read; run again", bundle.display()),
-        ));
-    }
-    if let Some(want) = &args.expect_digest {
-        let got = bundle_dir.file_name().map(|n| format!("sha256:{}", n.to_string_lossy()));
-        if got.as_deref() != Some(want.as_str()) {
-            return Err(classified(
-                Class::Verify,
-                anyhow::anyhow!(
-                    "{} is not the bundle this job asked for: its signed bundle.yaml is {}, the job's {want}. The held file was replaced; nothing was installed. Add the bundle again with `kubexm bundle add`",
-                    bundle.display(),
-                    got.unwrap_or_default()
-                ),
-            ));
-        }
-    }
+    let (manifest, bundle_dir, members) = read_verified(args, bundle, &early)?;
     let catalog = super::lock_catalog(&manifest, bundle)?;
     let bom = manifest.lock;
-    // A dry run writes nothing: an old single-cluster root is moved only by a real run.
-    let pki_dir = if args.dry_run {
-        crate::paths::cluster_pki(&args.root, &cluster.metadata.name)
-    } else {
-        super::cluster_pki(&args.root, &cluster.metadata.name)?
-    };
-    let pki = if args.dry_run {
-        crate::pki::Pki::DryRun
-    } else {
-        crate::pki::Pki::Dir(pki_dir.clone())
-    };
-    let Some(advertise) = args.advertise else {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("pass --advertise ADDR: the address the hosts reach this machine at, for the file server"),
-        ));
-    };
+    let (pki_dir, pki) = pki_of(args, &cluster.metadata.name)?;
+    let advertise = advertise(args)?;
     let file_server = format!("https://{}", std::net::SocketAddr::new(advertise, args.serve_port));
     let ca_pem = pki.ca("registry", "kubexm registry CA")?.cert_pem;
-    let installer = match &args.installer {
-        Some(p) => p.clone(),
-        None => anyhow::Context::context(std::env::current_exe(), "finding the installer binary")?,
-    };
-    let kubeadm_api = catalog
-        .minor(&cluster.spec.kubernetes.version)
-        .map(|m| m.kubeadm_api_version.clone())
-        .ok_or_else(|| {
-            classified(
-                Class::Config,
-                anyhow::anyhow!(
-                    "{}: the bundle's lock has no kubeadm API for Kubernetes {}; rebuild it with this kubexm-bundle",
-                    bundle.display(),
-                    cluster.spec.kubernetes.version
-                ),
-            )
-        })?;
+    let installer = installer_binary(args)?;
+    let kubeadm_api = kubeadm_api(&catalog, &cluster, bundle)?;
+
     let kubeconfig = args
         .kubeconfig
         .clone()
@@ -396,4 +289,172 @@ fn summary(
         ));
     }
     s
+}
+
+/// The config file and bundle an install needs, and a signature policy.
+fn inputs(args: &InstallOptions) -> anyhow::Result<(PathBuf, &std::path::Path)> {
+    let Some(file) = args.file.clone() else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
+        ));
+    };
+    let Some(bundle) = args.bundle.as_deref() else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
+        ));
+    };
+    if args.pubkey.is_none() && !args.allow_unsigned {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
+        ));
+    }
+    Ok((file, bundle))
+}
+
+/// The phases asked for, refused when one cannot run here (yet, or in a
+/// server dry run).
+fn phases_of(args: &InstallOptions, file: &std::path::Path, cluster: &kubexm_bom::config::Cluster) -> anyhow::Result<Vec<String>> {
+    let asked: Vec<String> = if args.phases.is_empty() {
+        pipeline::PHASES.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.phases.clone()
+    };
+    let (phases, missing) = pipeline::select(&asked).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
+    if args.server_dry_run
+        && let Some(other) = phases.iter().find(|p| *p != "cni" && *p != "addons")
+    {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!(
+                "--server-dry-run checks the cni and addons phases' manifests against an installed cluster; \
+                 phase {other} cannot run that way: pass --phases cni,addons (or one of them)"
+            ),
+        ));
+    }
+    if !missing.is_empty() {
+        return Err(classified(
+            Class::Unsupported,
+            anyhow::anyhow!(
+                "{}: config valid (cluster {}); phase(s) {} are not supported yet, and nothing was touched. \
+                 This release deploys --phases {}",
+                file.display(),
+                cluster.metadata.name,
+                missing.join(", "),
+                pipeline::IMPLEMENTED.join(",")
+            ),
+        ));
+    }
+    Ok(phases)
+}
+
+/// A verified bundle: its manifest, where it is (or would be) unpacked, and
+/// (a dry run) its `manifests/...` members in memory.
+type ReadBundle = (
+    kubexm_bundle::manifest::BundleManifest,
+    PathBuf,
+    Option<std::collections::BTreeMap<String, Vec<u8>>>,
+);
+
+/// The bundle verified against its signature: planned from in memory (a
+/// dry run) or unpacked; refused when it changed since `early` was read or
+/// is not the bundle the job asked for.
+fn read_verified(
+    args: &InstallOptions,
+    bundle: &std::path::Path,
+    early: &kubexm_bundle::manifest::BundleManifest,
+) -> anyhow::Result<ReadBundle> {
+    let t = match &args.pubkey {
+        Some(k) => unpack::Trust::PublicKey(k.clone()),
+        None => unpack::Trust::Unsigned,
+    };
+    // A dry run verifies the bundle and plans from it in memory: it writes
+    // nothing anywhere (no unpack, no PKI, no state); values made at apply
+    // time print as <generated>.
+    let (manifest, bundle_dir, members) = if args.dry_run {
+        let p = unpack::read_for_plan(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
+        (p.manifest, p.dir, Some(p.members))
+    } else {
+        let u = unpack::unpack(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
+        (u.manifest, u.dir, None)
+    };
+    if &manifest != early {
+        return Err(classified(
+            Class::Verify,
+            anyhow::anyhow!("{}: the bundle changed while it was read; run again", bundle.display()),
+        ));
+    }
+    if let Some(want) = &args.expect_digest {
+        let got = bundle_dir.file_name().map(|n| format!("sha256:{}", n.to_string_lossy()));
+        if got.as_deref() != Some(want.as_str()) {
+            return Err(classified(
+                Class::Verify,
+                anyhow::anyhow!(
+                    "{} is not the bundle this job asked for: its signed bundle.yaml is {}, the job's {want}. The held file was replaced; nothing was installed. Add the bundle again with `kubexm bundle add`",
+                    bundle.display(),
+                    got.unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    Ok((manifest, bundle_dir, members))
+}
+
+/// The cluster's PKI directory, and the PKI planning reads (placeholders
+/// in a dry run, which writes nothing).
+fn pki_of(args: &InstallOptions, name: &str) -> anyhow::Result<(PathBuf, crate::pki::Pki)> {
+    // A dry run writes nothing: an old single-cluster root is moved only by a real run.
+    let pki_dir = if args.dry_run {
+        crate::paths::cluster_pki(&args.root, name)
+    } else {
+        super::cluster_pki(&args.root, name)?
+    };
+    let pki = if args.dry_run {
+        crate::pki::Pki::DryRun
+    } else {
+        crate::pki::Pki::Dir(pki_dir.clone())
+    };
+    Ok((pki_dir, pki))
+}
+
+/// The kubeadm API version the bundle's lock pairs with the cluster's Kubernetes.
+fn kubeadm_api(
+    catalog: &kubexm_bom::catalog::Catalog,
+    cluster: &kubexm_bom::config::Cluster,
+    bundle: &std::path::Path,
+) -> anyhow::Result<String> {
+    catalog
+        .minor(&cluster.spec.kubernetes.version)
+        .map(|m| m.kubeadm_api_version.clone())
+        .ok_or_else(|| {
+            classified(
+                Class::Config,
+                anyhow::anyhow!(
+                    "{}: the bundle's lock has no kubeadm API for Kubernetes {}; rebuild it with this kubexm-bundle",
+                    bundle.display(),
+                    cluster.spec.kubernetes.version
+                ),
+            )
+        })
+}
+
+/// The address hosts reach this machine at, for the file server.
+fn advertise(args: &InstallOptions) -> anyhow::Result<std::net::IpAddr> {
+    let Some(advertise) = args.advertise else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --advertise ADDR: the address the hosts reach this machine at, for the file server"),
+        ));
+    };
+    Ok(advertise)
+}
+
+/// The kubexm-install binary the registry host runs: the one given, or this one.
+fn installer_binary(args: &InstallOptions) -> anyhow::Result<PathBuf> {
+    match args.installer.clone() {
+        Some(p) => Ok(p),
+        None => anyhow::Context::context(std::env::current_exe(), "finding the installer binary"),
+    }
 }

@@ -41,33 +41,12 @@ struct Gathered {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    if !cli.catalog.is_empty() {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!(
-                "--catalog is not taken by kubexm-install: the bundle's lock carries what it needs from the catalog; \
-                 pass --catalog to kubexm-bundle when building the bundle"
-            ),
-        ));
-    }
+    refuse_catalog(&cli)?;
     let Some(command) = cli.command else { return install(cli.install) };
     match command {
         Command::Unpack { bundle, trust: t, output } => {
             let u = ops::unpack(&bundle, &trust(&t), &t.root)?;
-            match output {
-                Output::Json => println!(
-                    "{}",
-                    serde_json::json!({"dir": u.dir, "fresh": u.fresh, "members": u.manifest.members.len() + 1})
-                ),
-                _ if u.fresh => println!(
-                    "unpacked {} into {} ({} members verified)",
-                    bundle.display(),
-                    u.dir.display(),
-                    u.manifest.members.len() + 1
-                ),
-                _ => println!("{} is already unpacked in {}; nothing to do", bundle.display(), u.dir.display()),
-            }
-            Ok(())
+            print_unpacked(&bundle, &u, output)
         }
         Command::Serve {
             bundle_dir,
@@ -119,13 +98,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             jobs,
             output,
         } => {
-            let password = if password_stdin {
-                let mut p = String::new();
-                std::io::stdin().read_to_string(&mut p)?;
-                Some(p.trim_end_matches(['\n', '\r']).to_string())
-            } else {
-                None
-            };
+            let password = password_stdin.then(read_password).transpose()?;
             let r = ops::mirror::mirror(ops::mirror::MirrorRequest {
                 bundle,
                 trust: trust(&t),
@@ -141,15 +114,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     jobs,
                 },
             })?;
-            let s = &r.summary;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(s)?),
-                _ => println!(
-                    "mirrored {} images ({} manifests) to {}: {} blobs uploaded ({} bytes), {} already present",
-                    s.images, s.manifests, r.registry, s.blobs_uploaded, s.bytes_uploaded, s.blobs_present
-                ),
-            }
-            Ok(())
+            print_mirrored(&r, output)
         }
         Command::Facts {
             file,
@@ -164,50 +129,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 graph,
                 engine: engine.settings(),
             })?;
-            let r = match report {
-                ops::facts::FactsReport::Plan(plan) => {
-                    print!("{plan}");
-                    return Ok(());
-                }
-                ops::facts::FactsReport::Gathered { job, facts, errors } => Gathered { job, facts, errors },
-            };
-            match output {
-                Output::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({"job": r.job, "facts": r.facts, "errors": r.errors}))?
-                ),
-                _ => {
-                    println!(
-                        "{:<12} {:<16} {:<10} {:<6} {:<18} {:>4} {:>7} {:>7}  LEFTOVERS",
-                        "HOST", "HOSTNAME", "OS", "ARCH", "KERNEL", "CPUS", "MEM MB", "CLOCK"
-                    );
-                    for f in &r.facts {
-                        println!(
-                            "{:<12} {:<16} {:<10} {:<6} {:<18} {:>4} {:>7} {:>5}ms  {}",
-                            f.host,
-                            f.hostname,
-                            format!("{} {}", f.os_id, f.os_version),
-                            f.arch,
-                            f.kernel,
-                            f.cpus,
-                            f.memory_mb,
-                            f.clock_offset_ms,
-                            if f.leftovers.is_empty() {
-                                "-".to_string()
-                            } else {
-                                f.leftovers.join(" ")
-                            }
-                        );
-                    }
-                }
-            }
-            if !r.errors.is_empty() {
-                return Err(classified(
-                    Class::Host,
-                    anyhow::anyhow!("{} host(s) failed (job {}):\n  {}", r.errors.len(), r.job, r.errors.join("\n  ")),
-                ));
-            }
-            Ok(())
+            print_facts(report, output)
         }
         Command::Packages {
             file,
@@ -225,12 +147,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 dry_run,
                 engine: engine.settings(),
             };
-            let report = ops::packages::packages(&opts)?;
-            print!("{}", report.text);
-            match report.errors {
-                None => Ok(()),
-                Some(e) => Err(classified(Class::Host, anyhow::anyhow!(e))),
-            }
+            print_packages(ops::packages::packages(&opts)?)
         }
         Command::Reset { file, yes, root, engine } => match ops::reset::reset(&file, yes, &root, &engine.settings())? {
             ops::reset::ResetReport::NotConfirmed { plan, refusal } => {
@@ -312,4 +229,114 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         ops::install::InstallReport::Plan(text) | ops::install::InstallReport::Installed(text) => print!("{text}"),
     }
     Ok(())
+}
+
+/// `facts`: the plan, or each host's facts (a table or JSON); the hosts that
+/// failed as the error.
+fn print_facts(report: ops::facts::FactsReport, output: Output) -> anyhow::Result<()> {
+    let r = match report {
+        ops::facts::FactsReport::Plan(plan) => {
+            print!("{plan}");
+            return Ok(());
+        }
+        ops::facts::FactsReport::Gathered { job, facts, errors } => Gathered { job, facts, errors },
+    };
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"job": r.job, "facts": r.facts, "errors": r.errors}))?
+        ),
+        _ => {
+            println!(
+                "{:<12} {:<16} {:<10} {:<6} {:<18} {:>4} {:>7} {:>7}  LEFTOVERS",
+                "HOST", "HOSTNAME", "OS", "ARCH", "KERNEL", "CPUS", "MEM MB", "CLOCK"
+            );
+            for f in &r.facts {
+                println!(
+                    "{:<12} {:<16} {:<10} {:<6} {:<18} {:>4} {:>7} {:>5}ms  {}",
+                    f.host,
+                    f.hostname,
+                    format!("{} {}", f.os_id, f.os_version),
+                    f.arch,
+                    f.kernel,
+                    f.cpus,
+                    f.memory_mb,
+                    f.clock_offset_ms,
+                    if f.leftovers.is_empty() {
+                        "-".to_string()
+                    } else {
+                        f.leftovers.join(" ")
+                    }
+                );
+            }
+        }
+    }
+    if !r.errors.is_empty() {
+        return Err(classified(
+            Class::Host,
+            anyhow::anyhow!("{} host(s) failed (job {}):\n  {}", r.errors.len(), r.job, r.errors.join("\n  ")),
+        ));
+    }
+    Ok(())
+}
+
+/// kubexm-install takes no catalog: the bundle's lock carries it.
+fn refuse_catalog(cli: &Cli) -> anyhow::Result<()> {
+    if !cli.catalog.is_empty() {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!(
+                "--catalog is not taken by kubexm-install: the bundle's lock carries what it needs from the catalog; \
+                 pass --catalog to kubexm-bundle when building the bundle"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What `unpack` did, as text or JSON.
+fn print_unpacked(bundle: &std::path::Path, u: &kubexm_installer::unpack::Unpacked, output: Output) -> anyhow::Result<()> {
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::json!({"dir": u.dir, "fresh": u.fresh, "members": u.manifest.members.len() + 1})
+        ),
+        _ if u.fresh => println!(
+            "unpacked {} into {} ({} members verified)",
+            bundle.display(),
+            u.dir.display(),
+            u.manifest.members.len() + 1
+        ),
+        _ => println!("{} is already unpacked in {}; nothing to do", bundle.display(), u.dir.display()),
+    }
+    Ok(())
+}
+
+/// The registry password from standard input (never the command line).
+fn read_password() -> anyhow::Result<String> {
+    let mut p = String::new();
+    std::io::stdin().read_to_string(&mut p)?;
+    Ok(p.trim_end_matches(['\n', '\r']).to_string())
+}
+
+/// What `mirror` pushed, as text or JSON.
+fn print_mirrored(r: &ops::mirror::MirrorReport, output: Output) -> anyhow::Result<()> {
+    let s = &r.summary;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(s)?),
+        _ => println!(
+            "mirrored {} images ({} manifests) to {}: {} blobs uploaded ({} bytes), {} already present",
+            s.images, s.manifests, r.registry, s.blobs_uploaded, s.bytes_uploaded, s.blobs_present
+        ),
+    }
+    Ok(())
+}
+
+/// What `packages` did; the hosts that failed as the error.
+fn print_packages(report: ops::packages::PackagesReport) -> anyhow::Result<()> {
+    print!("{}", report.text);
+    match report.errors {
+        None => Ok(()),
+        Some(e) => Err(classified(Class::Host, anyhow::anyhow!(e))),
+    }
 }
