@@ -1,9 +1,11 @@
 //! The cluster.yaml config: model, defaults, loading and validation.
 
 pub mod defaults;
+pub mod grammar;
 pub mod host_paths;
 pub mod load;
 pub mod model;
+pub mod registry_auth;
 mod secret;
 pub mod support;
 pub mod untrusted;

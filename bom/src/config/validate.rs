@@ -42,6 +42,7 @@ pub fn check_counted(c: &Cluster, catalog: Option<&Catalog>) -> (Vec<Diagnostic>
     r.addons(&c.spec);
     r.bundle(&c.spec);
     r.host_paths(&c.spec);
+    super::grammar::check(c).into_iter().for_each(|d| r.push(|| d));
     (r.out, r.more)
 }
 
@@ -616,6 +617,7 @@ impl Rules<'_> {
 
     fn registry(&mut self, s: &Spec) {
         let r = &s.registry;
+        super::registry_auth::check(r).into_iter().for_each(|d| self.push(|| d));
         match r.mode {
             RegistryMode::External if r.address.as_deref().is_none_or(str::is_empty) => {
                 self.hinted(

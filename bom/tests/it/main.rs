@@ -2,6 +2,7 @@
 
 mod bom;
 mod hostile;
+mod injection;
 mod validation;
 
 use kubexm_bom::catalog::Catalog;
