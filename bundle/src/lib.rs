@@ -14,6 +14,7 @@ pub mod digest;
 pub mod layout;
 pub mod manifest;
 pub mod pack;
+mod tar_guard;
 #[doc(hidden)]
 pub mod testing;
 pub mod verify;

@@ -10,6 +10,12 @@
 //! what it keeps is provably the bytes whose signature was checked, even if
 //! the file at the bundle's path is replaced meanwhile. When the signature
 //! fails, that is the error reported, whatever else went wrong.
+//!
+//! No signature is checked before `bundle.yaml` is read (`inspect`, install's
+//! validation and the catalog read only it), so the tar crate sees the
+//! stream through `tar_guard`: every extension header bounded before it is
+//! buffered, and the stream as a whole bounded by what `bundle.yaml` can
+//! take, then by what it declares.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read};
@@ -19,9 +25,17 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use crate::digest::{Hashing, sha256_hex};
 use crate::manifest::{BundleManifest, MANIFEST_NAME};
+use crate::tar_guard::{BLOCK, Budget, Guarded, MAX_EXTENSION};
 
-/// `bundle.yaml` may not be larger than this.
-const MAX_MANIFEST: u64 = 64 * 1024 * 1024;
+/// `bundle.yaml` may not be larger than this: a bundle of 100,000 members
+/// lists about 15 MB.
+pub const MAX_MANIFEST: u64 = 16 * 1024 * 1024;
+/// Decompressed bytes the archive may hold up to the end of `bundle.yaml`:
+/// its header, a long name and a PAX header before it, its padded text.
+const MANIFEST_BUDGET: u64 = MAX_MANIFEST + 2 * MAX_EXTENSION + 4 * BLOCK;
+/// Decompressed bytes allowed past what `bundle.yaml` declares, for the
+/// end-of-archive blocks and a writer's record padding.
+const RESERVE: u64 = 64 * 1024;
 /// Decompressed bytes handed between the threads at a time, and how many
 /// such chunks may wait: the pass holds at most a few MB whatever the size.
 const CHUNK: usize = 1 << 20;
@@ -327,7 +341,8 @@ fn parse(data: &mut impl Read, name: &str, sink: &mut dyn Sink) -> Result<(Bundl
         bundle: name.to_string(),
         why,
     };
-    let mut archive = tar::Archive::new(data);
+    let budget = Budget::new(MANIFEST_BUDGET, "a bundle.yaml can take before its end");
+    let mut archive = tar::Archive::new(Guarded::new(data, &budget));
     let mut entries = archive.entries().map_err(|e| fmt(format!("not a tar archive: {e}")))?;
     let mut first = entries
         .next()
@@ -350,6 +365,7 @@ fn parse(data: &mut impl Read, name: &str, sink: &mut dyn Sink) -> Result<(Bundl
         .map_err(|e| fmt(format!("{MANIFEST_NAME} is not UTF-8 text: {e}")))?;
     drop(first);
     let manifest = BundleManifest::from_yaml(&text).map_err(|e| fmt(format!("{MANIFEST_NAME}: {e}")))?;
+    budget.allow(declared_bytes(&manifest), "bundle.yaml declares");
     if !sink.start(&text).map_err(|e| fmt(e.to_string()))? {
         return Ok((manifest, text, false));
     }
@@ -396,6 +412,16 @@ fn parse(data: &mut impl Read, name: &str, sink: &mut dyn Sink) -> Result<(Bundl
         )));
     }
     Ok((manifest, text, true))
+}
+
+/// The decompressed bytes the members `manifest` lists take in the archive:
+/// each one's data, header, long-name header and padding, plus [`RESERVE`].
+fn declared_bytes(manifest: &BundleManifest) -> u64 {
+    manifest.members.iter().fold(RESERVE, |n, m| {
+        n.saturating_add(m.size)
+            .saturating_add(4 * BLOCK)
+            .saturating_add(m.path.len() as u64)
+    })
 }
 
 /// Streams the archive without a signature check, checking every member;

@@ -150,3 +150,107 @@ fn unsafe_or_unlisted_members_are_refused() {
         assert!(err.contains(want), "expected {want:?} in: {err}");
     }
 }
+
+/// Set to a bundle's path, makes [`read_manifest_in_a_child`] read it.
+const CHILD_BUNDLE: &str = "KUBEXM_TEST_CHILD_BUNDLE";
+
+/// Not a check of its own: the child process of [`peak_memory_of_read_manifest`],
+/// so that no other test's memory counts in its peak.
+#[test]
+fn read_manifest_in_a_child() {
+    let Some(path) = std::env::var_os(CHILD_BUNDLE) else { return };
+    let result = match read_manifest(Path::new(&path)) {
+        Ok(_) => "ok".to_string(),
+        Err(e) => e.to_string().replace('\n', " "),
+    };
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let peak = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap();
+    println!("\nRESULT {result}\nPEAK_KB {}", peak.trim().trim_end_matches(" kB"));
+}
+
+/// `read_manifest` of `bundle` in a child process: its outcome and peak RSS in KiB.
+fn peak_memory_of_read_manifest(bundle: &Path) -> (String, u64) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["read_manifest_in_a_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_BUNDLE, bundle)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let field = |key: &str| stdout.lines().find_map(|l| l.strip_prefix(key)).map(str::to_string);
+    let (Some(result), Some(peak)) = (field("RESULT "), field("PEAK_KB ")) else {
+        panic!("the child printed no result: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    };
+    (result, peak.parse().unwrap())
+}
+
+// A 100 MB PAX or GNU long-name header before bundle.yaml was read whole
+// into memory by the tar crate, in paths that check no signature first
+// (inspect, install's validation, the catalog).
+#[test]
+fn a_100_mb_extension_header_is_refused_in_little_memory() {
+    use kubexm_bundle::testing::Bomb;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = yaml_for(&[]);
+    let small = dir.path().join("small.tar.zst");
+    Bomb::extension(b'x', 0, &yaml).write(&small).unwrap();
+    let (result, baseline) = peak_memory_of_read_manifest(&small);
+    assert_eq!(result, "ok");
+    for kind in [b'x', b'L', b'K'] {
+        let out = dir.path().join("header.tar.zst");
+        let compressed = Bomb::extension(kind, 100, &yaml).write(&out).unwrap();
+        let (result, peak) = peak_memory_of_read_manifest(&out);
+        eprintln!(
+            "type '{}': 100 MiB header, {compressed} bytes compressed: peak RSS {peak} KiB (an empty one: {baseline} KiB)",
+            kind as char
+        );
+        assert!(
+            result.contains("header.tar.zst: ") && result.contains("extension header"),
+            "{result}"
+        );
+        assert!(result.contains("at most 65536"), "{result}");
+        assert!(peak < 50 * 1024, "type '{}': peak RSS {peak} KiB", kind as char);
+    }
+}
+
+// A PAX `size` record moves the next header where a reader that checks the
+// headers does not look; a sparse member grows the tar crate's block list
+// with every extension block.
+#[test]
+fn pax_size_records_and_sparse_members_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = yaml_for(&[("files/x", b"a")]);
+    let cases: Vec<(&str, Vec<Entry>)> = vec![
+        (
+            "sets a member's size",
+            vec![
+                ("pax", b"16 size=1048576\n", tar::EntryType::XHeader),
+                ("bundle.yaml", yaml.as_bytes(), REG),
+            ],
+        ),
+        (
+            "sparse",
+            vec![("bundle.yaml", yaml.as_bytes(), REG), ("files/x", b"a", tar::EntryType::GNUSparse)],
+        ),
+    ];
+    for (want, entries) in cases {
+        let out = raw(dir.path(), &entries);
+        let err = check_members(&out, &mut Discard).unwrap_err().to_string();
+        assert!(err.contains(want), "expected {want:?} in: {err}");
+    }
+}
+
+// bundle.yaml itself is bounded before it is read.
+#[test]
+fn an_oversized_bundle_yaml_is_refused_unread() {
+    use kubexm_bundle::testing::Bomb;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.tar.zst");
+    let mut bomb = Bomb::member("", "x", 0);
+    bomb.head = kubexm_bundle::testing::header_block("bundle.yaml", 100 << 20, REG).to_vec();
+    bomb.runs = 100;
+    bomb.tail.clear();
+    bomb.write(&out).unwrap();
+    let (result, peak) = peak_memory_of_read_manifest(&out);
+    assert!(result.contains("is not a regular file of at most 16777216 bytes"), "{result}");
+    assert!(peak < 50 * 1024, "peak RSS {peak} KiB");
+}
