@@ -15,58 +15,63 @@ pub struct Unfilled {
     pub key: String,
 }
 
-/// Fills `values` into `text` (the template `name`, for the error).
-/// Placeholders in `left_for_host` are kept on purpose (filled on the host).
+/// Fills `values` into `text` (the template `name`, for the error), in one
+/// pass over the template: a value is inserted as it is and never scanned
+/// again, so a value holding `{{TOKEN}}` stays that text. Placeholders in
+/// `left_for_host` are kept on purpose (filled on the host).
 pub fn render(name: &str, text: &str, values: &[(&str, &str)], left_for_host: &[&str]) -> Result<String, Unfilled> {
+    let value = |k: &str| values.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+    let unfilled = |key: &str| Unfilled {
+        template: name.to_string(),
+        key: key.to_string(),
+    };
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
         let bare = line.trim_end_matches('\n');
-        let whole = values
-            .iter()
-            .find(|(k, _)| bare.len() == k.len() + 4 && bare == format!("{{{{{k}}}}}"));
+        let whole = bare
+            .strip_prefix("{{")
+            .and_then(|b| b.strip_suffix("}}"))
+            .filter(|k| is_key(k))
+            .and_then(value);
         match whole {
-            Some((_, "")) => {}
-            Some((_, v)) => {
+            Some("") => {}
+            Some(v) => {
                 out.push_str(v.trim_end_matches('\n'));
                 if line.ends_with('\n') {
                     out.push('\n');
                 }
             }
-            None => out.push_str(line),
+            None => {
+                let mut rest = line;
+                while let Some(start) = rest.find("{{") {
+                    let after = &rest[start + 2..];
+                    match after.find("}}").filter(|end| is_key(&after[..*end])) {
+                        Some(end) => {
+                            let key = &after[..end];
+                            out.push_str(&rest[..start]);
+                            match value(key) {
+                                Some(v) => out.push_str(v),
+                                None if left_for_host.contains(&key) => out.push_str(&rest[start..start + end + 4]),
+                                None => return Err(unfilled(key)),
+                            }
+                            rest = &after[end + 2..];
+                        }
+                        None => {
+                            out.push_str(&rest[..start + 2]);
+                            rest = after;
+                        }
+                    }
+                }
+                out.push_str(rest);
+            }
         }
-    }
-    for (k, v) in values {
-        out = out.replace(&format!("{{{{{k}}}}}"), v);
-    }
-    if let Some(key) = placeholders(&out).into_iter().find(|k| !left_for_host.contains(&k.as_str())) {
-        return Err(Unfilled {
-            template: name.to_string(),
-            key,
-        });
     }
     Ok(out)
 }
 
-/// Every `{{KEY}}` (upper case, digits, `_`) in `text`.
-fn placeholders(text: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        match after.find("}}") {
-            Some(end)
-                if end > 0
-                    && after[..end]
-                        .chars()
-                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') =>
-            {
-                found.push(after[..end].to_string());
-                rest = &after[end + 2..];
-            }
-            _ => rest = after,
-        }
-    }
-    found
+/// A placeholder's name: upper case, digits and `_`.
+fn is_key(k: &str) -> bool {
+    !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }
 
 #[cfg(test)]
@@ -89,5 +94,20 @@ mod tests {
         assert!(render("keepalived", "i: {{INTERFACE}}\n", &[], &["INTERFACE"]).is_ok());
         // Braces that are not a placeholder (Go templates, shell) pass.
         assert!(render("x", "{{ .Values.x }} ${{a}}\n", &[], &[]).is_ok());
+    }
+
+    /// Issue 25, item 3: whole-line values were filled before `TOKEN`, so
+    /// `{{TOKEN}}` in an eviction threshold became the join token.
+    #[test]
+    fn a_value_is_never_scanned_for_placeholders() -> Result<(), Unfilled> {
+        let t = "{{EXTRA}}\ntoken: {{TOKEN}}\nx: {{A}}\n";
+        let out = render(
+            "t",
+            t,
+            &[("EXTRA", "a: \"{{TOKEN}}\""), ("A", "{{TOKEN}}"), ("TOKEN", "secret")],
+            &[],
+        )?;
+        assert_eq!(out, "a: \"{{TOKEN}}\"\ntoken: secret\nx: {{TOKEN}}\n");
+        Ok(())
     }
 }

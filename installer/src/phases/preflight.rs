@@ -129,20 +129,7 @@ pub fn module(ctx: &Context) -> Module {
         let sys = &i.cluster.spec.system;
         let mut steps: Vec<Arc<dyn Step>> = Vec::new();
         if let Some(tz) = &sys.timezone {
-            let zone = format!("/usr/share/zoneinfo/{tz}");
-            steps.push(Arc::new(Shell::new(
-                "timezone",
-                Some(&format!(
-                    "[ \"$(readlink -f /etc/localtime)\" = \"$(readlink -f {z})\" ]",
-                    z = q(&zone)
-                )),
-                &format!(
-                    "test -f {z} || {{ echo 'timezone {tz} is unknown on this host (no {zone})' >&2; exit 1; }}; \
-                     ln -sf {z} /etc/localtime && echo {t} > /etc/timezone",
-                    z = q(&zone),
-                    t = q(tz)
-                ),
-            )));
+            steps.push(Arc::new(timezone(tz)));
         }
         if !sys.ntp_servers.is_empty() {
             let conf = format!(
@@ -174,9 +161,40 @@ pub fn module(ctx: &Context) -> Module {
     module
 }
 
+/// Sets the host's time zone to `tz` (a tz database name, checked at
+/// validation; quoted here as any value is, wherever it appears).
+fn timezone(tz: &str) -> Shell {
+    let zone = format!("/usr/share/zoneinfo/{tz}");
+    let z = q(&zone);
+    Shell::new(
+        "timezone",
+        Some(&format!("[ \"$(readlink -f /etc/localtime)\" = \"$(readlink -f {z})\" ]")),
+        &format!(
+            "test -f {z} || {{ echo {unknown} >&2; exit 1; }}; ln -sf {z} /etc/localtime && echo {t} > /etc/timezone",
+            unknown = q(&format!("timezone {tz} is unknown on this host (no {zone})")),
+            t = q(tz)
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25, item 1: the zone was pasted unquoted into the message's
+    /// single-quoted echo. Run here (the zone is unknown, so the step only
+    /// prints and fails): the injected command never runs.
+    #[test]
+    fn a_quote_in_the_time_zone_stays_data() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let marker = dir.path().join("marker");
+        let tz = format!("x'; touch {}; echo '", marker.display());
+        let out = std::process::Command::new("sh").arg("-c").arg(&timezone(&tz).apply).output()?;
+        assert!(!out.status.success());
+        assert!(!marker.exists(), "the time zone ran as code");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(&tz), "{out:?}");
+        Ok(())
+    }
 
     #[test]
     fn preflight_names_each_host_and_reason() -> Result<(), Box<dyn std::error::Error>> {

@@ -40,10 +40,7 @@ pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
             .filter(|p| *p != lb)
             .map(|p| format!("        {}", topo.address(p)))
             .collect();
-        // The interface is found on the host (sed below).
-        let conf = render(
-            "keepalived.conf",
-            KEEPALIVED,
+        let (conf, render) = keepalived_conf(
             &[
                 ("NAME", lb),
                 ("VIP", &vip),
@@ -52,16 +49,9 @@ pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
                 ("ADDRESS", addr),
                 ("PEERS", &peers.join("\n")),
             ],
-            &["INTERFACE"],
+            e.interface.as_deref(),
+            &vip,
         )?;
-        let iface = match &e.interface {
-            Some(i) => q(i),
-            None => format!("\"$(ip -o -4 route get {vip} | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')\""),
-        };
-        let render = format!(
-            "iface={iface}; [ -n \"$iface\" ] || {{ echo 'no interface routes to the VIP {vip}; set controlPlaneEndpoint.interface' >&2; exit 1; }}; \
-             sed \"s/{{{{INTERFACE}}}}/$iface/g\" {KEEPALIVED_IN}"
-        );
         let mut steps = haproxy_steps(cfg.clone());
         steps.push(super::installed("keepalived"));
         steps.push(Arc::new(PutFiles {
@@ -88,4 +78,57 @@ pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
         });
     }
     Ok(tasks)
+}
+
+/// keepalived.conf from `values`, and the shell that prints it on the host:
+/// with the interface configured (a name checked at validation) it is
+/// filled here and the file printed as it is; otherwise the host finds the
+/// interface routing to the VIP, checks it is a plain interface name, and
+/// only then fills it in with sed (no value from the config reaches sed).
+fn keepalived_conf(values: &[(&str, &str)], interface: Option<&str>, vip: &str) -> anyhow::Result<(String, String)> {
+    if let Some(iface) = interface {
+        let mut all = values.to_vec();
+        all.push(("INTERFACE", iface));
+        return Ok((render("keepalived.conf", KEEPALIVED, &all, &[])?, format!("cat {KEEPALIVED_IN}")));
+    }
+    let conf = render("keepalived.conf", KEEPALIVED, values, &["INTERFACE"])?;
+    let missing = q(&format!("no interface routes to the VIP {vip}; set controlPlaneEndpoint.interface"));
+    let route = format!("ip -o -4 route get {}", q(vip));
+    let shell = format!(
+        "iface=\"$({route} | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')\"; \
+         case \"$iface\" in ''|*[!A-Za-z0-9._-]*) echo {missing} >&2; exit 1;; esac; \
+         sed \"s/{{{{INTERFACE}}}}/$iface/g\" {KEEPALIVED_IN}"
+    );
+    Ok((conf, shell))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 25, item 2: the configured interface went into a sed script
+    /// on the host (`x/;e id #` ran a command through GNU sed's `e`). Now
+    /// it is filled in here and the host only prints the file.
+    #[test]
+    fn a_configured_interface_never_reaches_sed() -> anyhow::Result<()> {
+        let hostile = "x/;e id>/tmp/p #";
+        let values = [
+            ("NAME", "lb1"),
+            ("VIP", "10.0.0.100"),
+            ("ROUTER_ID", "51"),
+            ("PRIORITY", "150"),
+            ("ADDRESS", "10.0.0.5"),
+            ("PEERS", ""),
+        ];
+        let (conf, shell) = keepalived_conf(&values, Some(hostile), "10.0.0.100")?;
+        assert!(!shell.contains(hostile) && !shell.contains("sed"), "{shell}");
+        assert!(conf.contains(&format!("interface {hostile}")), "{conf}");
+        // Discovered on the host: the name is checked before sed sees it.
+        let (conf, found) = keepalived_conf(&values, None, "10.0.0.100")?;
+        assert!(
+            conf.contains("interface {{INTERFACE}}") && found.contains("*[!A-Za-z0-9._-]*"),
+            "{found}"
+        );
+        Ok(())
+    }
 }

@@ -112,7 +112,9 @@ impl Render<'_> {
         if !k.kubelet.eviction_hard.is_empty() {
             kubelet_extra.push("evictionHard:".into());
             for (signal, value) in &k.kubelet.eviction_hard {
-                kubelet_extra.push(format!("  {signal}: \"{value}\""));
+                // JSON strings are YAML scalars: quoted and escaped, whatever they hold.
+                let quoted = |s: &str| serde_json::Value::from(s).to_string();
+                kubelet_extra.push(format!("  {}: {}", quoted(signal), quoted(value)));
             }
         }
         let kubelet_extra = kubelet_extra.join("\n");
@@ -347,7 +349,7 @@ mod tests {
         k.kubeadm.control_plane_timeout_seconds = Some(600);
         let (init, join) = render(&c, "kubeadm.k8s.io/v1beta4")?;
         for present in [
-            "cgroupDriver: cgroupfs\nfailCgroupV1: false\nevictionHard:\n  nodefs.available: \"1%\"\n",
+            "cgroupDriver: cgroupfs\nfailCgroupV1: false\nevictionHard:\n  \"nodefs.available\": \"1%\"\n",
             "mode: ipvs\nconntrack:\n  maxPerCore: 0\niptables:\n  localhostNodePorts: false\n",
             "  ignorePreflightErrors: [SystemVerification]\n",
             "timeouts:\n  controlPlaneComponentHealthCheck: 600s\n---",
@@ -355,6 +357,19 @@ mod tests {
             assert!(init.contains(present), "{present:?} missing:\n{init}");
         }
         assert!(join.contains("  ignorePreflightErrors: [SystemVerification]\n"), "{join}");
+        // Issue 25, item 3: a quote and a newline in a threshold (past
+        // validation) stay inside its string; `{{TOKEN}}` stays text.
+        let hostile = "1%\"\nanonymous: {enabled: true}\n{{TOKEN}}";
+        c.spec
+            .kubernetes
+            .kubelet
+            .eviction_hard
+            .insert("nodefs.available".into(), hostile.into());
+        let (init, join) = render(&c, "kubeadm.k8s.io/v1beta4")?;
+        for doc in [&init, &join] {
+            assert!(!doc.lines().any(|l| l.starts_with("anonymous")), "{doc}");
+        }
+        assert!(init.contains(&serde_json::Value::from(hostile).to_string()), "{init}");
         let (init, _) = render(&c, "kubeadm.k8s.io/v1beta3")?;
         assert!(
             init.contains("  timeoutForControlPlane: 600s\n") && !init.contains("timeouts:"),
