@@ -69,11 +69,29 @@ impl Transport for Fake {
             if !self.latency.is_zero() {
                 tokio::time::sleep(self.latency).await;
             }
-            (self.script)(&self.host, command)
+            // Bounded as the SSH transport bounds what a host prints.
+            (self.script)(&self.host, command).map(|mut out| {
+                out.stdout = crate::output::bound(&out.stdout, crate::output::KEEP).into_owned();
+                out.stderr = crate::output::bound(&out.stderr, crate::output::KEEP).into_owned();
+                out
+            })
         })
     }
 
     fn put<'a>(&'a self, _data: &'a [u8], path: &'a str, _mode: u32) -> BoxFuture<'a, Result<(), TransportError>> {
+        Box::pin(async move {
+            self.log.push(&self.host, format!("put {path}"));
+            Ok(())
+        })
+    }
+
+    fn put_file<'a>(
+        &'a self,
+        _local: &'a std::path::Path,
+        _sha256: &'a str,
+        path: &'a str,
+        _mode: u32,
+    ) -> BoxFuture<'a, Result<(), TransportError>> {
         Box::pin(async move {
             self.log.push(&self.host, format!("put {path}"));
             Ok(())

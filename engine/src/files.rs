@@ -132,7 +132,7 @@ impl Step for Unless {
 }
 
 /// A local file put on a host over SFTP (the installer binary, the bundle),
-/// checked by sha256 first.
+/// checked by sha256 first; streamed, never read whole into memory.
 pub struct Upload {
     pub name: String,
     pub local: std::path::PathBuf,
@@ -174,11 +174,11 @@ impl Step for Upload {
 
     fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
         Box::pin(async move {
-            let data = fs_err::read(&self.local).map_err(|e| StepError::Failed(e.to_string()))?;
+            let size = fs_err::metadata(&self.local).map_err(|e| StepError::Failed(e.to_string()))?.len();
             t.run(&format!("mkdir -p \"$(dirname {})\"", q(&self.dest)), Duration::from_secs(30))
                 .await?;
-            t.put(&data, &self.dest, self.mode).await?;
-            Ok(format!("uploaded {} ({} bytes)", self.dest, data.len()))
+            t.put_file(&self.local, &self.sha256, &self.dest, self.mode).await?;
+            Ok(format!("uploaded {} ({size} bytes)", self.dest))
         })
     }
 }

@@ -15,6 +15,7 @@ pub mod fake;
 pub mod files;
 pub mod inventory;
 pub mod jobs;
+pub mod output;
 pub mod plan;
 pub mod run;
 pub mod ssh;

@@ -276,13 +276,13 @@ pub async fn run(
             let node = &g[n];
             let host = host_of[n.index()];
             busy.remove(host);
-            let log = state.redact(&d.log);
+            let log = crate::output::bound(&state.redact(&d.log), crate::state::STEP_LOG_KEEP).into_owned();
             if events.wanted() {
-                for line in log.lines() {
+                for line in crate::output::bound_lines(&log, crate::output::EVENT_LINES) {
                     events.emit(|| Event::LogLine {
                         node: node.id.clone(),
                         host: node.host.clone(),
-                        line: line.to_string(),
+                        line: line.clone().into_owned(),
                     });
                 }
             }

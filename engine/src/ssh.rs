@@ -4,7 +4,9 @@
 //!
 //! One connection per host serves every step; each command is a channel.
 //! Keepalives notice a host that went away within about 30 s; from then on
-//! every call fails with [`TransportError::Lost`].
+//! every call fails with [`TransportError::Lost`]. A command's output is
+//! kept bounded as it arrives ([`crate::output`]), and a command that
+//! prints past the read ceiling has its channel closed.
 //!
 //! Uploads never leave a readable or predictable file behind: each goes
 //! into a fresh private directory (`mktemp -d`, mode 0700, owned by the login
@@ -20,6 +22,7 @@ use russh::client::{self, AuthResult, Handle};
 use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use tokio::io::AsyncWriteExt;
 
+use crate::output::{Capture, READ_CEILING};
 use crate::transport::{CmdOutput, Transport, TransportError, shell_quote};
 
 /// How to log in.
@@ -137,13 +140,40 @@ pub struct Ssh {
 }
 
 /// Connects and logs in, pinning the host key in `known` on first contact
-/// unless `pinned_only` (then an unpinned key is refused).
-pub fn connect(
+/// unless `pinned_only` (then an unpinned key is refused). The whole of it
+/// (the bastion's connection, log-in and tunnel, then the host's handshake
+/// and log-in) is under `timeout`: a host that accepts and then stalls
+/// (a tarpit) costs no more than one that never answers.
+pub async fn connect(
     target: &Target,
     known: Arc<dyn KnownHosts>,
     accept_new_key: bool,
     pinned_only: bool,
     timeout: Duration,
+) -> Result<Ssh, TransportError> {
+    match tokio::time::timeout(timeout, login(target, known, accept_new_key, pinned_only)).await {
+        Ok(r) => r,
+        Err(_) => Err(TransportError::Connect {
+            host: target.name.clone(),
+            address: format!("{}:{}", target.address, target.port),
+            why: format!(
+                "no answer within {} s (connection, SSH handshake and log-in{})",
+                timeout.as_secs_f32(),
+                match &target.bastion {
+                    Some(b) => format!(", through bastion {}", b.name),
+                    None => String::new(),
+                }
+            ),
+        }),
+    }
+}
+
+/// [`connect`] without its timeout.
+fn login(
+    target: &Target,
+    known: Arc<dyn KnownHosts>,
+    accept_new_key: bool,
+    pinned_only: bool,
 ) -> BoxFuture<'_, Result<Ssh, TransportError>> {
     Box::pin(async move {
         let endpoint = format!("{}:{}", target.address, target.port);
@@ -168,23 +198,22 @@ pub fn connect(
         });
         let (handle, jump) = match &target.bastion {
             None => {
-                let h = tokio::time::timeout(timeout, client::connect(config, (target.address.as_str(), target.port), handler)).await;
+                let h = client::connect(config, (target.address.as_str(), target.port), handler).await;
                 (h, None)
             }
             Some(b) => {
-                let jump = connect(b, known.clone(), accept_new_key, pinned_only, timeout).await?;
+                let jump = login(b, known.clone(), accept_new_key, pinned_only).await?;
                 let channel = jump
                     .handle
                     .channel_open_direct_tcpip(target.address.clone(), target.port as u32, "127.0.0.1", 0)
                     .await
                     .map_err(|e| connect_err(format!("through bastion {}: {e}", b.name)))?;
-                let h = tokio::time::timeout(timeout, client::connect_stream(config, channel.into_stream(), handler)).await;
+                let h = client::connect_stream(config, channel.into_stream(), handler).await;
                 (h, Some(Box::new(jump)))
             }
         };
         let mut handle = match handle {
-            Err(_) => return Err(connect_err(format!("no answer within {} s", timeout.as_secs()))),
-            Ok(Err(e)) => {
+            Err(e) => {
                 if let Some((known, offered)) = changed.lock().unwrap_or_else(|e| e.into_inner()).take() {
                     return Err(TransportError::HostKeyChanged {
                         host: target.name.clone(),
@@ -194,7 +223,7 @@ pub fn connect(
                 }
                 return Err(connect_err(e.to_string()));
             }
-            Ok(Ok(h)) => h,
+            Ok(h) => h,
         };
         let auth_err = |method: &str| TransportError::Auth {
             host: target.name.clone(),
@@ -302,14 +331,24 @@ impl Ssh {
         let mut ch = self.handle.channel_open_session().await.map_err(|e| self.channel_err(e))?;
         ch.exec(true, full).await.map_err(|e| self.channel_err(e))?;
         let mut out = CmdOutput::default();
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let (mut stdout, mut stderr) = (Capture::default(), Capture::default());
         while let Some(msg) = ch.wait().await {
             match msg {
-                ChannelMsg::Data { data } => stdout.extend_from_slice(&data),
-                ChannelMsg::ExtendedData { data, ext: 1 } => stderr.extend_from_slice(&data),
+                ChannelMsg::Data { data } => stdout.push(&data),
+                ChannelMsg::ExtendedData { data, ext: 1 } => stderr.push(&data),
                 ChannelMsg::ExitStatus { exit_status } => out.code = Some(exit_status),
                 ChannelMsg::Close => break,
                 _ => {}
+            }
+            if stdout.seen() + stderr.seen() > READ_CEILING {
+                // Closing the channel ends the command (sshd closes its
+                // pipes); nothing more of it is read.
+                let _ = ch.close().await;
+                return Err(TransportError::OutputLimit {
+                    host: self.name.clone(),
+                    command: command.chars().take(120).collect(),
+                    mib: READ_CEILING >> 20,
+                });
             }
         }
         if out.code.is_none() {
@@ -323,8 +362,8 @@ impl Ssh {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        out.stdout = String::from_utf8_lossy(&stdout).into_owned();
-        out.stderr = String::from_utf8_lossy(&stderr).into_owned();
+        out.stdout = stdout.finish();
+        out.stderr = stderr.finish();
         Ok(out)
     }
 
@@ -341,9 +380,12 @@ impl Ssh {
         }
     }
 
-    /// Writes `data` to a new file at `path` (exclusive create, mode 0600).
-    async fn sftp_write(&self, data: &[u8], path: &str) -> Result<(), String> {
+    /// Writes `src` to a new file at `path` (exclusive create, mode 0600);
+    /// a local file goes in chunks, never whole in memory.
+    async fn sftp_write(&self, src: &Source<'_>, path: &str) -> Result<(), String> {
         use russh_sftp::protocol::{FileAttributes, OpenFlags};
+        use std::io::Write;
+        use tokio::io::AsyncReadExt;
         let ch = self.handle.channel_open_session().await.map_err(|e| e.to_string())?;
         ch.request_subsystem(true, "sftp").await.map_err(|e| e.to_string())?;
         let sftp = russh_sftp::client::SftpSession::new(ch.into_stream())
@@ -357,11 +399,104 @@ impl Ssh {
             .open_with_flags_and_attributes(path, OpenFlags::CREATE | OpenFlags::EXCLUDE | OpenFlags::WRITE, attrs)
             .await
             .map_err(|e| e.to_string())?;
-        f.write_all(data).await.map_err(|e| e.to_string())?;
+        match src {
+            Source::Bytes(data) => f.write_all(data).await.map_err(|e| e.to_string())?,
+            Source::File { path: local, sha256 } => {
+                let local_err = |e: std::io::Error| format!("reading {}: {e}", local.display());
+                let mut from = tokio::fs::File::open(local).await.map_err(local_err)?;
+                let mut seen = kubexm_bundle::digest::Hashing::new(std::io::sink());
+                let mut buf = vec![0u8; UPLOAD_CHUNK];
+                loop {
+                    let n = from.read(&mut buf).await.map_err(local_err)?;
+                    if n == 0 {
+                        break;
+                    }
+                    let _ = seen.write_all(&buf[..n]);
+                    f.write_all(&buf[..n]).await.map_err(|e| e.to_string())?;
+                }
+                let (got, _) = seen.finish();
+                if got != *sha256 {
+                    return Err(format!(
+                        "{} changed while it was sent (sha256 {got}, expected {sha256}); it was not installed",
+                        local.display()
+                    ));
+                }
+            }
+        }
         f.shutdown().await.map_err(|e| e.to_string())?;
         sftp.close().await.map_err(|e| e.to_string())
     }
+
+    /// Puts `src` at `path` with `mode` (see the module header).
+    async fn upload(&self, src: Source<'_>, path: &str, mode: u32) -> Result<(), TransportError> {
+        let fail = |why: String| TransportError::Upload {
+            host: self.name.clone(),
+            path: path.to_string(),
+            why,
+        };
+        let (sha, size) = match &src {
+            Source::Bytes(data) => (kubexm_bundle::digest::sha256_hex(data), data.len() as u64),
+            Source::File { path: local, sha256 } => (
+                sha256.to_string(),
+                std::fs::metadata(local)
+                    .map_err(|e| fail(format!("reading {}: {e}", local.display())))?
+                    .len(),
+            ),
+        };
+        // SFTP writes as the login user, so the file lands in a private
+        // directory of that user first (see the module header) and moves
+        // into place as root after its digest checked out.
+        let made = self
+            .exec_within(
+                "umask 077 && mktemp -d \"${TMPDIR:-/tmp}/.kubexm-upload.XXXXXXXXXXXX\"",
+                true,
+                Duration::from_secs(60),
+            )
+            .await?;
+        let dir = made.stdout.trim().to_string();
+        if !made.success() || !dir.starts_with('/') || dir.contains(['\'', '\n']) {
+            return Err(fail(format!(
+                "cannot make a private upload directory (mktemp -d): {}",
+                made.stderr.trim()
+            )));
+        }
+        let tmp = format!("{dir}/upload");
+        let written = self.sftp_write(&src, &tmp).await;
+        let script = format!(
+            "d={d}; t=\"$d/upload\"; trap 'rm -rf \"$d\"' EXIT; [ -f \"$t\" ] || {{ echo 'the upload did not arrive' >&2; exit 1; }}; \
+             test \"$(sha256sum \"$t\" | cut -d' ' -f1)\" = {sha} || {{ echo 'sha256 mismatch after upload' >&2; exit 1; }}; \
+             install -D -m {mode:o} \"$t\" {p}",
+            d = shell_quote(&dir),
+            p = shell_quote(path)
+        );
+        if let Err(e) = written {
+            // Remove the directory; the SFTP error is the one to report.
+            let _ = self
+                .exec_within(&format!("rm -rf {}", shell_quote(&dir)), false, Duration::from_secs(30))
+                .await;
+            return Err(if self.handle.is_closed() {
+                self.channel_err(format!("SFTP: {e}"))
+            } else {
+                fail(format!("SFTP: {e}"))
+            });
+        }
+        // Hashing and copying a large file (a bundle) takes its time: 120 s, and a second per 20 MiB.
+        let out = self.run(&script, Duration::from_secs(120 + (size >> 20) / 20)).await?;
+        if !out.success() {
+            return Err(fail(out.stderr.trim().to_string()));
+        }
+        Ok(())
+    }
 }
+
+/// What an upload sends: bytes held in memory, or a local file read in chunks.
+enum Source<'a> {
+    Bytes(&'a [u8]),
+    File { path: &'a std::path::Path, sha256: &'a str },
+}
+
+/// Bytes of a local file read and sent at a time.
+const UPLOAD_CHUNK: usize = 256 << 10;
 
 impl Transport for Ssh {
     fn host(&self) -> &str {
@@ -394,56 +529,17 @@ impl Transport for Ssh {
     }
 
     fn put<'a>(&'a self, data: &'a [u8], path: &'a str, mode: u32) -> BoxFuture<'a, Result<(), TransportError>> {
-        Box::pin(async move {
-            let fail = |why: String| TransportError::Upload {
-                host: self.name.clone(),
-                path: path.to_string(),
-                why,
-            };
-            let sha = kubexm_bundle::digest::sha256_hex(data);
-            // SFTP writes as the login user, so the file lands in a private
-            // directory of that user first (see the module header) and moves
-            // into place as root after its digest checked out.
-            let made = self
-                .exec_within(
-                    "umask 077 && mktemp -d \"${TMPDIR:-/tmp}/.kubexm-upload.XXXXXXXXXXXX\"",
-                    true,
-                    Duration::from_secs(60),
-                )
-                .await?;
-            let dir = made.stdout.trim().to_string();
-            if !made.success() || !dir.starts_with('/') || dir.contains(['\'', '\n']) {
-                return Err(fail(format!(
-                    "cannot make a private upload directory (mktemp -d): {}",
-                    made.stderr.trim()
-                )));
-            }
-            let tmp = format!("{dir}/upload");
-            let written = self.sftp_write(data, &tmp).await;
-            let script = format!(
-                "d={d}; t=\"$d/upload\"; trap 'rm -rf \"$d\"' EXIT; [ -f \"$t\" ] || {{ echo 'the upload did not arrive' >&2; exit 1; }}; \
-                 test \"$(sha256sum \"$t\" | cut -d' ' -f1)\" = {sha} || {{ echo 'sha256 mismatch after upload' >&2; exit 1; }}; \
-                 install -D -m {mode:o} \"$t\" {p}",
-                d = shell_quote(&dir),
-                p = shell_quote(path)
-            );
-            if let Err(e) = written {
-                // Remove the directory; the SFTP error is the one to report.
-                let _ = self
-                    .exec_within(&format!("rm -rf {}", shell_quote(&dir)), false, Duration::from_secs(30))
-                    .await;
-                return Err(if self.handle.is_closed() {
-                    self.channel_err(format!("SFTP: {e}"))
-                } else {
-                    fail(format!("SFTP: {e}"))
-                });
-            }
-            let out = self.run(&script, Duration::from_secs(120)).await?;
-            if !out.success() {
-                return Err(fail(out.stderr.trim().to_string()));
-            }
-            Ok(())
-        })
+        Box::pin(self.upload(Source::Bytes(data), path, mode))
+    }
+
+    fn put_file<'a>(
+        &'a self,
+        local: &'a std::path::Path,
+        sha256: &'a str,
+        path: &'a str,
+        mode: u32,
+    ) -> BoxFuture<'a, Result<(), TransportError>> {
+        Box::pin(self.upload(Source::File { path: local, sha256 }, path, mode))
     }
 }
 

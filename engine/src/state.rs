@@ -1,7 +1,7 @@
 //! The state database: jobs, step results with timings and logs, and pinned
 //! host keys. Embedded SQLite in WAL mode, so a crash loses at most the step
 //! in flight and a re-run knows what was done. Secrets are redacted from
-//! every log before it is stored.
+//! every log, and the log bounded ([`STEP_LOG_KEEP`]), before it is stored.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -75,6 +75,10 @@ pub struct JobRecord {
     pub status: String,
 }
 
+/// Bytes kept of one step's log (head and tail, the rest counted): room for
+/// one command's bounded stdout and stderr, so those are not cut twice.
+pub const STEP_LOG_KEEP: usize = 2 * crate::output::KEEP + 4096;
+
 pub struct State {
     conn: Mutex<Connection>,
     path: String,
@@ -88,14 +92,36 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Makes `path` (the database) readable by its owner only before SQLite
+/// opens it: step logs and pinned host keys are for the operator. Missing
+/// directories are created 0700; an existing database and its `-wal` and
+/// `-shm` files from an earlier kubexm are made 0600. SQLite gives the
+/// sidecars it creates the database's own mode.
+fn private_file(path: &Path) {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
+    }
+    if !path.exists() {
+        let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        if let Ok(m) = std::fs::metadata(&p)
+            && m.permissions().mode() & 0o077 != 0
+        {
+            let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
+        }
+    }
+}
+
 impl State {
     /// Opens (creating if needed) the database at `path`; `secrets` are redacted from logs.
     pub fn open(path: &Path, secrets: Vec<String>) -> Result<State, StateError> {
         let p = path.display().to_string();
         let err = |source| StateError { path: p.clone(), source };
-        if let Some(dir) = path.parent() {
-            let _ = fs_err::create_dir_all(dir);
-        }
+        private_file(path);
         let conn = Connection::open(path).map_err(err)?;
         conn.execute_batch(
             "PRAGMA journal_mode=WAL;
@@ -170,6 +196,7 @@ impl State {
                 .map_err(|e| self.err(e))?;
             for r in records {
                 let log = self.redact(r.log);
+                let log = crate::output::bound(&log, STEP_LOG_KEEP);
                 stmt.execute(params![
                     job,
                     r.node,

@@ -170,8 +170,7 @@ impl Step for Distribute {
                 Some(0) => Ok(format!("fetched {} from the file server", dests.join(", "))),
                 Some(100) => {
                     for c in &self.files {
-                        let data = fs_err::read(&c.local).map_err(|e| StepError::Failed(e.to_string()))?;
-                        t.put(&data, &c.dest, c.mode).await?;
+                        t.put_file(&c.local, &c.sha256, &c.dest, c.mode).await?;
                     }
                     Ok(format!("sent {} over SFTP (no curl or wget on the host)", dests.join(", ")))
                 }

@@ -33,6 +33,10 @@ pub enum TransportError {
     HostKeyChanged { host: String, known: String, offered: String },
     #[error("{host}: `{command}` did not finish within {seconds} s")]
     Timeout { host: String, command: String, seconds: u64 },
+    #[error(
+        "{host}: `{command}` printed more than {mib} MiB of output; kubexm closed its channel there and counts it failed (a command should print far less: check what it runs on the host)"
+    )]
+    OutputLimit { host: String, command: String, mib: u64 },
     #[error("{host}: the SSH session failed: {why}")]
     Session { host: String, why: String },
     #[error(
@@ -70,6 +74,16 @@ pub trait Transport: Send + Sync {
     fn run<'a>(&'a self, command: &'a str, timeout: Duration) -> BoxFuture<'a, Result<CmdOutput, TransportError>>;
     /// Writes `data` to `path` with `mode`, whole or not at all, and checks its sha256 on the host.
     fn put<'a>(&'a self, data: &'a [u8], path: &'a str, mode: u32) -> BoxFuture<'a, Result<(), TransportError>>;
+    /// Writes the local file `local` to `path` with `mode`, read and sent in
+    /// chunks (a bundle is gigabytes: never whole in memory), whole or not
+    /// at all; `sha256` is what it must hash to, on the host and as sent.
+    fn put_file<'a>(
+        &'a self,
+        local: &'a std::path::Path,
+        sha256: &'a str,
+        path: &'a str,
+        mode: u32,
+    ) -> BoxFuture<'a, Result<(), TransportError>>;
     /// After a step failed: whether the host is going away (shutting down,
     /// or the connection already lost), which explains the failure better
     /// than the step's own error. Asked only after failures.

@@ -215,3 +215,35 @@ fn a_worker_outlives_a_long_write_lock_and_says_so_meanwhile() {
     quit.store(true, Ordering::Relaxed);
     runner.join().unwrap();
 }
+
+/// Issue 25, item 4: a host that prints without end had every line of it
+/// stored, however long, for as long as it printed.
+#[test]
+fn a_jobs_stored_log_is_capped_in_lines_and_line_length_with_the_cuts_said() {
+    use kubexm_server::jobdb::log_bounds::{MAX_LINE, MAX_LINES};
+    let dir = tempfile::tempdir().unwrap();
+    let db = JobDb::open(&dir.path().join("jobs.db")).unwrap();
+    let id = db.create(&job("a")).unwrap();
+    let claim = db.claim("w", "m", 30_000, None).unwrap().unwrap();
+    db.append(claim, &["x".repeat(1 << 20)], None).unwrap();
+    let batch: Vec<String> = (0..10_000).map(|i| format!("line {i}")).collect();
+    for _ in 0..6 {
+        db.append(claim, &batch, None).unwrap();
+    }
+    db.finish(claim, Status::Failed, Some("the host printed too much")).unwrap();
+    let logs = db.logs(id, 0).unwrap();
+    assert_eq!(logs.len() as i64, MAX_LINES);
+    assert!(logs[0].line.len() <= MAX_LINE + 60, "{} bytes", logs[0].line.len());
+    assert!(
+        logs[0]
+            .line
+            .ends_with(&format!("[kubexm: a line of {} bytes, cut to {MAX_LINE}]", 1 << 20))
+    );
+    assert!(
+        logs.last().unwrap().line.contains("reached its cap of"),
+        "{}",
+        logs.last().unwrap().line
+    );
+    let j = db.get(id).unwrap().unwrap();
+    assert_eq!(j.error.as_deref(), Some("the host printed too much"));
+}

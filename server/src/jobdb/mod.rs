@@ -13,6 +13,7 @@
 //! The same database on PostgreSQL ([`pg`]) serves workers on several
 //! machines: `--db postgres://user@host/db`.
 
+pub mod log_bounds;
 mod pg;
 mod principals;
 mod trust;
@@ -660,8 +661,9 @@ impl JobDb {
     /// Appends log lines (numbered after the job's last) and, if given, the
     /// current step.
     pub fn append(&self, claim: Claim, lines: &[String], current_step: Option<&str>) -> Result<(), JobDbError> {
-        // Text from a request or a host: never a NUL or a control character.
-        let lines: Vec<String> = lines.iter().map(|l| crate::text::line(l).into_owned()).collect();
+        // Text from a request or a host: never a NUL or a control character,
+        // and bounded (log_bounds).
+        let lines: Vec<String> = lines.iter().map(|l| log_bounds::line(l)).collect();
         let lines = lines.as_slice();
         let current_step = current_step.map(crate::text::line);
         let current_step = current_step.as_deref();
@@ -674,7 +676,7 @@ impl JobDb {
             })?;
             let now = now_ms();
             let mut st = tx.prepare_cached("INSERT INTO job_logs (job, seq, at, line) VALUES (?1, ?2, ?3, ?4)")?;
-            for (i, l) in lines.iter().enumerate() {
+            for (i, l) in log_bounds::capped(last, lines).iter().enumerate() {
                 st.execute(params![claim.job, last + 1 + i as i64, now, l])?;
             }
             if let Some(s) = current_step {

@@ -441,12 +441,12 @@ impl Pg {
                     .fetch_one(&mut **tx)
                     .await?;
                 let now = now_ms();
-                for (i, l) in lines.iter().enumerate() {
+                for (i, l) in super::log_bounds::capped(last, &lines).iter().enumerate() {
                     sqlx::query("INSERT INTO job_logs (job, seq, at, line) VALUES ($1, $2, $3, $4)")
                         .bind(claim.job)
                         .bind(last + 1 + i as i64)
                         .bind(now)
-                        .bind(l)
+                        .bind(l.as_ref())
                         .execute(&mut **tx)
                         .await?;
                 }
