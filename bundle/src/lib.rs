@@ -17,6 +17,7 @@ pub mod pack;
 mod tar_guard;
 #[doc(hidden)]
 pub mod testing;
+mod trusted_comment;
 pub mod verify;
 
 /// Where the installer unpacks bundles: `<BUNDLES_DIR>/<bundle-digest>/`.

@@ -59,8 +59,9 @@ impl BundleManifest {
         Ok(m)
     }
 
-    /// Total size of all members.
+    /// Total size of all members (saturating: the sizes are read from the
+    /// archive before any signature is checked).
     pub fn total_size(&self) -> u64 {
-        self.members.iter().map(|m| m.size).sum()
+        self.members.iter().fold(0u64, |n, m| n.saturating_add(m.size))
     }
 }

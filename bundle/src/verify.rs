@@ -26,6 +26,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use crate::digest::{Hashing, sha256_hex};
 use crate::manifest::{BundleManifest, MANIFEST_NAME};
 use crate::tar_guard::{BLOCK, Budget, Guarded, MAX_EXTENSION};
+use crate::trusted_comment;
 
 /// `bundle.yaml` may not be larger than this: a bundle of 100,000 members
 /// lists about 15 MB.
@@ -84,6 +85,8 @@ pub struct SignatureCheck {
     signature: minisign_verify::Signature,
     signature_path: String,
     pubkey_path: String,
+    /// The sha256 of `bundle.yaml` the authenticated trusted comment names.
+    manifest_sha256: Option<String>,
 }
 
 impl SignatureCheck {
@@ -105,14 +108,18 @@ impl SignatureCheck {
             path: sig.display().to_string(),
             why: e.to_string(),
         })?;
-        let check = SignatureCheck {
+        let mut check = SignatureCheck {
             key,
             signature,
             signature_path: sig.display().to_string(),
             pubkey_path: pubkey.display().to_string(),
+            manifest_sha256: None,
         };
+        let bundle = check.signature_path.strip_suffix(".minisig").unwrap_or_default().to_string();
         // Refused now, with the reason, rather than as a bad signature later.
-        check.verifier("")?;
+        check.verifier(&bundle)?;
+        let comment = trusted_comment::authenticate(&pk_text, &sig_text).map_err(|why| check.bad(&bundle, why))?;
+        check.manifest_sha256 = trusted_comment::manifest_digest(&comment).map(str::to_string);
         Ok(check)
     }
 
@@ -142,6 +149,12 @@ pub trait Sink {
     /// the signature check.
     fn start(&mut self, _manifest_text: &str) -> io::Result<bool> {
         Ok(true)
+    }
+    /// Called after `start` returned true, with the bytes of members
+    /// `bundle.yaml` declares, before any member: a sink that writes them
+    /// checks its room here and writes no more than that.
+    fn declared(&mut self, _bytes: u64) -> io::Result<()> {
+        Ok(())
     }
     /// Receives one member; it must read `data` to the end.
     fn member(&mut self, path: &str, size: u64, data: &mut dyn Read) -> io::Result<()>;
@@ -194,7 +207,7 @@ pub fn read_stream(
             chunk: Vec::new(),
             pos: 0,
         };
-        let parsed = parse(&mut chunks, name, sink);
+        let parsed = parse(&mut chunks, name, signature, sink);
         // Whatever happened, the rest of the file is only hashed, not
         // decompressed, and the reader thread is let finish.
         skip.store(true, Ordering::Relaxed);
@@ -208,9 +221,6 @@ pub fn read_stream(
         // A bad signature explains any other error: report it first.
         let comment = signed?;
         let (manifest, text, members_read) = parsed?;
-        if let (Some(c), Some(sig)) = (&comment, signature) {
-            check_comment(c, &text, name, sig)?;
-        }
         Ok(Verified {
             manifest,
             text,
@@ -218,21 +228,6 @@ pub fn read_stream(
             members_read,
         })
     })
-}
-
-/// The builder names `bundle.yaml`'s sha256 in the trusted comment; when it
-/// is there, it must be the one just read.
-fn check_comment(comment: &str, text: &str, name: &str, sig: &SignatureCheck) -> Result<(), VerifyError> {
-    let Some(named) = comment.split_whitespace().find_map(|w| w.strip_prefix("sha256:")) else {
-        return Ok(());
-    };
-    if !comment.contains(MANIFEST_NAME) || named == sha256_hex(text.as_bytes()) {
-        return Ok(());
-    }
-    Err(sig.bad(
-        name,
-        format!("its trusted comment names {MANIFEST_NAME} sha256:{named}, the bundle holds another"),
-    ))
 }
 
 /// Feeds the signature check with every byte of `source` in order.
@@ -336,7 +331,12 @@ impl Read for Chunks {
 
 /// Reads the tar, checking every member; returns the manifest, its text and
 /// whether the members were read.
-fn parse(data: &mut impl Read, name: &str, sink: &mut dyn Sink) -> Result<(BundleManifest, String, bool), VerifyError> {
+fn parse(
+    data: &mut impl Read,
+    name: &str,
+    signature: Option<&SignatureCheck>,
+    sink: &mut dyn Sink,
+) -> Result<(BundleManifest, String, bool), VerifyError> {
     let fmt = |why: String| VerifyError::Format {
         bundle: name.to_string(),
         why,
@@ -364,11 +364,24 @@ fn parse(data: &mut impl Read, name: &str, sink: &mut dyn Sink) -> Result<(Bundl
         .read_to_string(&mut text)
         .map_err(|e| fmt(format!("{MANIFEST_NAME} is not UTF-8 text: {e}")))?;
     drop(first);
+    // The builder names bundle.yaml's sha256 in the trusted comment, which
+    // was authenticated when the signature was loaded: a bundle.yaml that is
+    // not the one signed is refused here, before any member is written.
+    if let Some(sig) = signature
+        && let Some(named) = &sig.manifest_sha256
+        && *named != sha256_hex(text.as_bytes())
+    {
+        return Err(sig.bad(
+            name,
+            format!("its trusted comment names {MANIFEST_NAME} sha256:{named}, the bundle holds another"),
+        ));
+    }
     let manifest = BundleManifest::from_yaml(&text).map_err(|e| fmt(format!("{MANIFEST_NAME}: {e}")))?;
     budget.allow(declared_bytes(&manifest), "bundle.yaml declares");
     if !sink.start(&text).map_err(|e| fmt(e.to_string()))? {
         return Ok((manifest, text, false));
     }
+    sink.declared(manifest.total_size()).map_err(|e| fmt(e.to_string()))?;
     let mut expected: HashMap<&str, (u64, &str)> = manifest
         .members
         .iter()

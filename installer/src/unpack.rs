@@ -8,6 +8,12 @@
 //! the temporary directory; nothing is written outside it. The id is the sha256 of
 //! `bundle.yaml`, which pins every member, so unpacking the same bundle again
 //! finds the finished directory and does nothing.
+//!
+//! Before the signature has covered every byte, nothing read is trusted: the
+//! members `bundle.yaml` declares must fit the target filesystem's free
+//! space before the first is written, and no more than they declare is
+//! written, so a zstd bomb beside a copied signature costs at most what its
+//! `bundle.yaml` admits to, which the free space bounds.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
@@ -113,6 +119,9 @@ pub fn unpack_opened(
         bundles: bundles.clone(),
         tmp: None,
         done: None,
+        text_len: 0,
+        allowed: 0,
+        written: 0,
     };
     let read = verify::read_stream(source, &bundle.display().to_string(), check, &mut sink);
     let result = (|| {
@@ -205,6 +214,21 @@ struct DirSink {
     tmp: Option<PathBuf>,
     /// The finished directory, when an earlier run unpacked this bundle.
     done: Option<PathBuf>,
+    /// `bundle.yaml`'s size: it is written beside the members at the end.
+    text_len: u64,
+    /// Member bytes `bundle.yaml` declares, and those written so far.
+    allowed: u64,
+    written: u64,
+}
+
+/// Room kept free beyond the members and `bundle.yaml`: directories, the
+/// completion marker, and a filesystem that is not left full.
+const FREE_RESERVE: u64 = 64 << 20;
+
+/// Bytes an unprivileged writer may still use on the filesystem of `path`.
+fn free_bytes(path: &Path) -> io::Result<u64> {
+    let st = rustix::fs::statvfs(path).map_err(io::Error::from)?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 impl Sink for DirSink {
@@ -222,7 +246,24 @@ impl Sink for DirSink {
         }
         fs_err::create_dir(&tmp)?;
         self.tmp = Some(tmp);
+        self.text_len = manifest_text.len() as u64;
         Ok(true)
+    }
+
+    fn declared(&mut self, bytes: u64) -> io::Result<()> {
+        let need = bytes.saturating_add(self.text_len).saturating_add(FREE_RESERVE);
+        let free = free_bytes(&self.bundles)?;
+        if need > free {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "its members take {bytes} bytes as bundle.yaml declares; {} has {free} bytes free and needs {need}. Free space there or unpack under another --root",
+                    self.bundles.display()
+                ),
+            ));
+        }
+        self.allowed = bytes;
+        Ok(())
     }
 
     fn member(&mut self, path: &str, _size: u64, data: &mut dyn Read) -> io::Result<()> {
@@ -238,7 +279,15 @@ impl Sink for DirSink {
             fs_err::create_dir_all(parent)?;
         }
         let mut f = fs_err::OpenOptions::new().write(true).create_new(true).open(&target)?;
-        io::copy(data, &mut f)?;
+        // The parser stops each member at its declared size; this is the
+        // writer's own bound on the whole, whatever reaches it.
+        self.written += io::copy(&mut data.take(self.allowed - self.written), &mut f)?;
+        if data.read(&mut [0u8])? != 0 {
+            return Err(io::Error::other(format!(
+                "more bytes than bundle.yaml declares for all members ({})",
+                self.allowed
+            )));
+        }
         Ok(())
     }
 }

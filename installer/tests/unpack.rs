@@ -2,6 +2,8 @@
 //! nothing written outside the target, nothing half-written.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use kubexm_bundle::digest::sha256_hex;
 use kubexm_bundle::manifest::Member;
@@ -34,7 +36,10 @@ fn signed() -> Fixture {
     pack(&bundle, &manifest(listing(&members)), &members, 1, &|_| {}).unwrap();
     let (secret, public) = (dir.path().join("k.key"), dir.path().join("k.pub"));
     kubexm_builder::sign::keygen(&secret, &public, true, false).unwrap();
-    kubexm_builder::sign::sign(&bundle, &secret, "test").unwrap();
+    // The trusted comment the builder writes, naming bundle.yaml's sha256.
+    let yaml = manifest(listing(&members)).to_yaml().unwrap();
+    let comment = format!("kubexm bundle t bundle.yaml sha256:{}", sha256_hex(yaml.as_bytes()));
+    kubexm_builder::sign::sign(&bundle, &secret, &comment).unwrap();
     Fixture { dir, bundle, public }
 }
 
@@ -301,5 +306,141 @@ fn unpack_signature_not_tied_to_what_is_unpacked_trusted_comment_names_another_b
     .unwrap();
     let err = unpack(&f.bundle, &Trust::PublicKey(f.public.clone()), &root).unwrap_err();
     assert!(err.to_string().contains("trusted comment names bundle.yaml"), "{err}");
+    assert!(tree(&root).is_empty(), "left {:?}", tree(&root));
+}
+
+/// Bytes in the files under `root`.
+fn bytes_under(root: &Path) -> u64 {
+    tree(root)
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(root.join(p)).ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Watches the bytes under a root while an unpack runs: the peak seen, and
+/// a tripwire the bundle's reader checks, so that code which writes a bomb
+/// out stops at [`DiskWatch::TRIP`] instead of filling the disk.
+struct DiskWatch {
+    peak: Arc<AtomicU64>,
+    tripped: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DiskWatch {
+    const TRIP: u64 = 64 << 20;
+
+    fn start(root: &Path) -> DiskWatch {
+        let (peak, tripped, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (p, t, s, root) = (peak.clone(), tripped.clone(), stop.clone(), root.to_path_buf());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Relaxed) {
+                let now = bytes_under(&root);
+                p.fetch_max(now, Relaxed);
+                t.fetch_or(now > Self::TRIP, Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        });
+        DiskWatch {
+            peak,
+            tripped,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The bundle at `path`, read until the tripwire fires, in small reads:
+    /// a bomb's compressed bytes are few, and one large read would take
+    /// them all before the tripwire could fire.
+    fn reader(&self, path: &Path) -> impl std::io::Read + Send + use<> {
+        struct Tripwire(std::fs::File, Arc<AtomicBool>);
+        impl std::io::Read for Tripwire {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if self.1.load(Relaxed) {
+                    return Err(std::io::Error::other("tripwire: the unpack wrote more than 64 MiB"));
+                }
+                let end = buf.len().min(512);
+                self.0.read(&mut buf[..end])
+            }
+        }
+        Tripwire(std::fs::File::open(path).unwrap(), self.tripped.clone())
+    }
+
+    /// Stops watching; the peak bytes seen.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Relaxed);
+        self.thread.take().unwrap().join().unwrap();
+        self.peak.load(Relaxed)
+    }
+}
+
+/// `bundle.yaml` listing one member of `size` bytes with a made-up digest.
+fn lying_yaml(path: &str, size: u64) -> String {
+    manifest(vec![Member {
+        path: path.into(),
+        size,
+        sha256: "0".repeat(64),
+    }])
+    .to_yaml()
+    .unwrap()
+}
+
+// Members were written while streaming and the signature's verdict came at
+// the end, so a zstd bomb beside a copied valid signature filled
+// /var/lib/kubexm before it was refused.
+#[test]
+fn a_10_gib_zstd_bomb_beside_a_copied_signature_writes_nothing() {
+    use kubexm_bundle::testing::Bomb;
+    use kubexm_installer::unpack::{signature_check, unpack_opened};
+    let f = signed();
+    let bomb = f.dir.path().join("bomb.tar.zst");
+    let member = "images/blobs/sha256/x";
+    let compressed = Bomb::member(&lying_yaml(member, 10 << 30), member, 10 << 10).write(&bomb).unwrap();
+    std::fs::copy(f.dir.path().join("k.tar.zst.minisig"), f.dir.path().join("bomb.tar.zst.minisig")).unwrap();
+    let root = f.dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let check = signature_check(&bomb, &Trust::PublicKey(f.public.clone())).unwrap();
+    let watch = DiskWatch::start(&root);
+    let started = std::time::Instant::now();
+    let err = unpack_opened(watch.reader(&bomb), &bomb, check.as_ref(), &root).unwrap_err();
+    let (elapsed, peak) = (started.elapsed(), watch.finish());
+    eprintln!(
+        "10 GiB bomb, {compressed} bytes compressed, signed copy: refused in {elapsed:?}, peak {peak} bytes under --root, {} at the end",
+        bytes_under(&root)
+    );
+    assert!(err.to_string().contains("do not use it"), "{err}");
+    assert_eq!(peak, 0, "bytes were written before the refusal");
+    assert!(tree(&root).is_empty(), "left {:?}", tree(&root));
+}
+
+// Without a signature (--allow-unsigned) nothing authenticates bundle.yaml:
+// what it declares must fit the free space before the first member is
+// written, and no more is written.
+#[test]
+fn a_bomb_declaring_more_than_the_free_space_writes_nothing() {
+    use kubexm_bundle::testing::{Bomb, header_block};
+    let dir = tempfile::tempdir().unwrap();
+    let bomb_path = dir.path().join("bomb.tar.zst");
+    let member = "images/blobs/sha256/x";
+    let mut bomb = Bomb::member(&lying_yaml(member, 1 << 50), member, 256);
+    let at = bomb.head.len() - 512;
+    bomb.head[at..].copy_from_slice(&header_block(member, 1 << 50, tar::EntryType::Regular));
+    bomb.write(&bomb_path).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let watch = DiskWatch::start(&root);
+    let result = kubexm_installer::unpack::unpack_opened(watch.reader(&bomb_path), &bomb_path, None, &root);
+    let peak = watch.finish();
+    let err = result.unwrap_err();
+    eprintln!("1 PiB declared, unsigned: {err}; peak {peak} bytes under --root");
+    assert!(err.to_string().contains("bytes free"), "{err}");
+    assert!(err.to_string().contains("bomb.tar.zst"), "{err}");
+    assert_eq!(peak, 0, "bytes were written before the refusal");
     assert!(tree(&root).is_empty(), "left {:?}", tree(&root));
 }

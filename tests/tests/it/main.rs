@@ -3,6 +3,7 @@
 mod build;
 mod deploy;
 mod engine;
+mod hostile;
 mod jobs;
 mod kubernetes;
 mod lab;
