@@ -118,6 +118,7 @@ impl Default for Registry {
             ca_file: None,
             insecure: false,
             flatten: false,
+            client_auth: false,
         }
     }
 }

@@ -502,6 +502,9 @@ pub struct Registry {
     pub insecure: bool,
     /// Mirror as `<prefix>/<repository>` without the upstream host.
     pub flatten: bool,
+    /// The local registry requires a client certificate: each node gets
+    /// one from the installer's registry CA, named in its `hosts.toml`.
+    pub client_auth: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
