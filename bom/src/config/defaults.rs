@@ -170,9 +170,7 @@ pub fn complete(cluster: &mut Cluster, catalog: Option<&Catalog>) {
             if b.user.is_none() {
                 b.user = host.user.clone();
             }
-            if b.auth.is_none() {
-                b.auth = host.auth.clone();
-            }
+            // Never the host's auth: a bastion has its own (config/bastion.rs).
         }
     }
     if spec.registry.mode == RegistryMode::Local && spec.role_groups.registry.is_empty() {

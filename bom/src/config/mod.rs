@@ -1,5 +1,6 @@
 //! The cluster.yaml config: model, defaults, loading and validation.
 
+pub mod bastion;
 pub mod defaults;
 pub mod grammar;
 pub mod host_paths;

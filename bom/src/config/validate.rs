@@ -43,6 +43,7 @@ pub fn check_counted(c: &Cluster, catalog: Option<&Catalog>) -> (Vec<Diagnostic>
     r.bundle(&c.spec);
     r.host_paths(&c.spec);
     super::grammar::check(c).into_iter().for_each(|d| r.push(|| d));
+    super::bastion::check(c).into_iter().for_each(|d| r.push(|| d));
     (r.out, r.more)
 }
 
