@@ -94,13 +94,15 @@ fn now_ms() -> i64 {
 
 /// Makes `path` (the database) readable by its owner only before SQLite
 /// opens it: step logs and pinned host keys are for the operator. Missing
-/// directories are created 0700; an existing database and its `-wal` and
-/// `-shm` files from an earlier kubexm are made 0600. SQLite gives the
+/// directories are created 0711 (others may pass through to what lies
+/// below, such as the registry's unpacked bundle, but not list them); an
+/// existing database and its `-wal` and `-shm` files from an earlier
+/// kubexm are made 0600. SQLite gives the
 /// sidecars it creates the database's own mode.
 fn private_file(path: &Path) {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-        let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
+        let _ = std::fs::DirBuilder::new().recursive(true).mode(0o711).create(dir);
     }
     if !path.exists() {
         let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);

@@ -128,8 +128,8 @@ fn the_state_database_is_private_to_its_owner() {
         assert!(p.exists(), "{sidecar} missing");
         assert_eq!(mode(&p), 0o600, "{sidecar}");
     }
-    assert_eq!(mode(&dir.path().join("var")), 0o700);
-    assert_eq!(mode(&dir.path().join("var/kubexm")), 0o700);
+    assert_eq!(mode(&dir.path().join("var")), 0o711);
+    assert_eq!(mode(&dir.path().join("var/kubexm")), 0o711);
     drop(st);
     // A database an earlier kubexm left readable is made private when opened.
     let old = dir.path().join("old.db");
