@@ -24,6 +24,9 @@ pub struct Target {
     pub ca: Option<String>,
     /// Plain HTTP (never for production registries).
     pub plain_http: bool,
+    /// The client certificate and key paths *on the node*, for a registry
+    /// that requires one.
+    pub client: Option<(String, String)>,
 }
 
 /// The upstream registry hosts the bundle's images come from.
@@ -56,6 +59,9 @@ pub fn render(upstream: &str, t: &Target) -> String {
     if let Some(ca) = &t.ca {
         s.push_str(&format!("  ca = \"{ca}\"\n"));
     }
+    if let Some((cert, key)) = &t.client {
+        s.push_str(&format!("  client = [[\"{cert}\", \"{key}\"]]\n"));
+    }
     s
 }
 
@@ -86,17 +92,20 @@ mod tests {
             flatten: false,
             ca: Some("/etc/containerd/certs.d/kubexm-ca.crt".into()),
             plain_http: false,
+            client: Some(("/etc/kubexm/c.crt".into(), "/etc/kubexm/c.key".into())),
         };
         let text = render("registry.k8s.io", &t);
         assert!(text.contains("server = \"https://registry.k8s.io\""));
         assert!(text.contains("[host.\"https://198.18.0.1:5443/v2/registry.k8s.io\"]"));
         assert!(text.contains("override_path = true") && text.contains("ca = \"/etc/containerd/certs.d/kubexm-ca.crt\""));
+        assert!(text.contains("  client = [[\"/etc/kubexm/c.crt\", \"/etc/kubexm/c.key\"]]\n"));
         let site = Target {
             registry: "harbor.local".into(),
             prefix: Some("/kubexm/".into()),
             flatten: false,
             ca: None,
             plain_http: false,
+            client: None,
         };
         assert!(render("docker.io", &site).contains("[host.\"https://harbor.local/v2/kubexm/docker.io\"]"));
         assert!(render("docker.io", &site).contains("server = \"https://registry-1.docker.io\""));

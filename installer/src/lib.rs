@@ -10,6 +10,7 @@ pub mod context;
 pub mod endpoint_name;
 pub mod hosts;
 pub mod kube_pki;
+pub mod limits;
 pub mod mirror;
 pub mod ops;
 pub mod os_packages;
@@ -61,20 +62,50 @@ pub fn classify(err: anyhow::Error) -> anyhow::Error {
 pub use paths::{ROOT, SERVE_PORT};
 
 /// The systemd unit that keeps the registry serving after the installer exits.
-/// Placeholders: `{{BINARY}}`, `{{BUNDLE_DIR}}`, `{{LISTEN}}`, `{{CERT}}`, `{{KEY}}`.
 pub const REGISTRY_UNIT: &str = include_str!("../../manifests/templates/kubexm-registry.service");
 
+/// What the registry unit runs.
+#[derive(Debug, Clone)]
+pub struct RegistryService<'a> {
+    pub binary: &'a str,
+    pub bundle_dir: &'a str,
+    /// `ADDR:PORT`: the registry host's address as the nodes reach it.
+    pub listen: &'a str,
+    /// The certificate and key on the host, handed to the service as credentials.
+    pub cert: &'a str,
+    pub key: &'a str,
+    /// The CA client certificates must be signed by (`registry.clientAuth`).
+    pub client_ca: Option<&'a str>,
+    pub limits: &'a serve::ConnectionLimits,
+}
+
 /// The unit text for a registry host.
-pub fn registry_unit(binary: &str, bundle_dir: &str, listen: &str, cert: &str, key: &str) -> Result<String, template::Unfilled> {
+pub fn registry_unit(s: &RegistryService<'_>) -> Result<String, template::Unfilled> {
+    let mut args = String::new();
+    for n in &s.limits.nodes {
+        args.push_str(&format!(" --node {n}"));
+    }
+    let client_ca = match s.client_ca {
+        Some(ca) => {
+            args.push_str(" --client-ca %d/client-ca.crt");
+            format!("LoadCredential=client-ca.crt:{ca}")
+        }
+        None => String::new(),
+    };
     template::render(
         "kubexm-registry.service",
         REGISTRY_UNIT,
         &[
-            ("BINARY", binary),
-            ("BUNDLE_DIR", bundle_dir),
-            ("LISTEN", listen),
-            ("CERT", cert),
-            ("KEY", key),
+            ("BINARY", s.binary),
+            ("BUNDLE_DIR", s.bundle_dir),
+            ("LISTEN", s.listen),
+            ("CERT", s.cert),
+            ("KEY", s.key),
+            ("CLIENT_CA_CREDENTIAL", &client_ca),
+            ("MAX_CONNECTIONS", &s.limits.max.to_string()),
+            ("MAX_PER_SOURCE", &s.limits.per_source.to_string()),
+            ("ARGS", &args),
+            ("NOFILE", &s.limits.open_files().to_string()),
         ],
         &[],
     )

@@ -23,6 +23,12 @@ pub const HOST_CA: &str = "/etc/kubexm/pki/registry-ca.crt";
 /// The registry service's certificate and key on the registry host.
 pub const REGISTRY_CERT: &str = "/etc/kubexm/pki/registry.crt";
 pub const REGISTRY_KEY: &str = "/etc/kubexm/pki/registry.key";
+/// The CA whose client certificates the registry service accepts
+/// (`registry.clientAuth`), on the registry host.
+pub const REGISTRY_CLIENT_CA: &str = "/etc/kubexm/pki/registry-clients-ca.crt";
+/// A node's client certificate for the registry, beside its `hosts.toml` files.
+pub const REGISTRY_CLIENT_CERT: &str = "/etc/containerd/certs.d/kubexm-registry-client.crt";
+pub const REGISTRY_CLIENT_KEY: &str = "/etc/containerd/certs.d/kubexm-registry-client.key";
 /// Where the registry host receives the installer and the bundle.
 pub const REGISTRY_UPLOAD: &str = "/var/lib/kubexm/upload";
 /// Bundles unpacked on the registry host, by id.

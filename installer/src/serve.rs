@@ -451,6 +451,50 @@ pub enum Tls {
     Issued { pki_dir: PathBuf, names: Vec<String> },
 }
 
+/// How many connections the server holds, and from whom.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// Connections open at once from sources other than `nodes`.
+    pub max: usize,
+    /// Connections one address may hold (nodes too).
+    pub per_source: usize,
+    /// The nodes' addresses: outside `max`, so others filling it never
+    /// leave a node without room to pull.
+    pub nodes: Vec<std::net::IpAddr>,
+}
+
+/// Connections from non-node sources unless told otherwise.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Connections one address may hold unless told otherwise (containerd
+/// pulls a few layers at once per image; kubelet a few images at once).
+pub const MAX_PER_SOURCE: usize = 64;
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max: MAX_CONNECTIONS,
+            per_source: MAX_PER_SOURCE,
+            nodes: Vec::new(),
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// The defaults, with the addresses of `topo`'s hosts as the nodes.
+    pub fn for_nodes(topo: &kubexm_bom::topology::Topology) -> ConnectionLimits {
+        ConnectionLimits {
+            nodes: topo.addresses.values().filter_map(|a| a.parse().ok()).collect(),
+            ..ConnectionLimits::default()
+        }
+    }
+
+    /// The open files the server may need: every connection it admits, with
+    /// a file open for each, and a margin.
+    pub fn open_files(&self) -> usize {
+        (self.max + self.nodes.len() * self.per_source) * 2 + 1024
+    }
+}
+
 /// Options of `kubexm-install serve`.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -458,10 +502,50 @@ pub struct ServeOptions {
     pub listen: std::net::SocketAddr,
     pub tls: Tls,
     pub parts: Parts,
+    pub limits: ConnectionLimits,
+    /// Require a client certificate signed by this CA (PEM file).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The rustls configuration: `cert_pem`/`key_pem`, and when `client_ca` is
+/// given, a client certificate signed by it required in the handshake.
+fn tls_config(cert_pem: &[u8], key_pem: &[u8], client_ca: Option<&Path>) -> anyhow::Result<rustls::ServerConfig> {
+    use anyhow::Context;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<_, _>>()
+        .context("reading the TLS certificate")?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).context("reading the TLS key")?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca).with_context(|| format!("reading the client CA {}", ca.display()))? {
+                roots
+                    .add(c.with_context(|| format!("reading the client CA {}", ca.display()))?)
+                    .with_context(|| format!("the client CA {}", ca.display()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .with_context(|| format!("the client CA {}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).context("the TLS certificate and key")?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 /// Serves until Ctrl-C or SIGTERM. `ready` is called once the socket listens.
+///
+/// Each connection is admitted under [`crate::limits`] by its source
+/// address, then (TLS) handshaken within 10 s; its request head must
+/// arrive within [`crate::limits::IDLE`] and it is closed once idle that long.
 pub async fn run(opts: ServeOptions, ready: impl FnOnce(&Served, Option<&Path>)) -> anyhow::Result<()> {
+    use crate::limits::{Admit, Limits};
     use anyhow::Context;
     let served = Arc::new(Served::load(&opts.bundle_dir)?);
     let app = router(served.clone(), opts.parts);
@@ -475,12 +559,16 @@ pub async fn run(opts: ServeOptions, ready: impl FnOnce(&Served, Option<&Path>))
         }
         stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     });
+    let l = &opts.limits;
+    let limits = Limits::with_sources(l.max, crate::limits::IDLE, l.per_source, l.nodes.iter().copied());
+    let listener = crate::limits::listener(opts.listen, l.max).with_context(|| format!("cannot listen on {}", opts.listen))?;
+    let server = axum_server::from_tcp(listener)?.handle(handle.clone());
     let (cert_pem, key_pem, ca) = match &opts.tls {
         Tls::Plain => {
-            let server = axum_server::bind(opts.listen).handle(handle.clone());
-            let h = handle.clone();
+            let mut server = server.acceptor(Admit::new(axum_server::accept::DefaultAcceptor, limits));
+            crate::limits::http1_timeouts(&mut server);
             let fut = tokio::spawn(async move { server.serve(app.into_make_service()).await });
-            h.listening().await.context(format!("cannot listen on {}", opts.listen))?;
+            handle.listening().await.context(format!("cannot listen on {}", opts.listen))?;
             ready(&served, None);
             return Ok(fut.await??);
         }
@@ -491,10 +579,11 @@ pub async fn run(opts: ServeOptions, ready: impl FnOnce(&Served, Option<&Path>))
             (s.cert_pem.into_bytes(), s.key_pem.into_bytes(), Some(ca.cert))
         }
     };
-    let config = axum_server::tls_rustls::RustlsConfig::from_pem(cert_pem, key_pem)
-        .await
-        .context("loading the TLS certificate")?;
-    let server = axum_server::bind_rustls(opts.listen, config).handle(handle.clone());
+    let config = tls_config(&cert_pem, &key_pem, opts.client_ca.as_deref())?;
+    let tls = axum_server::tls_rustls::RustlsAcceptor::new(axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config)))
+        .handshake_timeout(std::time::Duration::from_secs(10));
+    let mut server = server.acceptor(Admit::new(tls, limits));
+    crate::limits::http1_timeouts(&mut server);
     let fut = tokio::spawn(async move { server.serve(app.into_make_service()).await });
     handle
         .listening()

@@ -110,3 +110,26 @@ fn catalog_is_no_longer_taken_by_the_installer() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the bundle's lock carries what it needs"), "{err}");
 }
+
+// Before: `packages --file-server http://...` was accepted while the hosts'
+// apt source is `[trusted=yes]`: anyone on the path served them packages.
+#[test]
+fn packages_from_a_plain_http_file_server_are_refused() {
+    let ha = format!("{}/../examples/ha.yaml", manifest_dir());
+    let out = Command::cargo_bin("kubexm-install")
+        .unwrap()
+        .args([
+            "packages",
+            "-f",
+            &ha,
+            "--bundle-dir",
+            "/nonexistent",
+            "--file-server",
+            "http://198.18.0.1:5443",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("plain HTTP is refused") && err.contains("https://"), "{err}");
+}

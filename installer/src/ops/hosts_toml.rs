@@ -36,6 +36,7 @@ pub fn hosts_toml(o: &HostsTomlOptions) -> anyhow::Result<Vec<PathBuf>> {
             flatten: o.flatten,
             ca: o.ca.clone(),
             plain_http: o.plain_http,
+            client: None,
         },
     )?)
 }

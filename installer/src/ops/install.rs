@@ -139,6 +139,8 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
             registry: true,
             files: true,
         },
+        limits: serve::ConnectionLimits::for_nodes(&ctx.topo),
+        client_ca: None,
     };
     let server = rt.spawn(serve::run(opts, move |_, _| {
         let _ = ready_tx.send(());

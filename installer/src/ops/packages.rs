@@ -32,6 +32,27 @@ pub struct PackagesReport {
 }
 
 pub fn packages(o: &PackagesOptions) -> anyhow::Result<PackagesReport> {
+    let fs = &o.file_server;
+    // The hosts' apt source is `[trusted=yes]` (apt checks no signature of
+    // its own): TLS to the file server is what keeps a machine in the
+    // middle from handing the hosts packages of its choosing.
+    if fs.starts_with("http://") {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!(
+                "--file-server {fs}: plain HTTP is refused: the hosts install these packages as root from an apt source \
+                 that checks no signature, so only TLS vouches for them; serve the bundle over https \
+                 (`kubexm-install serve` issues a certificate from the installer's CA) and pass \
+                 --file-server https://HOST:PORT --host-ca PATH (that CA on the hosts)"
+            ),
+        ));
+    }
+    if !fs.starts_with("https://") {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("--file-server {fs}: expected https://HOST:PORT"),
+        ));
+    }
     let mpath = o.bundle_dir.join(kubexm_bundle::manifest::MANIFEST_NAME);
     let manifest = kubexm_bundle::manifest::BundleManifest::from_yaml(&fs_err::read_to_string(&mpath)?)
         .map_err(|e| classified(Class::Io, anyhow::anyhow!("{}: {e}", mpath.display())))?;
@@ -44,13 +65,6 @@ pub fn packages(o: &PackagesOptions) -> anyhow::Result<PackagesReport> {
                 "the bundle in {} carries no OS package repositories; set bundle.osPackages in cluster.yaml and rebuild it",
                 o.bundle_dir.display()
             ),
-        ));
-    }
-    let fs = &o.file_server;
-    if !(fs.starts_with("http://") || fs.starts_with("https://")) {
-        return Err(classified(
-            Class::Usage,
-            anyhow::anyhow!("--file-server {fs}: expected http://HOST:PORT or https://HOST:PORT"),
         ));
     }
     let pipeline = |hosts: Vec<String>| {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use kubexm_cli::{Class, classified};
 
-use crate::serve::{Parts, ServeOptions, Served, Tls};
+use crate::serve::{ConnectionLimits, Parts, ServeOptions, Served, Tls};
 
 #[derive(Debug, Clone)]
 pub struct ServeRequest {
@@ -20,10 +20,19 @@ pub struct ServeRequest {
     pub pki_dir: PathBuf,
     pub plain_http: bool,
     pub parts: Parts,
+    pub limits: ConnectionLimits,
+    /// Require client certificates signed by this CA.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// How the server speaks: plain, given files, or issued for the names nodes use.
 fn tls(r: &ServeRequest) -> anyhow::Result<Tls> {
+    if r.plain_http && r.client_ca.is_some() {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("--client-ca needs TLS: client certificates are checked in the TLS handshake; drop --plain-http"),
+        ));
+    }
     Ok(match (r.plain_http, &r.tls_cert, &r.tls_key) {
         (true, _, _) => Tls::Plain,
         (false, Some(cert), Some(key)) => Tls::Files {
@@ -60,6 +69,8 @@ pub fn serve(r: ServeRequest, ready: impl FnOnce(&Served, Option<&Path>)) -> any
         bundle_dir: r.bundle_dir,
         listen: r.listen,
         parts: r.parts,
+        limits: r.limits,
+        client_ca: r.client_ca,
     };
     tokio::runtime::Runtime::new()?.block_on(crate::serve::run(opts, ready))
 }

@@ -8,6 +8,7 @@ use crate::engine::files::PutFiles;
 use crate::engine::plan::{Module, Scope, Step, Task};
 use crate::engine::steps::Shell;
 use crate::paths::{CONTAINERD_CERTS_D, CONTAINERD_CONFIG as CONTAINERD_CONFIG_PATH, CONTAINERD_UNIT as CONTAINERD_UNIT_PATH};
+use crate::paths::{REGISTRY_CLIENT_CERT, REGISTRY_CLIENT_KEY};
 use crate::template::render;
 
 const CONTAINERD_CONFIG: &str = include_str!("../../../manifests/templates/containerd-config.toml");
@@ -22,12 +23,14 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     let registry = i.registry()?.address.clone();
     let hosts: Vec<String> = i.cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
     let after_registry = i.phases.iter().any(|p| p == "registry");
+    let client_auth = i.cluster.spec.registry.client_auth;
     let target = crate::hosts::Target {
         registry: registry.clone(),
         prefix: None,
         flatten: false,
         ca: Some(HOST_CA.into()),
         plain_http: false,
+        client: client_auth.then(|| (REGISTRY_CLIENT_CERT.to_string(), REGISTRY_CLIENT_KEY.to_string())),
     };
     let upstreams: std::collections::BTreeSet<String> = i.bom.images.iter().map(|im| im.reference.registry.clone()).collect();
     let mut files: Vec<(String, Vec<u8>, u32)> = upstreams
@@ -41,14 +44,13 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         })
         .collect();
     // The registry itself, for manifests whose images were rewritten to it.
-    files.push((
-        format!("{CONTAINERD_CERTS_D}/{registry}/hosts.toml"),
-        format!(
-            "# Written by kubexm: the kubexm registry, trusted by its CA.\nserver = \"https://{registry}\"\n\n[host.\"https://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{HOST_CA}\"\n"
-        )
-        .into_bytes(),
-        0o644,
-    ));
+    let mut own = format!(
+        "# Written by kubexm: the kubexm registry, trusted by its CA.\nserver = \"https://{registry}\"\n\n[host.\"https://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{HOST_CA}\"\n"
+    );
+    if client_auth {
+        own.push_str(&format!("  client = [[\"{REGISTRY_CLIENT_CERT}\", \"{REGISTRY_CLIENT_KEY}\"]]\n"));
+    }
+    files.push((format!("{CONTAINERD_CERTS_D}/{registry}/hosts.toml"), own.into_bytes(), 0o644));
     let sandbox = i
         .bom
         .images
@@ -100,9 +102,15 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             let file = i.bundle_file(h, component)?;
             steps.extend(install_component(file, i.bundle_dir, i.file_server));
         }
+        let mut files = files.clone();
+        // Its own client certificate for the registry, beside the hosts.toml files.
+        if let Some(c) = super::registry::client_cert(i, h)? {
+            files.push((REGISTRY_CLIENT_CERT.into(), c.cert_pem.into_bytes(), 0o644));
+            files.push((REGISTRY_CLIENT_KEY.into(), c.key_pem.into_bytes(), 0o600));
+        }
         steps.push(Arc::new(PutFiles {
             name: "containerd-config".into(),
-            files: files.clone(),
+            files,
             then: Some("systemctl daemon-reload && systemctl enable -q containerd && systemctl restart containerd".into()),
         }));
         steps.push(Arc::new(Shell::new(

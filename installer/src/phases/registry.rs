@@ -12,7 +12,7 @@ use crate::engine::transport::shell_quote as q;
 use crate::pki;
 
 use crate::paths::{HOST_BUNDLES, REGISTRY_CERT, REGISTRY_KEY, REGISTRY_UPLOAD as REMOTE_BUNDLE, ROOT};
-use crate::paths::{HOST_INSTALLER, REGISTRY_UNIT};
+use crate::paths::{HOST_INSTALLER, REGISTRY_CLIENT_CA, REGISTRY_CLIENT_CERT, REGISTRY_CLIENT_KEY, REGISTRY_UNIT};
 
 /// The bundle's registry as a systemd service on the registry host: the
 /// installer binary and the bundle (verified and unpacked there), TLS from
@@ -83,17 +83,45 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             r = q(&remote)
         ),
     )));
-    let unit = crate::registry_unit(HOST_INSTALLER, &remote_dir, &format!("0.0.0.0:{port}"), REGISTRY_CERT, REGISTRY_KEY)?;
+    // The service runs as a dynamic user (never root): the bundle must be
+    // readable by any user, and the directories above it traversable.
+    let readable = format!("runuser -u nobody -- test -r {dir}/bundle.yaml", dir = q(&remote_dir));
+    steps.push(Arc::new(Shell::new(
+        "bundle-readable",
+        Some(&readable),
+        &format!("chmod o+x {ROOT} {HOST_BUNDLES} && chmod -R o+rX {}", q(&remote_dir)),
+    )));
+    let client_auth = i.cluster.spec.registry.client_auth;
+    let limits = crate::serve::ConnectionLimits::for_nodes(&i.topo);
+    let unit = crate::registry_unit(&crate::RegistryService {
+        binary: HOST_INSTALLER,
+        bundle_dir: &remote_dir,
+        listen: &std::net::SocketAddr::new(addr.parse()?, port).to_string(),
+        cert: REGISTRY_CERT,
+        key: REGISTRY_KEY,
+        client_ca: client_auth.then_some(REGISTRY_CLIENT_CA),
+        limits: &limits,
+    })?;
+    let mut files = vec![
+        (REGISTRY_CERT.into(), cert.cert_pem.into_bytes(), 0o644),
+        (REGISTRY_KEY.into(), cert.key_pem.into_bytes(), 0o600),
+        (REGISTRY_UNIT.into(), unit.into_bytes(), 0o644),
+    ];
+    // The probe below authenticates as this host, with the certificate the
+    // containerd phase gives it too.
+    let mut probe_auth = String::new();
+    if let Some(c) = client_cert(i, &host)? {
+        files.push((REGISTRY_CLIENT_CA.into(), i.ca_pem.to_vec(), 0o644));
+        files.push((REGISTRY_CLIENT_CERT.into(), c.cert_pem.into_bytes(), 0o644));
+        files.push((REGISTRY_CLIENT_KEY.into(), c.key_pem.into_bytes(), 0o600));
+        probe_auth = format!(" --cert {REGISTRY_CLIENT_CERT} --key {REGISTRY_CLIENT_KEY}");
+    }
     steps.push(Arc::new(PutFiles {
         name: "registry-service".into(),
-        files: vec![
-            (REGISTRY_CERT.into(), cert.cert_pem.into_bytes(), 0o644),
-            (REGISTRY_KEY.into(), cert.key_pem.into_bytes(), 0o600),
-            (REGISTRY_UNIT.into(), unit.into_bytes(), 0o644),
-        ],
+        files,
         then: Some("systemctl daemon-reload && systemctl enable -q kubexm-registry && systemctl restart kubexm-registry".into()),
     }));
-    let probe = format!("curl -sf --cacert {HOST_CA} https://{addr}:{port}/v2/ >/dev/null");
+    let probe = format!("curl -sf --cacert {HOST_CA}{probe_auth} https://{addr}:{port}/v2/ >/dev/null");
     steps.push(Arc::new(Shell::new(
         "registry-ready",
         Some(&probe),
@@ -108,4 +136,20 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             after: vec![],
         }],
     })
+}
+
+/// `host`'s client certificate for the registry (CN the host's name) when
+/// `registry.clientAuth` is on: issued by the registry CA once and reused.
+pub fn client_cert(i: &Context, host: &str) -> anyhow::Result<Option<pki::ServerCert>> {
+    if !i.cluster.spec.registry.client_auth {
+        return Ok(None);
+    }
+    let ca = i.pki.ca("registry", "kubexm registry CA")?;
+    Ok(Some(i.pki.cert(
+        &ca,
+        &format!("{host}-registry-client"),
+        host,
+        &[],
+        pki::Usage::Client,
+    )?))
 }

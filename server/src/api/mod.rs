@@ -7,8 +7,10 @@
 //! a client certificate from the server's CA ([`tls`]). The OpenAPI document
 //! it serves is the one committed in `manifests/api/openapi.json`.
 
-pub mod limits;
 pub mod tls;
+
+/// The connection limits, shared with the bundle registry.
+pub use kubexm_installer::limits;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -228,26 +230,13 @@ pub async fn serve(db: Arc<JobDb>, o: ApiOptions, handle: axum_server::Handle<So
     }
     // The kernel's queue of connections not yet accepted holds as many as
     // the cap (a burst never sits unaccepted, neither counted nor refused).
-    let socket = if listen.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()
-    } else {
-        tokio::net::TcpSocket::new_v6()
-    }?;
-    socket.set_reuseaddr(true)?;
-    socket
-        .bind(listen)
-        .map_err(|e| anyhow::anyhow!("the API server on {listen}: {e}"))?;
-    let listener = socket.listen(u32::try_from(o.max_connections).unwrap_or(u32::MAX).clamp(128, 65_535))?;
-    let mut server = axum_server::from_tcp(listener.into_std()?)?
+    let listener = limits::listener(listen, o.max_connections).map_err(|e| anyhow::anyhow!("the API server on {listen}: {e}"))?;
+    let mut server = axum_server::from_tcp(listener)?
         .acceptor(tls::Acceptor::new(t.config, limits))
         .handle(handle);
     // A request head must arrive within 10 s (hyper's timer); an idle
     // connection is closed by the acceptor's limits.
-    server
-        .http_builder()
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(limits::IDLE);
+    limits::http1_timeouts(&mut server);
     server
         .serve(router(db, o).into_make_service())
         .await

@@ -20,8 +20,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 use tower_layer::Layer;
 
-use super::limits::{Guarded, Limits};
 use crate::jobdb::Scope;
+use kubexm_installer::limits::{Guarded, Limits};
 
 /// Where the API server keeps its CA and certificate unless told otherwise.
 pub const TLS_DIR: &str = "/var/lib/kubexm/api";

@@ -94,17 +94,32 @@ fn repositories_are_built_served_and_installed_on_amd64_and_arm64() {
         .to_string();
     let addr = format!("{}:{}", lab.desc.gateway, free_port(&lab.desc.gateway));
     let mut serve = Command::new(bin("kubexm-install"));
-    serve.args(["serve", "--no-registry", "--plain-http", "--bundle-dir", &bdir, "--listen", &addr]);
+    // Over TLS from the installer's CA: the hosts' apt source checks no
+    // signature, so plain http is refused.
+    let pki = dir.path().join("pki");
+    serve
+        .args(["serve", "--no-registry", "--bundle-dir", &bdir, "--listen", &addr, "--pki-dir"])
+        .arg(&pki);
     let _server = Background::start(serve, "serving on");
+    let host_ca = "/tmp/kubexm-packages-ca.crt";
     // Hosts have their own (unreachable) apt source, which must be put back after.
     for h in ["lab1", "lab2"] {
         lab.ssh_ok(h, "test -s /etc/apt/sources.list && ! command -v haproxy");
+        lab.copy_to(h, &pki.join("ca.crt"), host_ca);
     }
     let packages = |state: &Path| {
         Command::new(bin("kubexm-install"))
             .args(["packages", "-f"])
             .arg(&cfg)
-            .args(["--bundle-dir", &bdir, "--file-server", &format!("http://{addr}"), "--state"])
+            .args([
+                "--bundle-dir",
+                &bdir,
+                "--file-server",
+                &format!("https://{addr}"),
+                "--host-ca",
+                host_ca,
+                "--state",
+            ])
             .arg(state)
             .output()
             .unwrap()

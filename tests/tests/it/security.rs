@@ -1,8 +1,9 @@
 //! Security defects found by a hostile local user on the hosts, each a
 //! regression test named after it: secrets readable while they are uploaded,
-//! kubeadm's credentials left in a log, and a host lost mid-install.
+//! kubeadm's credentials left in a log, a host lost mid-install, and the
+//! registry service left open on the node network.
 
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kubexm_e2e::{Lab, install_command, lab_bundle, lab_cmd, ok, signed_bundle, text};
@@ -200,4 +201,137 @@ fn a_lost_host_stops_every_other_host_and_reads_as_a_library_error() {
         .unwrap();
     ok(rerun, "re-run with lab3 back");
     lab.ssh_ok("lab3", "systemctl is-active -q kubexm-etcd && systemctl is-active -q containerd");
+}
+
+/// Raises this process's open-file limit (1,000 held connections here).
+fn raise_nofile() {
+    let out = Command::new("prlimit")
+        .args(["--pid", &std::process::id().to_string(), "--nofile=16384:16384"])
+        .output();
+    if !out.is_ok_and(|o| o.status.success()) {
+        eprintln!("prlimit could not raise the open-file limit; the test may run out of descriptors");
+    }
+}
+
+/// Issue 25, item 5. Before: the registry service left on the registry host
+/// listened on 0.0.0.0 as root with no connection limit or idle timeout
+/// (about 1,000 idle connections exhausted its descriptors and nodes could
+/// no longer pull) and no authentication. lab1 is the whole cluster (its
+/// registry host and its node) with `registry.clientAuth: true`; lab2 is a
+/// spare host, not a node. Under 1,000 idle connections from this machine
+/// and 1,000 from lab2, lab1 pulls an image within 5 s; the service listens
+/// on lab1's address only, runs as a user that is not root, and refuses a
+/// pull without lab1's client certificate.
+#[test]
+fn the_registry_serves_a_node_under_idle_floods_runs_unprivileged_and_refuses_unauthenticated_pulls() {
+    let started = Instant::now();
+    let Some(lab) = Lab::up(2, 0) else { return };
+    raise_nofile();
+    let dir = tempfile::tempdir().unwrap();
+    let b = lab_bundle(&lab);
+    let lab1 = lab.host("lab1").address.clone();
+    let lab2 = lab.host("lab2").address.clone();
+    let cfg: String = std::fs::read_to_string(&lab.desc.cluster)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("{name: lab2,"))
+        .map(|l| l.replace("worker: [lab1,lab2]", "worker: [lab1]") + "\n")
+        .collect::<String>()
+        + "  registry: {clientAuth: true}\n";
+    let config = dir.path().join("lab1-client-auth.yaml");
+    std::fs::write(&config, &cfg).unwrap();
+    ok(
+        install_command(
+            &lab,
+            &config,
+            &b.bundle,
+            &b.public_key,
+            dir.path(),
+            Some("preflight,registry,containerd"),
+        )
+        .output()
+        .unwrap(),
+        "install the registry and containerd on lab1 with clientAuth",
+    );
+    let installed = started.elapsed();
+
+    // The address the nodes use, not every address; a user that is not root.
+    let listening = lab.ssh_ok("lab1", "ss -Htln 'sport = :5000' | awk '{print $4}'");
+    assert_eq!(listening.trim(), format!("{lab1}:5000"), "{listening}");
+    let user = lab.ssh_ok("lab1", "ps -o user= -p $(systemctl show -p MainPID --value kubexm-registry)");
+    assert!(!user.trim().is_empty() && user.trim() != "root", "the registry runs as {user:?}");
+
+    // An unauthenticated pull is refused; the node's own (its client
+    // certificate in hosts.toml) works.
+    let image = lab.ssh_ok(
+        "lab1",
+        "sed -n 's/.*sandbox_image = \"\\(.*\\)\"/\\1/p' /etc/containerd/config.toml",
+    );
+    let image = image.trim();
+    let anon = lab.ssh(
+        "lab1",
+        &format!(
+            "rm -rf /tmp/anon && cp -r /etc/containerd/certs.d /tmp/anon && sed -i '/client = /d' /tmp/anon/*/hosts.toml && \
+             ctr -n k8s.io images pull --hosts-dir /tmp/anon {image}"
+        ),
+    );
+    assert!(
+        !anon.status.success(),
+        "pulled without a client certificate:\n{}",
+        text(&anon.stdout)
+    );
+    let why = text(&anon.stderr);
+    assert!(why.contains("tls: "), "the pull failed, but not in the TLS handshake:\n{why}");
+    eprintln!("a pull without the client certificate: {}", why.trim());
+    let from_spare = lab.ssh("lab2", &format!("curl -sk --max-time 5 https://{lab1}:5000/v2/"));
+    assert!(!from_spare.status.success(), "lab2 read the registry without a certificate");
+
+    // 1,000 idle connections from lab2 and 1,000 from this machine.
+    let flood = lab.ssh_ok(
+        "lab2",
+        &format!(
+            "cat > /root/flood.sh <<'EOF'\nulimit -n 4096\nfor i in $(seq 1000); do exec {{fd}}<>/dev/tcp/{lab1}/5000 2>/dev/null || true; done\ntouch /root/flooding\nsleep 60\nEOF\nrm -f /root/flooding; setsid bash /root/flood.sh </dev/null >/dev/null 2>&1 & echo $!"
+        ),
+    );
+    let mut held = Vec::new();
+    let target: std::net::SocketAddr = format!("{lab1}:5000").parse().unwrap();
+    for _ in 0..1000 {
+        if let Ok(s) = std::net::TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
+            held.push(s);
+        }
+    }
+    wait_for(30, "lab2's 1,000 connections", || {
+        lab.ssh("lab2", "test -e /root/flooding").status.success()
+    });
+    let count = |filter: &str| -> usize {
+        let n = lab.ssh_ok(
+            "lab1",
+            &format!("ss -Htn state established '( sport = :5000 )' | grep -c '{filter}'; true"),
+        );
+        n.trim().parse().unwrap()
+    };
+    let (all, from_lab2, from_machine) = (count(":"), count(&format!(" {lab2}:")), count(&format!(" {}:", lab.desc.gateway)));
+    eprintln!(
+        "{} connections opened from this machine, 1,000 from lab2; the registry holds {all} ({from_machine} from this machine, {from_lab2} from lab2)",
+        held.len()
+    );
+    assert!(
+        from_lab2 <= 64 && from_machine <= 64,
+        "past the per-source limit: {from_lab2}, {from_machine}"
+    );
+    // containerd pulls through its hosts.toml (with lab1's certificate), as kubelet's pulls do.
+    let pull = lab.ssh_ok(
+        "lab1",
+        &format!(
+            "ctr -n k8s.io images rm {image} >/dev/null 2>&1; s=$(date +%s%N); \
+             ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d {image} >&2 && \
+             echo $(( ($(date +%s%N) - s) / 1000000 ))"
+        ),
+    );
+    let ms: u64 = pull.trim().parse().unwrap();
+    eprintln!("lab1 pulled {image} under the floods in {ms} ms");
+    assert!(ms < 5000, "the pull took {ms} ms under the floods");
+    drop(held);
+    lab.ssh_ok("lab2", &format!("kill {} 2>/dev/null; true", flood.trim()));
+    eprintln!("install {installed:?}, whole test {:?}", started.elapsed());
 }

@@ -142,6 +142,18 @@ pub enum Command {
         /// Serve only the registry.
         #[arg(long)]
         no_files: bool,
+        /// Require a client certificate signed by this CA (PEM) in the TLS handshake.
+        #[arg(long, value_name = "FILE", conflicts_with = "plain_http")]
+        client_ca: Option<PathBuf>,
+        /// Connections open at once from addresses other than --node; one more is closed at once.
+        #[arg(long, value_name = "N", default_value_t = kubexm_installer::serve::MAX_CONNECTIONS)]
+        max_connections: usize,
+        /// Connections one address may hold (a --node too).
+        #[arg(long, value_name = "N", default_value_t = kubexm_installer::serve::MAX_PER_SOURCE)]
+        max_per_source: usize,
+        /// A node's address: its connections do not count against --max-connections. Repeatable.
+        #[arg(long = "node", value_name = "ADDR")]
+        nodes: Vec<std::net::IpAddr>,
     },
     /// Push the bundle's images into a site registry.
     Mirror {
@@ -197,7 +209,7 @@ pub enum Command {
         /// The unpacked bundle (its lock lists the repositories).
         #[arg(long, value_name = "DIR")]
         bundle_dir: PathBuf,
-        /// The file server as the hosts reach it (http(s)://HOST:PORT), e.g. `kubexm-install serve`.
+        /// The file server as the hosts reach it (https://HOST:PORT), e.g. `kubexm-install serve`; plain http is refused.
         #[arg(long, value_name = "URL")]
         file_server: String,
         /// Path on the hosts of the file server's CA certificate (for https).

@@ -58,6 +58,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             plain_http,
             no_registry,
             no_files,
+            client_ca,
+            max_connections,
+            max_per_source,
+            nodes,
         } => {
             let start = Instant::now();
             let r = ops::serve::ServeRequest {
@@ -72,6 +76,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     registry: !no_registry,
                     files: !no_files,
                 },
+                limits: serve::ConnectionLimits {
+                    max: max_connections,
+                    per_source: max_per_source,
+                    nodes,
+                },
+                client_ca,
             };
             ops::serve::serve(r, |s, ca| {
                 let scheme = if plain_http { "http" } else { "https" };
