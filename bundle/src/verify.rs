@@ -123,6 +123,38 @@ impl SignatureCheck {
         Ok(check)
     }
 
+    /// Whether the authenticated trusted comment names `bundle.yaml`'s
+    /// sha256 (kubexm-bundle writes it): then a forged `bundle.yaml` is
+    /// refused before a member is written. A signature without it (made
+    /// with `minisign -S`, or before kubexm named it) is checked over the
+    /// whole file first: [`read_bundle`] does so.
+    pub fn names_manifest(&self) -> bool {
+        self.manifest_sha256.is_some()
+    }
+
+    /// Checks the signature over every byte of the file `bundle`, reading
+    /// it once and decompressing nothing.
+    pub fn verify_file(&self, bundle: &Path) -> Result<(), VerifyError> {
+        let name = bundle.display().to_string();
+        let mut v = self.verifier(&name)?;
+        let mut file = fs_err::File::open(bundle).map_err(|source| VerifyError::Io {
+            path: name.clone(),
+            source,
+        })?;
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = file.read(&mut buf).map_err(|source| VerifyError::Io {
+                path: name.clone(),
+                source,
+            })?;
+            if n == 0 {
+                break;
+            }
+            v.update(&buf[..n]);
+        }
+        v.finalize().map_err(|e| self.bad(&name, e.to_string()))
+    }
+
     fn verifier(&self, bundle: &str) -> Result<minisign_verify::StreamVerifier<'_>, VerifyError> {
         self.key.verify_stream(&self.signature).map_err(|e| match e {
             minisign_verify::Error::UnsupportedLegacyMode => VerifyError::LegacySignature {
@@ -182,7 +214,12 @@ pub struct Verified {
 }
 
 /// Opens `bundle` once and reads it in one pass (see the module header).
+/// A signature whose comment does not name `bundle.yaml` is checked over
+/// the whole file first, so nothing unsigned reaches the sink.
 pub fn read_bundle(bundle: &Path, signature: Option<&SignatureCheck>, sink: &mut dyn Sink) -> Result<Verified, VerifyError> {
+    if let Some(sig) = signature.filter(|s| !s.names_manifest()) {
+        sig.verify_file(bundle)?;
+    }
     let name = bundle.display().to_string();
     let file = fs_err::File::open(bundle).map_err(|source| VerifyError::Io {
         path: name.clone(),

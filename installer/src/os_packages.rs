@@ -77,7 +77,7 @@ mkdir -p {ASIDE} {LISTS}/partial
 trap restore EXIT
 [ ! -e /etc/apt/sources.list ] || mv -f /etc/apt/sources.list {ASIDE}/
 for f in /etc/apt/sources.list.d/*; do [ -e "$f" ] && mv -f "$f" {ASIDE}/; done
-echo "deb [trusted=yes] {url} ./" > {LIST}
+echo {source} > {LIST}
 log={LISTS}/last.log
 apt-get {apt} -q update > $log 2>&1 || {{ tail -n 20 $log; exit 1; }}
 DEBIAN_FRONTEND=noninteractive apt-get {apt} -q -y --no-install-recommends \
@@ -85,7 +85,7 @@ DEBIAN_FRONTEND=noninteractive apt-get {apt} -q -y --no-install-recommends \
 echo "installed:"
 dpkg-query -W -f='${{Package}} ${{Version}}\n' {pkgs}
 "#,
-            url = self.url.trim_end_matches('/'),
+            source = q(&format!("deb [trusted=yes] {} ./", self.url.trim_end_matches('/'))),
         )
     }
 }
@@ -263,5 +263,22 @@ mod tests {
         let e = repo_for(&facts("bookworm", "arm64"), &repos).unwrap_err();
         assert!(e.contains("no arm64 packages"), "{e}");
         Ok(())
+    }
+
+    /// Issue 25: the file server's URL was pasted unquoted inside the
+    /// double-quoted `echo` of the apt source: `$(...)` in it ran as root.
+    #[test]
+    fn the_file_server_url_stays_data_in_the_apt_source() {
+        let step = AptInstall {
+            name: "os-packages".into(),
+            url: "https://10.0.0.1:8443/os/$(touch /tmp/kubexm-marker)".into(),
+            packages: vec!["conntrack".into()],
+            ca: None,
+        };
+        let script = step.script();
+        assert!(
+            script.contains("echo 'deb [trusted=yes] https://10.0.0.1:8443/os/$(touch /tmp/kubexm-marker) ./' >"),
+            "{script}"
+        );
     }
 }

@@ -81,6 +81,11 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> UnpackError + '_ {
 /// Verifies and unpacks `bundle` under `root/bundles`, opening it once.
 pub fn unpack(bundle: &Path, trust: &Trust, root: &Path) -> Result<Unpacked, UnpackError> {
     let check = signature_check(bundle, trust)?;
+    // A signature that does not name bundle.yaml (minisign -S) cannot stop
+    // a forged one before members are written: check it over the file first.
+    if let Some(c) = check.as_ref().filter(|c| !c.names_manifest()) {
+        c.verify_file(bundle)?;
+    }
     let file = fs_err::File::open(bundle).map_err(io_err(bundle))?;
     unpack_opened(file, bundle, check.as_ref(), root)
 }

@@ -444,3 +444,29 @@ fn a_bomb_declaring_more_than_the_free_space_writes_nothing() {
     assert_eq!(peak, 0, "bytes were written before the refusal");
     assert!(tree(&root).is_empty(), "left {:?}", tree(&root));
 }
+
+// A signature made with `minisign -S` names no bundle.yaml in its trusted
+// comment, so nothing could refuse a forged bundle.yaml before members were
+// written: such a signature is now checked over the whole file first.
+#[test]
+fn a_bomb_beside_a_copied_plain_minisign_signature_is_refused_before_decompressing() {
+    use kubexm_bundle::testing::Bomb;
+    let f = signed();
+    let (secret, public) = (f.dir.path().join("plain.key"), f.dir.path().join("plain.pub"));
+    kubexm_builder::sign::keygen(&secret, &public, true, false).unwrap();
+    kubexm_builder::sign::sign(&f.bundle, &secret, "timestamp:1764000000\tfile:k.tar.zst").unwrap();
+    let bomb = f.dir.path().join("bomb.tar.zst");
+    let member = "images/blobs/sha256/x";
+    Bomb::member(&lying_yaml(member, 10 << 30), member, 10 << 10).write(&bomb).unwrap();
+    std::fs::copy(f.dir.path().join("k.tar.zst.minisig"), f.dir.path().join("bomb.tar.zst.minisig")).unwrap();
+    let root = f.dir.path().join("root");
+    let started = std::time::Instant::now();
+    let err = unpack(&bomb, &Trust::PublicKey(public.clone()), &root).unwrap_err();
+    eprintln!("plain-signed copy beside a 10 GiB bomb: refused in {:?}", started.elapsed());
+    assert!(err.to_string().contains("do not use it"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(tree(&root).is_empty(), "left {:?}", tree(&root));
+    // The bundle itself, with that signature, still unpacks.
+    let u = unpack(&f.bundle, &Trust::PublicKey(public), &root).unwrap();
+    assert_eq!(std::fs::read(u.dir.join("files/a/1/amd64/a")).unwrap(), b"alpha");
+}

@@ -1,33 +1,42 @@
-//! The rule for bastions: each has its own `auth`. A bastion without one
-//! used to get the host's password or key, sending the target's secret to
-//! another machine (one that may belong to someone else) without a word.
+//! The rule for bastions: a bastion without an `auth` of its own may log
+//! in as its host does only with a key or the agent (a signature that never
+//! leaves this machine). A host's password, or a named credential (which
+//! may be one), is never sent to its bastion: that would hand the target's
+//! secret to another machine, perhaps someone else's, without a word.
 
-use super::model::{Bastion, Cluster};
+use super::defaults::sends_secret;
+use super::model::{Auth, Bastion, Cluster};
 use crate::diag::{Diagnostic, Kind};
 
-/// A problem for every bastion without an `auth` of its own.
+/// A problem for every bastion without `auth` whose host logs in with a
+/// password or a credential.
 pub fn check(c: &Cluster) -> Vec<Diagnostic> {
     let s = &c.spec;
-    let hosts = s
-        .hosts
-        .iter()
-        .enumerate()
-        .filter_map(|(i, h)| h.bastion.as_ref().map(|b| (format!("spec.hosts[{i}].bastion"), b)));
-    let defaults = s
-        .host_defaults
-        .bastion
-        .as_ref()
-        .map(|b| ("spec.hostDefaults.bastion".to_string(), b));
-    hosts.chain(defaults).filter_map(|(p, b)| problem(p, b)).collect()
+    let defaults = s.host_defaults.auth.as_ref();
+    let mut out = Vec::new();
+    for (i, h) in s.hosts.iter().enumerate() {
+        let auth = h.auth.as_ref().or(defaults);
+        match &h.bastion {
+            Some(b) => out.extend(problem(format!("spec.hosts[{i}].bastion"), b, auth)),
+            None => {
+                if let Some(b) = &s.host_defaults.bastion {
+                    out.extend(problem("spec.hostDefaults.bastion".into(), b, auth));
+                }
+            }
+        }
+    }
+    out.dedup_by(|a, b| a.path == b.path);
+    out
 }
 
-fn problem(path: String, b: &Bastion) -> Option<Diagnostic> {
-    b.auth.is_none().then(|| {
+fn problem(path: String, b: &Bastion, host_auth: Option<&Auth>) -> Option<Diagnostic> {
+    (b.auth.is_none() && host_auth.is_some_and(sends_secret)).then(|| {
         Diagnostic::new(
             Kind::Invalid,
             path,
             format!(
-                "bastion {} has no auth of its own; kubexm does not send a host's password or key to its bastion",
+                "bastion {} has no auth of its own, and its host logs in with a password or credential; \
+                 kubexm does not send a host's secret to its bastion",
                 b.address
             ),
         )
@@ -44,7 +53,7 @@ kind: Cluster
 metadata: {name: c}
 spec:
   hostDefaults:
-    auth: {agent: true}
+    auth: {password: {fromEnv: PW}}
   hosts:
     - {name: a, address: 10.0.0.1}
     - name: b
@@ -62,6 +71,10 @@ spec:
         assert!(e.contains("cluster.yaml:11:"), "{e}");
         assert!(e.contains("spec.hosts[1].bastion"), "{e}");
         assert!(e.contains("bastion 10.0.0.9 has no auth of its own"), "{e}");
+        // With the agent, the bastion logs in as its host does.
+        let agent = CONFIG.replace("auth: {password: {fromEnv: PW}}", "auth: {agent: true}");
+        let c = load_str_hosts(&agent, "cluster.yaml").unwrap();
+        assert_eq!(c.spec.hosts[1].bastion.as_ref().unwrap().auth.as_ref().unwrap().agent, Some(true));
         assert!(!e.contains("spec.hosts[2]"), "{e}");
         let fixed = CONFIG.replace("user: jump}", "user: jump, auth: {agent: true}}");
         let c = load_str_hosts(&fixed, "cluster.yaml").unwrap();
@@ -71,8 +84,8 @@ spec:
     #[test]
     fn a_default_bastion_needs_its_own_auth_too() {
         let text = CONFIG.replace(
-            "    auth: {agent: true}\n  hosts:",
-            "    auth: {agent: true}\n    bastion: {address: 10.0.0.8}\n  hosts:",
+            "    auth: {password: {fromEnv: PW}}\n  hosts:",
+            "    auth: {password: {fromEnv: PW}}\n    bastion: {address: 10.0.0.8}\n  hosts:",
         );
         let e = load_str_hosts(&text, "cluster.yaml").unwrap_err().to_string();
         assert!(e.contains("spec.hostDefaults.bastion"), "{e}");

@@ -170,7 +170,12 @@ pub fn complete(cluster: &mut Cluster, catalog: Option<&Catalog>) {
             if b.user.is_none() {
                 b.user = host.user.clone();
             }
-            // Never the host's auth: a bastion has its own (config/bastion.rs).
+            // A key or the agent proves who the user is without leaving
+            // this machine; a password (or a named credential, which may be
+            // one) is never sent to a bastion: config/bastion.rs refuses it.
+            if b.auth.is_none() && host.auth.as_ref().is_some_and(|a| !sends_secret(a)) {
+                b.auth = host.auth.clone();
+            }
         }
     }
     if spec.registry.mode == RegistryMode::Local && spec.role_groups.registry.is_empty() {
@@ -227,4 +232,10 @@ pub fn storage_addon(provider: StorageProvider) -> Option<&'static str> {
         StorageProvider::Longhorn => Some("longhorn"),
         StorageProvider::RookCeph => Some("rook-ceph"),
     }
+}
+
+/// Whether logging in with `a` hands a secret to the other side (a
+/// password, or a named credential that may be one).
+pub fn sends_secret(a: &super::model::Auth) -> bool {
+    a.password.is_some() || a.credential.is_some()
 }

@@ -42,6 +42,9 @@ pub fn check(c: &Cluster) -> Vec<Diagnostic> {
             g.user(&format!("{p}.bastion.user"), b.user.as_deref());
         }
         g.labels(&format!("{p}.labels"), &h.labels);
+        if let Some(a) = &h.arch {
+            g.rule(&format!("{p}.arch"), a, is_arch, ARCH);
+        }
     }
     if let Some(i) = &s.control_plane_endpoint.interface {
         g.rule("spec.controlPlaneEndpoint.interface", i, is_interface_name, INTERFACE);
@@ -72,6 +75,13 @@ pub fn check(c: &Cluster) -> Vec<Diagnostic> {
         );
     }
     for (upstream, mirrors) in &rt.registry_mirrors {
+        if !is_registry_host(upstream) {
+            g.bad(
+                "spec.containerRuntime.registryMirrors",
+                format!("`{}` is not a registry host", shown(upstream)),
+                REGISTRY_HOST,
+            );
+        }
         for (i, m) in mirrors.iter().enumerate() {
             g.rule(
                 &format!("spec.containerRuntime.registryMirrors.{}[{i}]", shown(upstream)),
@@ -111,8 +121,8 @@ pub fn check(c: &Cluster) -> Vec<Diagnostic> {
         g.rule(
             &format!("spec.loadBalancerService.metallb.addressPools[{i}].name"),
             &pool.name,
-            is_dns_label,
-            "a pool name is a DNS label: 1 to 63 lowercase letters, digits and '-'",
+            is_dns_subdomain,
+            "a pool name is a DNS subdomain: lowercase letters, digits, '-' and '.', at most 253",
         );
     }
     let r = &s.registry;
@@ -141,21 +151,77 @@ pub fn check(c: &Cluster) -> Vec<Diagnostic> {
         g.rule(&format!("{p}.name"), &f.name, is_file_name, FILE_NAME);
         g.rule(&format!("{p}.url"), &f.url, is_url, URL);
     }
+    bundle(&mut g, &s.bundle);
     g.0
 }
 
+/// The bundle's own strings: read by the builder on the online side, where
+/// they name files, URLs and packages.
+fn bundle(g: &mut Grammar, b: &BundleSpec) {
+    for (i, a) in b.arches.iter().enumerate() {
+        g.rule(&format!("spec.bundle.arches[{i}]"), a, is_arch, ARCH);
+    }
+    for (i, f) in b.files.iter().enumerate() {
+        if let Some(a) = &f.arch {
+            g.rule(&format!("spec.bundle.files[{i}].arch"), a, is_arch, ARCH);
+        }
+    }
+    for (i, c) in b.charts.iter().enumerate() {
+        let p = format!("spec.bundle.charts[{i}]");
+        g.rule(&format!("{p}.name"), &c.name, is_chart_name, CHART_NAME);
+        g.rule(&format!("{p}.version"), &c.version, is_version, VERSION);
+        for (field, v) in [("repo", &c.repo), ("url", &c.url)] {
+            if let Some(v) = v {
+                g.rule(&format!("{p}.{field}"), v, is_url, URL);
+            }
+        }
+        if let Some(h) = &c.sha256 {
+            g.rule(&format!("{p}.sha256"), h, is_sha256, "a sha256 is 64 hex digits");
+        }
+        if let Some(o) = &c.oci {
+            g.rule(&format!("{p}.oci"), o, is_oci_ref, "write oci://host[:port]/path");
+        }
+    }
+    for (from, to) in &b.mirrors {
+        if !is_upstream_prefix(from) {
+            g.bad(
+                "spec.bundle.mirrors",
+                format!("`{}` is not an upstream host with an optional path", shown(from)),
+                "write dl.k8s.io or github.com/org",
+            );
+        } else {
+            g.rule(&format!("spec.bundle.mirrors.{from}"), to, is_url, URL);
+        }
+    }
+    if let Some(os) = &b.os_packages {
+        for (i, name) in os.extra.iter().enumerate() {
+            g.rule(
+                &format!("spec.bundle.osPackages.extra[{i}]"),
+                name,
+                is_package_name,
+                "a Debian package name: lowercase letters, digits, '+', '-' and '.'",
+            );
+        }
+        if !os.mirror.is_empty() {
+            g.rule("spec.bundle.osPackages.mirror", &os.mirror, is_url, URL);
+        }
+    }
+}
+
+const ARCH: &str = "an arch is a Go architecture name such as amd64 or arm64";
+const CHART_NAME: &str = "a chart name is lowercase letters, digits, '-', '.' and '_'";
 const INTERFACE: &str = "a network interface name is 1 to 15 letters, digits, '.', '_' and '-' (such as eth0 or ens3.100)";
 const URL: &str = "write an http:// or https:// URL of letters, digits and - . _ ~ : / @ % + = , ! * ( ) [ ] ? &";
 const THRESHOLD: &str = "a threshold is a quantity (100Mi, 1Gi, 500) or a percentage (10%)";
 const REGISTRY_HOST: &str = "write a registry as host or host:port (registry.example.com:5000, 10.0.0.5:5000)";
-const USER_TOKEN: &str = "a user name is 1 to 256 letters, digits and . _ @ + -";
+const USER_TOKEN: &str = "a user name is 1 to 256 letters, digits and . _ @ + - $ (Harbor's robot$project+name)";
 const VERSION: &str = "a version is letters, digits, '.', '+', '-' and '_' (such as v1.33.4 or 3.6.5)";
 const REPOSITORY_PATH: &str = "a repository prefix is lowercase path components of letters, digits, '.', '_' and '-' joined by '/'";
 const TIME_ZONE: &str = "write a tz database name such as Etc/UTC or Europe/Berlin";
 const FILE_NAME: &str = "a file name is letters, digits, '.', '_' and '-', not starting with '.'";
 const LABEL_KEY: &str = "a label key is [prefix/]name: name up to 63 letters, digits, '-', '_' and '.', starting and ending alphanumeric";
 const LABEL_VALUE: &str = "a label value is up to 63 letters, digits, '-', '_' and '.', starting and ending alphanumeric, or empty";
-const USER: &str = "a user name is 1 to 32 lowercase letters, digits, '_' and '-', starting with a letter or '_'";
+const USER: &str = "a login name is 1 to 256 letters, digits and . _ @ + -, starting with a letter, digit or '_'";
 
 struct Grammar(Vec<Diagnostic>);
 
@@ -265,7 +331,9 @@ pub fn is_registry_host(v: &str) -> bool {
 }
 
 /// An http(s) URL of URL characters only: no quote, backslash, space,
-/// `$`, backquote, `{`, `}`, `<`, `>`, `|`, `^`, `;` or control character.
+/// `$`, backquote, `{`, `}`, `<`, `>`, `|`, `^`, `;`, `!`, `*`, `(`, `)`
+/// or control character. Still not shell-safe (`&`, `?`, `#`): kubexm
+/// quotes every argument it builds.
 pub fn is_url(v: &str) -> bool {
     let rest = v.strip_prefix("https://").or_else(|| v.strip_prefix("http://"));
     rest.is_some_and(|r| {
@@ -276,40 +344,72 @@ pub fn is_url(v: &str) -> bool {
                 b.is_ascii_alphanumeric()
                     || matches!(
                         b,
-                        b'-' | b'.'
-                            | b'_'
-                            | b'~'
-                            | b':'
-                            | b'/'
-                            | b'@'
-                            | b'%'
-                            | b'+'
-                            | b'='
-                            | b','
-                            | b'!'
-                            | b'*'
-                            | b'('
-                            | b')'
-                            | b'['
-                            | b']'
-                            | b'?'
-                            | b'&'
-                            | b'#'
+                        b'-' | b'.' | b'_' | b'~' | b':' | b'/' | b'@' | b'%' | b'+' | b'=' | b',' | b'[' | b']' | b'?' | b'&' | b'#'
                     )
             })
     })
 }
 
-/// A registry or user name token: letters, digits and `. _ @ + -`.
-pub fn is_user_token(v: &str) -> bool {
-    (1..=256).contains(&v.len()) && all(v, |b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'+' | b'-'))
+/// An upstream host with an optional path, as `bundle.mirrors` keys it
+/// (`dl.k8s.io`, `github.com/org`).
+pub fn is_upstream_prefix(v: &str) -> bool {
+    let (host, path) = v.split_once('/').unwrap_or((v, ""));
+    is_registry_host(host)
+        && v.len() <= 512
+        && (path.is_empty()
+            || path.split('/').all(|c| {
+                !c.is_empty() && c != "." && c != ".." && all(c, |b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            }))
 }
 
-/// A login name as Debian's `adduser` accepts it by default.
+/// A chart name as Helm writes them: lowercase letters, digits, '-', '.' and '_'.
+pub fn is_chart_name(v: &str) -> bool {
+    (1..=253).contains(&v.len())
+        && v.as_bytes()[0].is_ascii_alphanumeric()
+        && all(v, |b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b'_')
+        })
+}
+
+/// An OCI reference to a chart: `oci://host[:port]/path`.
+pub fn is_oci_ref(v: &str) -> bool {
+    v.strip_prefix("oci://").is_some_and(|r| is_upstream_prefix(r) && r.contains('/'))
+}
+
+/// A Go architecture name (`amd64`, `arm64`, `ppc64le`).
+pub fn is_arch(v: &str) -> bool {
+    (1..=16).contains(&v.len()) && all(v, |b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// A sha256 in hex.
+pub fn is_sha256(v: &str) -> bool {
+    v.len() == 64 && all(v, |b| b.is_ascii_hexdigit())
+}
+
+/// A Debian package name (policy 5.6.1).
+pub fn is_package_name(v: &str) -> bool {
+    (2..=128).contains(&v.len())
+        && (v.as_bytes()[0].is_ascii_lowercase() || v.as_bytes()[0].is_ascii_digit())
+        && all(v, |b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.')
+        })
+}
+
+/// A registry login: letters, digits and `. _ @ + - $` (Harbor's robot
+/// accounts are `robot$project+name`).
+pub fn is_user_token(v: &str) -> bool {
+    (1..=256).contains(&v.len())
+        && all(v, |b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'+' | b'-' | b'$')
+        })
+}
+
+/// A login name as SSH and a directory service write it (`ops`,
+/// `John.Doe`, `jdoe@corp.example`, `svc_deploy`).
 pub fn is_user_name(v: &str) -> bool {
-    (1..=32).contains(&v.len())
-        && (v.as_bytes()[0].is_ascii_lowercase() || v.as_bytes()[0] == b'_')
-        && all(v, |b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'))
+    (1..=256).contains(&v.len())
+        && (v.as_bytes()[0].is_ascii_alphanumeric() || v.as_bytes()[0] == b'_')
+        && all(v, |b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'+' | b'-'))
 }
 
 /// A version as the catalog writes them (`v1.33.4`, `3.6.5`, `1.7.27+k3s1`).
@@ -336,6 +436,11 @@ pub fn is_file_name(v: &str) -> bool {
     (1..=255).contains(&v.len()) && !v.starts_with('.') && all(v, |b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// A DNS-1123 subdomain (a Kubernetes object name): DNS labels joined by '.'.
+pub fn is_dns_subdomain(v: &str) -> bool {
+    v.len() <= 253 && v.split('.').all(is_dns_label)
+}
+
 fn is_label_name(v: &str) -> bool {
     (1..=63).contains(&v.len())
         && v.as_bytes()[0].is_ascii_alphanumeric()
@@ -346,7 +451,7 @@ fn is_label_name(v: &str) -> bool {
 /// A Kubernetes label key: `[prefix/]name`, the prefix a DNS subdomain.
 pub fn is_label_key(v: &str) -> bool {
     match v.split_once('/') {
-        Some((prefix, name)) => prefix.len() <= 253 && prefix.split('.').all(is_dns_label) && is_label_name(name),
+        Some((prefix, name)) => is_dns_subdomain(prefix) && is_label_name(name),
         None => is_label_name(v),
     }
 }
@@ -384,6 +489,12 @@ mod tests {
         assert!(!is_registry_host("r.example:0") && !is_registry_host("r'x"));
         assert!(is_url("https://mirror.example/v2/?a=b&c=d") && !is_url("https://x/$(id)") && !is_url("ftp://x"));
         assert!(is_label_key("node-role.kubernetes.io/edge") && is_label_value("") && !is_label_value("a b"));
-        assert!(is_user_name("kubexm") && !is_user_name("root;id") && !is_user_name("Root"));
+        assert!(is_user_name("kubexm") && is_user_name("John.Doe") && is_user_name("jdoe@corp.example"));
+        assert!(!is_user_name("root;id") && !is_user_name("-oProxyCommand=x") && !is_user_name("a b"));
+        assert!(is_user_token("robot$proj+ci") && !is_user_token("$(id)"));
+        for tz in ["America/Port-au-Prince", "Etc/GMT-14"] {
+            assert!(is_time_zone(tz), "{tz}");
+        }
+        assert!(is_interface_name("bond0.100") && is_dns_subdomain("pool.a") && !is_url("https://x/(a)"));
     }
 }

@@ -514,8 +514,8 @@ impl Rules<'_> {
                 );
             }
         }
-        for arch in &s.bundle.arches {
-            self.arch("spec.bundle.arches", arch);
+        for (i, arch) in s.bundle.arches.iter().enumerate() {
+            self.arch(&format!("spec.bundle.arches[{i}]"), arch);
         }
         if s.bundle.arches.is_empty() {
             self.hinted("spec.bundle.arches", "no arches", "list amd64, arm64 or both");
@@ -605,7 +605,7 @@ impl Rules<'_> {
             for (j, a) in pool.addresses.iter().enumerate() {
                 let ok = Cidr::parse(a).is_some()
                     || a.split_once('-')
-                        .is_some_and(|(x, y)| x.trim().parse::<IpAddr>().is_ok() && y.trim().parse::<IpAddr>().is_ok());
+                        .is_some_and(|(x, y)| x.parse::<IpAddr>().is_ok() && y.parse::<IpAddr>().is_ok());
                 if !ok {
                     self.err(
                         format!("spec.loadBalancerService.metallb.addressPools[{i}].addresses[{j}]"),

@@ -24,6 +24,9 @@ const PAYLOADS: &[&str] = &[
     "x\nanonymous: {enabled: true}",
     "{{TOKEN}}",
     "x/;e echo pwned > /tmp/kubexm-marker #",
+    // After a valid start: a check that only looks at the prefix, or trims.
+    "https://mirror.example/$(echo pwned > /tmp/kubexm-marker)",
+    "10.0.0.1\n- 10.0.0.2",
 ];
 
 /// What the base config lacks: one of every list and map that holds
@@ -223,12 +226,12 @@ fn every_string_of_the_cluster_schema_is_refused_or_listed_as_never_on_a_host() 
             match load_str_as(&text, "cluster.yaml", Some(&catalog), Origin::Operator) {
                 Ok(_) => failures.push(format!("{leaf}: {payload:?} was accepted")),
                 Err(LoadError::Invalid(d)) => {
-                    // At the value, or at its map or list (a key's own path).
-                    let parent = want.rfind(['.', '[']).map_or(want.as_str(), |i| &want[..i]);
+                    // At the value itself (a map's key: at the map, or at
+                    // the entry); a problem elsewhere does not count.
                     let named = d
                         .diagnostics
                         .iter()
-                        .any(|x| x.line.is_some() && (x.path.starts_with(&want) || x.path == parent));
+                        .any(|x| x.line.is_some() && (x.path == want || x.path.starts_with(&format!("{want}."))));
                     if !named {
                         failures.push(format!("{leaf}: {payload:?} refused, but not at {want}: {d}"));
                     }
