@@ -239,7 +239,7 @@ impl Catalog {
             }
         }
         let minor = Self::minor_of(&spec.kubernetes.version);
-        let addons = crate::topology::enabled_addons(spec)
+        let addons = crate::addons::enabled_addons(spec)
             .into_iter()
             .filter_map(|a| {
                 let version = a.version?;

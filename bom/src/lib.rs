@@ -6,6 +6,7 @@
 //! [`resolve::resolve`] with a [`catalog::Catalog`] → a deterministic [`Bom`].
 //! Nothing here fetches anything; the only I/O is reading files.
 
+pub mod addons;
 mod bom;
 pub mod catalog;
 pub mod config;

@@ -129,7 +129,7 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
     }
 
     // Addons: manifests (images found at build time), charts, fixed images.
-    let mut addons: Vec<(&str, String)> = crate::topology::enabled_addons(spec)
+    let mut addons: Vec<(&str, String)> = crate::addons::enabled_addons(spec)
         .into_iter()
         .filter_map(|a| a.version.map(|v| (a.name, v)))
         .collect();

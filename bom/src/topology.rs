@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
+pub use crate::addons::{AddonPhase, EnabledAddon, enabled_addons};
 use crate::config::Cluster;
-use crate::config::defaults::{network_addon, storage_addon};
-use crate::config::model::{EndpointMode, Spec};
+use crate::config::model::EndpointMode;
 
 /// The shape of a completed config, computed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,67 +110,6 @@ impl Topology {
     pub fn address(&self, host: &str) -> &str {
         self.addresses.get(host).map_or("", String::as_str)
     }
-}
-
-/// Where an addon is applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AddonPhase {
-    /// The pod network (`cni` phase).
-    Cni,
-    /// Everything else (`addons` phase).
-    Addons,
-}
-
-/// One addon a config turns on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnabledAddon {
-    /// The catalog's name for it.
-    pub name: &'static str,
-    /// The version asked for (a completed config fills the catalog default).
-    pub version: Option<String>,
-    pub phase: AddonPhase,
-}
-
-/// The addons `spec` turns on, in install order: the network plugin and
-/// multus, then NodeLocalDNS, MetalLB and the storage provider.
-pub fn enabled_addons(spec: &Spec) -> Vec<EnabledAddon> {
-    let mut out = vec![EnabledAddon {
-        name: network_addon(spec.network.plugin),
-        version: spec.network.version.clone(),
-        phase: AddonPhase::Cni,
-    }];
-    let toggles = [
-        ("multus", spec.network.multus.enabled, &spec.network.multus.version, AddonPhase::Cni),
-        (
-            "nodelocaldns",
-            spec.dns.nodelocaldns.enabled,
-            &spec.dns.nodelocaldns.version,
-            AddonPhase::Addons,
-        ),
-        (
-            "metallb",
-            spec.load_balancer_service.metallb.enabled,
-            &spec.load_balancer_service.metallb.version,
-            AddonPhase::Addons,
-        ),
-    ];
-    for (name, on, version, phase) in toggles {
-        if on {
-            out.push(EnabledAddon {
-                name,
-                version: version.clone(),
-                phase,
-            });
-        }
-    }
-    if let Some(name) = storage_addon(spec.storage.provider) {
-        out.push(EnabledAddon {
-            name,
-            version: spec.storage.version.clone(),
-            phase: AddonPhase::Addons,
-        });
-    }
-    out
 }
 
 #[cfg(test)]

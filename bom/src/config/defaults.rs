@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use super::model::*;
+use crate::addons::{network_addon, storage_addon};
 use crate::catalog::Catalog;
 
 pub const API_VERSION: &str = "kubexm.io/v1alpha1";
@@ -210,27 +211,6 @@ pub fn complete(cluster: &mut Cluster, catalog: Option<&Catalog>) {
         && spec.storage.version.is_none()
     {
         spec.storage.version = addon(name);
-    }
-}
-
-/// The catalog addon that implements a network plugin.
-pub fn network_addon(plugin: NetworkPlugin) -> &'static str {
-    match plugin {
-        NetworkPlugin::Calico => "calico",
-        NetworkPlugin::Flannel => "flannel",
-        NetworkPlugin::Cilium => "cilium",
-        NetworkPlugin::KubeOvn => "kube-ovn",
-        NetworkPlugin::Hybridnet => "hybridnet",
-    }
-}
-
-/// The catalog addon that implements a storage provider, if any.
-pub fn storage_addon(provider: StorageProvider) -> Option<&'static str> {
-    match provider {
-        StorageProvider::None => None,
-        StorageProvider::OpenebsLocalpv => Some("openebs-localpv"),
-        StorageProvider::Longhorn => Some("longhorn"),
-        StorageProvider::RookCeph => Some("rook-ceph"),
     }
 }
 

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::defaults::{API_VERSION, KIND, network_addon, storage_addon};
+use super::defaults::{API_VERSION, KIND};
 use super::model::*;
+use crate::addons::{network_addon, storage_addon};
 use crate::catalog::Catalog;
 use crate::diag::{Diagnostic, Kind, MAX_DIAGNOSTICS, did_you_mean};
 use crate::image::ImageRef;
