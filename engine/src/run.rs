@@ -128,7 +128,7 @@ pub async fn run(
     };
     let hosts = host_names.len();
     let mut report = Report::default();
-    let done_before = match state.done_nodes(cluster).await {
+    let done_before = match state.done_nodes(cluster, job).await {
         Ok(d) => d,
         Err(e) => {
             report.state_error = Some(format!("reading what earlier runs did: {e}"));

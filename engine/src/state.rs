@@ -118,6 +118,13 @@ fn private_file(path: &Path) {
     }
 }
 
+/// What [`State::done_nodes`] reads: steps completed by earlier jobs of the
+/// same cluster and kind, after the cluster's last successful reset.
+const DONE_NODES: &str = "SELECT DISTINCT s.node FROM steps s JOIN jobs j ON j.id = s.job \
+     WHERE j.cluster = ?1 AND j.id < ?2 AND j.kind = (SELECT kind FROM jobs WHERE id = ?2) \
+     AND j.id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind = 'reset' AND status = 'succeeded' AND id < ?2), 0) \
+     AND s.status IN ('applied', 'skipped')";
+
 impl State {
     /// Opens (creating if needed) the database at `path`; `secrets` are redacted from logs.
     pub fn open(path: &Path, secrets: Vec<String>) -> Result<State, StateError> {
@@ -215,29 +222,17 @@ impl State {
         tx.commit().map_err(|e| self.err(e))
     }
 
-    /// Every node an earlier job of this cluster completed.
-    pub fn done_nodes(&self, cluster: &str) -> Result<std::collections::HashSet<String>, StateError> {
+    /// Every node an earlier job of the same operation as `job` (its kind)
+    /// completed on this cluster since the cluster's last successful reset:
+    /// a later operation's steps with the same id are not masked by an
+    /// install's, and install, reset, install runs every step again.
+    pub fn done_nodes(&self, cluster: &str, job: i64) -> Result<std::collections::HashSet<String>, StateError> {
         let c = self.conn();
-        let mut stmt = c
-            .prepare("SELECT DISTINCT s.node FROM steps s JOIN jobs j ON j.id = s.job WHERE j.cluster = ?1 AND s.status IN ('applied', 'skipped')")
-            .map_err(|e| self.err(e))?;
+        let mut stmt = c.prepare(DONE_NODES).map_err(|e| self.err(e))?;
         let rows = stmt
-            .query_map(params![cluster], |r| r.get::<_, String>(0))
+            .query_map(params![cluster, job], |r| r.get::<_, String>(0))
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
-    }
-
-    /// Whether an earlier job of this cluster completed `node`.
-    pub fn done_before(&self, cluster: &str, node: &str) -> Result<bool, StateError> {
-        self.conn()
-            .query_row(
-                "SELECT 1 FROM steps s JOIN jobs j ON j.id = s.job WHERE j.cluster = ?1 AND s.node = ?2 AND s.status IN ('applied', 'skipped') LIMIT 1",
-                params![cluster, node],
-                |_| Ok(()),
-            )
-            .optional()
-            .map(|r| r.is_some())
-            .map_err(|e| self.err(e))
     }
 
     pub fn job(&self, id: Option<i64>) -> Result<Option<JobRecord>, StateError> {

@@ -18,8 +18,9 @@ pub trait Store: KnownHosts + Send + Sync {
     fn finish_job<'a>(&'a self, job: i64, status: &'a str) -> BoxFuture<'a, Result<(), StateError>>;
     /// Records step results, all or none.
     fn record_many<'a>(&'a self, job: i64, records: &'a [Record<'a>]) -> BoxFuture<'a, Result<(), StateError>>;
-    /// Every node some earlier job of `cluster` completed.
-    fn done_nodes<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<HashSet<String>, StateError>>;
+    /// Every node an earlier job of `cluster` of the same operation as
+    /// `job` completed, since the cluster's last successful reset.
+    fn done_nodes<'a>(&'a self, cluster: &'a str, job: i64) -> BoxFuture<'a, Result<HashSet<String>, StateError>>;
     /// A job by id, or the latest.
     fn job(&self, id: Option<i64>) -> BoxFuture<'_, Result<Option<JobRecord>, StateError>>;
     /// A job's step results.
@@ -38,8 +39,8 @@ impl Store for State {
     fn record_many<'a>(&'a self, job: i64, records: &'a [Record<'a>]) -> BoxFuture<'a, Result<(), StateError>> {
         Box::pin(async move { State::record_many(self, job, records) })
     }
-    fn done_nodes<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<HashSet<String>, StateError>> {
-        Box::pin(async move { State::done_nodes(self, cluster) })
+    fn done_nodes<'a>(&'a self, cluster: &'a str, job: i64) -> BoxFuture<'a, Result<HashSet<String>, StateError>> {
+        Box::pin(async move { State::done_nodes(self, cluster, job) })
     }
     fn job(&self, id: Option<i64>) -> BoxFuture<'_, Result<Option<JobRecord>, StateError>> {
         Box::pin(async move { State::job(self, id) })

@@ -713,3 +713,41 @@ async fn a_steps_output_arrives_as_log_line_events_before_it_finishes() {
         log.lines().collect::<Vec<_>>()
     );
 }
+
+/// Issue 26: the engine's state is keyed by operation. A step without a
+/// check that an install completed is skipped by the next install only:
+/// another operation with the same step id runs it, and after a successful
+/// reset the cluster's state is forgotten (install, reset, install runs
+/// every step again).
+#[tokio::test]
+async fn operations_sharing_step_ids_keep_separate_state_and_a_reset_forgets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = state(&dir);
+    let hs = hosts(1);
+    let log = Log::default();
+    let ts = transports(&hs, &log, ok_script(), Duration::ZERO);
+    let applied = || log.calls().iter().filter(|(_, c)| c == "apply s1").count();
+    let op = async |kind: &str, steps: &[&str]| {
+        let plan = single(&hs, steps).plan().unwrap();
+        let job = st.begin_job("c", kind).unwrap();
+        run(
+            &plan,
+            &ts,
+            &st,
+            "c",
+            job,
+            &EngineOptions::default(),
+            Arc::new(AtomicBool::new(false)),
+        )
+        .await
+    };
+    op("install", &["s1"]).await;
+    assert_eq!(applied(), 1);
+    op("os-packages", &["s1"]).await;
+    assert_eq!(applied(), 2, "another operation's step with the same id was masked");
+    op("install", &["s1"]).await;
+    assert_eq!(applied(), 2, "a re-run of the same operation skips what it completed");
+    op("reset", &["r1"]).await;
+    op("install", &["s1"]).await;
+    assert_eq!(applied(), 3, "after a successful reset, install runs every step again");
+}
