@@ -535,7 +535,7 @@ fn tls_config(cert_pem: &[u8], key_pem: &[u8], client_ca: Option<&Path>) -> anyh
         }
     };
     let mut config = builder.with_single_cert(chain, key).context("the TLS certificate and key")?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
 
@@ -565,7 +565,9 @@ pub async fn run(opts: ServeOptions, ready: impl FnOnce(&Served, Option<&Path>))
     let server = axum_server::from_tcp(listener)?.handle(handle.clone());
     let (cert_pem, key_pem, ca) = match &opts.tls {
         Tls::Plain => {
-            let mut server = server.acceptor(Admit::new(axum_server::accept::DefaultAcceptor, limits));
+            let mut server = server
+                .acceptor(Admit::new(axum_server::accept::DefaultAcceptor, limits))
+                .http1_only();
             crate::limits::http1_timeouts(&mut server);
             let fut = tokio::spawn(async move { server.serve(app.into_make_service()).await });
             handle.listening().await.context(format!("cannot listen on {}", opts.listen))?;
@@ -582,7 +584,11 @@ pub async fn run(opts: ServeOptions, ready: impl FnOnce(&Served, Option<&Path>))
     let config = tls_config(&cert_pem, &key_pem, opts.client_ca.as_deref())?;
     let tls = axum_server::tls_rustls::RustlsAcceptor::new(axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config)))
         .handshake_timeout(std::time::Duration::from_secs(10));
-    let mut server = server.acceptor(Admit::new(tls, limits));
+    // HTTP/1.1 only (set after the acceptor, which resets it): over h2 one
+    // connection carries 200 streams, each with a file open, past the cap,
+    // the per-source limit and LimitNOFILE, and hyper's request-head timeout
+    // covers HTTP/1 only. containerd, curl and wget all speak HTTP/1.1.
+    let mut server = server.acceptor(Admit::new(tls, limits)).http1_only();
     crate::limits::http1_timeouts(&mut server);
     let fut = tokio::spawn(async move { server.serve(app.into_make_service()).await });
     handle

@@ -214,3 +214,21 @@ fn with_a_client_ca_a_client_without_its_certificate_is_refused() {
     let wrong = curl(&["--cert", &ocrt, "--key", &okey]);
     assert!(!wrong.status.success(), "served with another CA's certificate");
 }
+
+// Over h2 one connection carried 200 streams, each with a file open: past
+// the cap, the per-source limit and LimitNOFILE. The server speaks HTTP/1.1
+// only: an h2 client's preface gets no SETTINGS frame back.
+#[test]
+fn http2_is_not_spoken() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = start(dir.path(), Tls::Plain, ConnectionLimits::default(), None);
+    let mut s = connect_from("127.0.0.9", addr);
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = Vec::new();
+    let _ = s.read_to_end(&mut b);
+    let settings = b.len() >= 9 && b[3] == 0x04;
+    assert!(!settings, "the server answered in h2: {:?}", &b[..b.len().min(32)]);
+    assert!(b.is_empty() || b.starts_with(b"HTTP/1.1"), "{:?}", String::from_utf8_lossy(&b));
+}

@@ -96,7 +96,9 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     let unit = crate::registry_unit(&crate::RegistryService {
         binary: HOST_INSTALLER,
         bundle_dir: &remote_dir,
-        listen: &std::net::SocketAddr::new(addr.parse()?, port).to_string(),
+        // The address the nodes use; a host known by name only (no
+        // internalAddress) listens on every address, as before.
+        listen: &std::net::SocketAddr::new(addr.parse().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()), port).to_string(),
         cert: REGISTRY_CERT,
         key: REGISTRY_KEY,
         client_ca: client_auth.then_some(REGISTRY_CLIENT_CA),

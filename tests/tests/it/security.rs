@@ -319,6 +319,11 @@ fn the_registry_serves_a_node_under_idle_floods_runs_unprivileged_and_refuses_un
         from_lab2 <= 64 && from_machine <= 64,
         "past the per-source limit: {from_lab2}, {from_machine}"
     );
+    // The floods really hold connections (the pull below is under them).
+    assert!(
+        from_lab2 >= 8 && from_machine >= 8,
+        "the floods hold too few connections to prove anything: {from_lab2}, {from_machine}"
+    );
     // containerd pulls through its hosts.toml (with lab1's certificate), as kubelet's pulls do.
     let pull = lab.ssh_ok(
         "lab1",
