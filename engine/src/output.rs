@@ -151,9 +151,12 @@ pub fn bound_lines(text: &str, keep: usize) -> Vec<Cow<'_, str>> {
 mod tests {
     use super::*;
 
+    /// The count a dropped-bytes line says; 0 without one.
     fn dropped(s: &str) -> u64 {
-        let at = s.find("[kubexm: ").expect("a dropped-bytes line");
-        s[at + 9..].split(' ').next().unwrap().parse().unwrap()
+        s.find("[kubexm: ")
+            .and_then(|at| s[at + 9..].split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
     }
 
     #[test]
@@ -166,7 +169,7 @@ mod tests {
     }
 
     #[test]
-    fn head_and_tail_are_kept_and_the_dropped_bytes_counted() {
+    fn head_and_tail_are_kept_and_the_dropped_bytes_counted() -> Result<(), Box<dyn std::error::Error>> {
         let mut c = Capture::new(20);
         // 1000 bytes in chunks of every size: the head is the first 10, the tail the last 10.
         let all: Vec<u8> = (0..1000u32).map(|i| b'a' + (i % 26) as u8).collect();
@@ -181,11 +184,12 @@ mod tests {
         }
         assert_eq!(c.seen(), 1000);
         let out = c.finish();
-        let text = String::from_utf8(all).unwrap();
+        let text = String::from_utf8(all)?;
         assert_eq!(
             out,
             format!("{}\n[kubexm: 980 bytes of output dropped]\n{}", &text[..10], &text[990..])
         );
+        Ok(())
     }
 
     #[test]
@@ -198,16 +202,18 @@ mod tests {
     }
 
     #[test]
-    fn utf8_characters_are_never_cut_in_two() {
+    fn utf8_characters_are_never_cut_in_two() -> Result<(), Box<dyn std::error::Error>> {
         // 1-, 2-, 3- and 4-byte characters, so the cuts fall at every offset within one.
         let text: String = "aé€😀".repeat(500);
         for keep in 10..40 {
             let out = bound(&text, keep);
             assert!(!out.contains('\u{FFFD}'), "keep {keep}: {out}");
-            let kept = out.len() - out.lines().find(|l| l.starts_with("[kubexm")).unwrap().len() - 2;
+            let marker = out.lines().find(|l| l.starts_with("[kubexm")).ok_or("no dropped-bytes line")?;
+            let kept = out.len() - marker.len() - 2;
             assert_eq!(kept as u64 + dropped(&out), text.len() as u64, "keep {keep}: {out}");
             assert!(out.len() <= keep + 60, "keep {keep}: {} bytes", out.len());
         }
+        Ok(())
     }
 
     #[test]

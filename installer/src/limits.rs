@@ -290,25 +290,26 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn per_source_limit_and_reserved_sources() {
-        let a: IpAddr = "198.18.0.50".parse().unwrap();
-        let node: IpAddr = "198.18.0.11".parse().unwrap();
+    async fn per_source_limit_and_reserved_sources() -> Result<(), Box<dyn std::error::Error>> {
+        let a: IpAddr = "198.18.0.50".parse()?;
+        let node: IpAddr = "198.18.0.11".parse()?;
         let l = Limits::with_sources(3, IDLE, 2, [node]);
-        let a1 = l.admit_from(a, ()).unwrap();
-        let _a2 = l.admit_from(a, ()).unwrap();
+        let a1 = l.admit_from(a, ())?;
+        let _a2 = l.admit_from(a, ())?;
         assert!(l.admit_from(a, ()).is_err(), "a third from one address");
         assert_eq!(l.open_from(a), 2);
         // The node is outside the cap, which one more other fills.
-        let _b = l.admit_from("198.18.0.51".parse().unwrap(), ()).unwrap();
-        assert!(l.admit_from("198.18.0.52".parse().unwrap(), ()).is_err(), "past the cap");
-        let _n1 = l.admit_from(node, ()).unwrap();
-        let _n2 = l.admit_from(node, ()).unwrap();
+        let _b = l.admit_from("198.18.0.51".parse()?, ())?;
+        assert!(l.admit_from("198.18.0.52".parse()?, ()).is_err(), "past the cap");
+        let _n1 = l.admit_from(node, ())?;
+        let _n2 = l.admit_from(node, ())?;
         assert!(l.admit_from(node, ()).is_err(), "a node has its per-source limit");
         assert_eq!(l.open(), 3);
         drop(a1);
         assert_eq!((l.open(), l.open_from(a)), (2, 1));
         // An IPv4-mapped address is the same source.
-        let _a3 = l.admit_from("::ffff:198.18.0.50".parse().unwrap(), ()).unwrap();
+        let _a3 = l.admit_from("::ffff:198.18.0.50".parse()?, ())?;
         assert_eq!(l.open_from(a), 2);
+        Ok(())
     }
 }

@@ -66,19 +66,21 @@ spec:
 
     /// A bastion without auth got the host's credential (defaults.rs copied it).
     #[test]
-    fn a_bastion_without_its_own_auth_is_refused_at_its_line() {
+    fn a_bastion_without_its_own_auth_is_refused_at_its_line() -> Result<(), Box<dyn std::error::Error>> {
         let e = load_str_hosts(CONFIG, "cluster.yaml").unwrap_err().to_string();
         assert!(e.contains("cluster.yaml:11:"), "{e}");
         assert!(e.contains("spec.hosts[1].bastion"), "{e}");
         assert!(e.contains("bastion 10.0.0.9 has no auth of its own"), "{e}");
         // With the agent, the bastion logs in as its host does.
         let agent = CONFIG.replace("auth: {password: {fromEnv: PW}}", "auth: {agent: true}");
-        let c = load_str_hosts(&agent, "cluster.yaml").unwrap();
-        assert_eq!(c.spec.hosts[1].bastion.as_ref().unwrap().auth.as_ref().unwrap().agent, Some(true));
+        let c = load_str_hosts(&agent, "cluster.yaml")?;
+        let bastion = c.spec.hosts[1].bastion.as_ref().ok_or("no bastion")?;
+        assert_eq!(bastion.auth.as_ref().ok_or("no bastion auth")?.agent, Some(true));
         assert!(!e.contains("spec.hosts[2]"), "{e}");
         let fixed = CONFIG.replace("user: jump}", "user: jump, auth: {agent: true}}");
-        let c = load_str_hosts(&fixed, "cluster.yaml").unwrap();
-        assert_eq!(c.spec.hosts[1].bastion.as_ref().unwrap().user.as_deref(), Some("jump"));
+        let c = load_str_hosts(&fixed, "cluster.yaml")?;
+        assert_eq!(c.spec.hosts[1].bastion.as_ref().ok_or("no bastion")?.user.as_deref(), Some("jump"));
+        Ok(())
     }
 
     #[test]
