@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::bom::{Bom, ChartItem, ChartSource, Checksum, FileItem, ImageItem, ManifestItem, OsRepoItem};
 use crate::catalog::{Catalog, render};
-use crate::config::model::{Cluster, DeployMode, EndpointMode, EtcdMode};
+use crate::config::model::{Cluster, DeployMode, EndpointMode, EtcdMode, Spec};
 use crate::image::ImageRef;
 use crate::mirror::Mirrors;
 
@@ -47,8 +47,35 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
     let mut mirrors = Mirrors::parse(spec.bundle.mirrors.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(ResolveError::Mirror)?;
     mirrors.extend(extra_mirrors.clone());
     let k8s = spec.kubernetes.version.as_str();
+    let arches = arches(spec, catalog);
+    let files = files(spec, catalog, &mirrors, &arches)?;
+    let (manifests, mut charts, mut image_refs) = addon_items(spec, catalog, &mirrors)?;
+    bundle_charts(spec, &mirrors, &mut charts);
+    charts.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
+    charts.dedup_by(|a, b| a.path == b.path);
+    let control_plane_only = kubeadm_images(spec, catalog, &mut image_refs)?;
+    for i in &spec.bundle.extra_images {
+        image_refs.insert(ImageRef::parse(i)?);
+    }
+    let images = images(spec, &mirrors, &arches, image_refs, &control_plane_only);
+    let minor = catalog.minor(k8s);
+    let os_repos = os_repos(cluster, catalog, &arches);
+    Ok(Bom {
+        cluster: cluster.metadata.name.clone(),
+        kubernetes_version: k8s.to_string(),
+        arches,
+        files,
+        manifests,
+        images,
+        charts,
+        notes: minor.map(|m| m.notes.clone()).unwrap_or_default(),
+        mirrors: mirrors.entries().into_iter().collect::<BTreeMap<_, _>>(),
+        os_repos,
+    })
+}
 
-    // Arches: the bundle's plus any host's declared one, in catalog order.
+/// The bundle's arches plus any host's declared one, in catalog order.
+fn arches(spec: &Spec, catalog: &Catalog) -> Vec<String> {
     let wanted: BTreeSet<&str> = spec
         .bundle
         .arches
@@ -56,9 +83,12 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
         .chain(spec.hosts.iter().filter_map(|h| h.arch.as_ref()))
         .map(String::as_str)
         .collect();
-    let arches: Vec<String> = catalog.arches.iter().filter(|a| wanted.contains(a.as_str())).cloned().collect();
+    catalog.arches.iter().filter(|a| wanted.contains(a.as_str())).cloned().collect()
+}
 
-    // Files.
+/// The component binaries for every arch, then the config's extra files.
+fn files(spec: &Spec, catalog: &Catalog, mirrors: &Mirrors, arches: &[String]) -> Result<Vec<FileItem>, ResolveError> {
+    let k8s = spec.kubernetes.version.as_str();
     let mut versions: Vec<(&str, String)> = Vec::new();
     if spec.kubernetes.deploy_mode == DeployMode::Kubeadm {
         for c in KUBEADM_COMPONENTS {
@@ -86,7 +116,7 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
             component: name.to_string(),
             version: version.clone(),
         })?;
-        for arch in &arches {
+        for arch in arches {
             let url = render(&comp.url, version, arch);
             let checksum = match (digests.get(arch), &comp.checksum_url) {
                 (Some(d), _) => Checksum::Sha256(d.clone()),
@@ -128,7 +158,17 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
         });
     }
 
-    // Addons: manifests (images found at build time), charts, fixed images.
+    Ok(files)
+}
+
+/// The enabled addons' manifests, charts and fixed images (images in the
+/// manifests are found at build time).
+#[allow(clippy::type_complexity)]
+fn addon_items(
+    spec: &Spec,
+    catalog: &Catalog,
+    mirrors: &Mirrors,
+) -> Result<(Vec<ManifestItem>, Vec<ChartItem>, BTreeSet<ImageRef>), ResolveError> {
     let mut addons: Vec<(&str, String)> = crate::addons::enabled_addons(spec)
         .into_iter()
         .filter_map(|a| a.version.map(|v| (a.name, v)))
@@ -173,6 +213,11 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
             image_refs.insert(ImageRef::parse(&render(t, version, ""))?);
         }
     }
+    Ok((manifests, charts, image_refs))
+}
+
+/// The config's own charts (`bundle.charts`).
+fn bundle_charts(spec: &Spec, mirrors: &Mirrors, charts: &mut Vec<ChartItem>) {
     for c in &spec.bundle.charts {
         let source = match (&c.repo, &c.url, &c.oci) {
             (Some(r), _, _) => ChartSource::Repo {
@@ -198,9 +243,12 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
             sha256: c.sha256.as_ref().map(|s| s.to_lowercase()),
         });
     }
-    charts.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
-    charts.dedup_by(|a, b| a.path == b.path);
+}
 
+/// Adds the images kubeadm pulls, known before any manifest is read, and
+/// returns those only a control-plane node runs.
+fn kubeadm_images(spec: &Spec, catalog: &Catalog, image_refs: &mut BTreeSet<ImageRef>) -> Result<BTreeSet<ImageRef>, ResolveError> {
+    let k8s = spec.kubernetes.version.as_str();
     // Images kubeadm pulls, known before any manifest is read. Those only a
     // control-plane node runs are carried for the control-plane nodes'
     // arches when every one of them is known (an arm64 worker needs no arm64
@@ -232,9 +280,18 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
             }
         }
     }
-    for i in &spec.bundle.extra_images {
-        image_refs.insert(ImageRef::parse(i)?);
-    }
+    Ok(control_plane_only)
+}
+
+/// Every image with its platforms: those only a control-plane node runs
+/// for the control-plane nodes' arches when every one of them is known.
+fn images(
+    spec: &Spec,
+    mirrors: &Mirrors,
+    arches: &[String],
+    image_refs: BTreeSet<ImageRef>,
+    control_plane_only: &BTreeSet<ImageRef>,
+) -> Vec<ImageItem> {
     let platforms: Vec<String> = arches.iter().map(|a| format!("linux/{a}")).collect();
     let control_plane_arches: Option<BTreeSet<&str>> = spec
         .role_groups
@@ -250,7 +307,7 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
             .collect(),
         _ => platforms.clone(),
     };
-    let images = image_refs
+    image_refs
         .into_iter()
         .map(|r| ImageItem {
             source: mirrors.rewrite_image(&r),
@@ -264,22 +321,7 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
             upstream_digest: None,
             from_manifest: None,
         })
-        .collect();
-
-    let minor = catalog.minor(k8s);
-    let os_repos = os_repos(cluster, catalog, &arches);
-    Ok(Bom {
-        cluster: cluster.metadata.name.clone(),
-        kubernetes_version: k8s.to_string(),
-        arches,
-        files,
-        manifests,
-        images,
-        charts,
-        notes: minor.map(|m| m.notes.clone()).unwrap_or_default(),
-        mirrors: mirrors.entries().into_iter().collect::<BTreeMap<_, _>>(),
-        os_repos,
-    })
+        .collect()
 }
 
 /// One repository per release and arch, with the packages each role present

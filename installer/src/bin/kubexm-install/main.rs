@@ -83,17 +83,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 client_ca,
             };
-            ops::serve::serve(r, |s, ca| {
-                let scheme = if plain_http { "http" } else { "https" };
-                println!(
-                    "serving on {scheme}://{listen}: {} repositories, ready in {} ms",
-                    s.repositories().len(),
-                    start.elapsed().as_millis()
-                );
-                if let Some(ca) = ca {
-                    println!("nodes must trust the CA {}", ca.display());
-                }
-            })
+            ops::serve::serve(r, |s, ca| print_serving(s, ca, plain_http, listen, start))
         }
         Command::Mirror {
             bundle,
@@ -159,16 +149,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             print_packages(ops::packages::packages(&opts)?)
         }
-        Command::Reset { file, yes, root, engine } => match ops::reset::reset(&file, yes, &root, &engine.settings())? {
-            ops::reset::ResetReport::NotConfirmed { plan, refusal } => {
-                print!("{plan}");
-                Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
-            }
-            ops::reset::ResetReport::Done(line) => {
-                println!("{line}");
-                Ok(())
-            }
-        },
+        Command::Reset { file, yes, root, engine } => print_reset(ops::reset::reset(&file, yes, &root, &engine.settings())?),
         Command::Status { job, state } => {
             print!("{}", ops::status::status(&state, job)?);
             Ok(())
@@ -192,6 +173,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             for f in files {
                 println!("{}", f.display());
             }
+            Ok(())
+        }
+    }
+}
+
+/// What `serve` prints once it listens.
+fn print_serving(s: &serve::Served, ca: Option<&std::path::Path>, plain_http: bool, listen: std::net::SocketAddr, start: Instant) {
+    let scheme = if plain_http { "http" } else { "https" };
+    println!(
+        "serving on {scheme}://{listen}: {} repositories, ready in {} ms",
+        s.repositories().len(),
+        start.elapsed().as_millis()
+    );
+    if let Some(ca) = ca {
+        println!("nodes must trust the CA {}", ca.display());
+    }
+}
+
+/// What `reset` prints: the plan and the refusal without `--yes`, else its line.
+fn print_reset(report: ops::reset::ResetReport) -> anyhow::Result<()> {
+    match report {
+        ops::reset::ResetReport::NotConfirmed { plan, refusal } => {
+            print!("{plan}");
+            Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
+        }
+        ops::reset::ResetReport::Done(line) => {
+            println!("{line}");
             Ok(())
         }
     }
