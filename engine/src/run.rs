@@ -23,6 +23,9 @@ use tokio::task::JoinSet;
 
 use crate::events::{Emitter, Event, EventSink, PhaseSize};
 use crate::plan::{Check, Plan, StepError};
+
+/// The plan's graph.
+type Graph = petgraph::graph::DiGraph<crate::plan::Node, ()>;
 use crate::state::{Outcome, Record};
 use crate::store::Store;
 use crate::transport::{Transport, TransportError};
@@ -114,18 +117,7 @@ pub async fn run(
         .node_indices()
         .map(|n| g.neighbors_directed(n, Direction::Incoming).count())
         .collect();
-    let mut host_names: Vec<&str> = Vec::new();
-    let host_of: Vec<usize> = {
-        let mut ix: HashMap<&str, usize> = HashMap::new();
-        g.node_weights()
-            .map(|node| {
-                *ix.entry(node.host.as_str()).or_insert_with(|| {
-                    host_names.push(node.host.as_str());
-                    host_names.len() - 1
-                })
-            })
-            .collect()
-    };
+    let (host_names, host_of) = index_hosts(g);
     let hosts = host_names.len();
     let mut report = Report::default();
     let done_before = match state.done_nodes(cluster, job).await {
@@ -137,10 +129,12 @@ pub async fn run(
     };
     // Ready nodes wait per host; hosts with ready work and no running step
     // wait in one queue. Every event is O(1), whatever the plan's size.
-    let mut pending: Vec<VecDeque<NodeIndex>> = vec![VecDeque::new(); hosts];
-    let mut waiting: VecDeque<usize> = VecDeque::new();
-    let mut queued = Flags::new(hosts);
-    let mut busy = Flags::new(hosts);
+    let mut q = Queues {
+        pending: vec![VecDeque::new(); hosts],
+        waiting: VecDeque::new(),
+        queued: Flags::new(hosts),
+        busy: Flags::new(hosts),
+    };
     let mut blocked = Flags::new(g.node_count());
     let mut running: JoinSet<Done> = JoinSet::new();
     // Each host's transport, by host index.
@@ -153,58 +147,16 @@ pub async fn run(
     let mut failed = false;
     let events = Emitter::new(opts.events.clone(), job);
     events.emit(|| Event::JobStarted { phases: phases(plan) });
-    let step_event = |n: NodeIndex, outcome: Option<Outcome>| {
-        let node = &g[n];
-        let (node_id, module, host) = (node.id.clone(), node.module.clone(), node.host.clone());
-        match outcome {
-            None => Event::StepStarted {
-                node: node_id,
-                module,
-                host,
-            },
-            Some(outcome) => Event::StepFinished {
-                node: node_id,
-                module,
-                host,
-                outcome,
-            },
-        }
-    };
     // Barriers pass as soon as they are ready: what waits on them becomes
     // ready in turn (pushed onto its host's queue).
-    let mut ready: Vec<NodeIndex> = g.node_indices().filter(|n| indegree[n.index()] == 0).collect();
-    while let Some(n) = ready.pop() {
-        if g[n].barrier {
-            for next in g.neighbors_directed(n, Direction::Outgoing) {
-                indegree[next.index()] -= 1;
-                if indegree[next.index()] == 0 {
-                    ready.push(next);
-                }
-            }
-            continue;
-        }
-        let host = host_of[n.index()];
-        pending[host].push_back(n);
-        if queued.insert(host) {
-            waiting.push_back(host);
-        }
-    }
+    let ready: Vec<NodeIndex> = g.node_indices().filter(|n| indegree[n.index()] == 0).collect();
+    q.pass_ready(g, ready, &mut indegree, &host_of);
     loop {
         let stopping = stop.load(Ordering::Relaxed) || (failed && opts.policy == Policy::FailFast) || report.state_error.is_some();
-        while !stopping && busy.count < opts.concurrency.max(1) {
-            let Some(host) = waiting.pop_front() else { break };
-            queued.remove(host);
-            let Some(n) = ({
-                let q = &mut pending[host];
-                let mut found = None;
-                while let Some(n) = q.pop_front() {
-                    if !blocked.contains(n.index()) {
-                        found = Some(n);
-                        break;
-                    }
-                }
-                found
-            }) else {
+        while !stopping && q.busy.count < opts.concurrency.max(1) {
+            let Some(host) = q.waiting.pop_front() else { break };
+            q.queued.remove(host);
+            let Some(n) = pop_unblocked(&mut q.pending[host], &blocked) else {
                 continue;
             };
             let node = &g[n];
@@ -219,31 +171,10 @@ pub async fn run(
                 failed = true;
                 continue;
             };
-            busy.insert(host);
-            events.emit(|| step_event(n, None));
-            let step = node.step.clone();
+            q.busy.insert(host);
+            events.emit(|| step_event(g, n, None));
             let done = !done_before.is_empty() && done_before.contains(&node.id);
-            let attempts = opts.attempts.max(1);
-            running.spawn(async move {
-                use futures_util::FutureExt;
-                let started = now_ms();
-                // A step that panics is a failed step, with the panic's message.
-                let ran = std::panic::AssertUnwindSafe(execute(step.as_ref(), t.as_ref(), done, attempts))
-                    .catch_unwind()
-                    .await;
-                let (outcome, log, host_lost) = match ran {
-                    Ok(r) => r,
-                    Err(panic) => (Outcome::Failed, format!("the step panicked: {}", panic_message(&*panic)), false),
-                };
-                Done {
-                    n,
-                    outcome,
-                    log,
-                    host_lost,
-                    started,
-                    duration_ms: now_ms() - started,
-                }
-            });
+            running.spawn(run_node(n, node.step.clone(), t, done, opts.attempts.max(1)));
         }
         let Some(first) = running.join_next().await else { break };
         // Everything else that finished meanwhile is recorded in the same
@@ -253,21 +184,7 @@ pub async fn run(
         while let Some(more) = running.try_join_next() {
             finished.extend(more);
         }
-        let records: Vec<Record> = finished
-            .iter()
-            .map(|d| {
-                let node = &g[d.n];
-                Record {
-                    node: &node.id,
-                    module: &node.module,
-                    host: &node.host,
-                    outcome: d.outcome,
-                    started: d.started,
-                    duration_ms: d.duration_ms,
-                    log: &d.log,
-                }
-            })
-            .collect();
+        let records: Vec<Record> = finished.iter().map(|d| d.record(g)).collect();
         if let Err(e) = state.record_many(job, &records).await {
             report.state_error.get_or_insert(format!("recording step results: {e}"));
         }
@@ -275,7 +192,7 @@ pub async fn run(
             let (n, outcome) = (d.n, d.outcome);
             let node = &g[n];
             let host = host_of[n.index()];
-            busy.remove(host);
+            q.busy.remove(host);
             let log = crate::output::bound(&state.redact(&d.log), crate::state::STEP_LOG_KEEP).into_owned();
             if events.wanted() {
                 for line in crate::output::bound_lines(&log, crate::output::EVENT_LINES) {
@@ -286,7 +203,7 @@ pub async fn run(
                     });
                 }
             }
-            events.emit(|| step_event(n, Some(outcome)));
+            events.emit(|| step_event(g, n, Some(outcome)));
             report.results.push(NodeResult {
                 id: node.id.clone(),
                 host: node.host.clone(),
@@ -295,115 +212,258 @@ pub async fn run(
             });
             reported.insert(n.index());
             if outcome == Outcome::Failed {
-                let lost_host = d.host_lost;
-                let mut roots = vec![n];
-                if !lost_host {
+                if !d.host_lost {
                     failed = true;
-                } else if lost.insert(host) {
-                    // Nothing more can run on the host: its other nodes are blocked too.
-                    roots.extend(
-                        g.node_indices()
-                            .filter(|m| host_of[m.index()] == host && !reported.contains(m.index())),
-                    );
                 }
-                let name = host_names[host];
-                let waits = if lost_host {
-                    format!("not done: it waits on {name}, which became unreachable")
-                } else {
-                    format!("not done: it waits on {} on {name}, which failed", node.id)
+                let blocks = Blocks {
+                    g,
+                    host_of: &host_of,
+                    host_names: &host_names,
+                    reported: &reported,
                 };
-                // Everything that depends on them cannot run.
-                for root in roots {
-                    let mut dfs = petgraph::visit::Dfs::new(g, root);
-                    while let Some(d) = dfs.next(g) {
-                        if d != n && blocked.insert(d.index()) {
-                            let why = if lost_host && host_of[d.index()] == host {
-                                format!("not done: {name} became unreachable")
-                            } else {
-                                waits.clone()
-                            };
-                            why_blocked.insert(d, why);
-                        }
-                    }
-                }
+                blocks.block(n, d.host_lost, &mut lost, &mut blocked, &mut why_blocked);
             } else {
-                let mut next_ready: Vec<NodeIndex> = Vec::new();
-                for next in g.neighbors_directed(n, Direction::Outgoing) {
-                    indegree[next.index()] -= 1;
-                    if indegree[next.index()] == 0 {
-                        next_ready.push(next);
-                    }
-                }
-                // A barrier passes at once; its successors are ready in turn.
-                while let Some(next) = next_ready.pop() {
-                    if !g[next].barrier {
-                        let h = host_of[next.index()];
-                        pending[h].push_back(next);
-                        if !busy.contains(h) && queued.insert(h) {
-                            waiting.push_back(h);
-                        }
-                        continue;
-                    }
-                    for after in g.neighbors_directed(next, Direction::Outgoing) {
-                        indegree[after.index()] -= 1;
-                        if indegree[after.index()] == 0 {
-                            next_ready.push(after);
-                        }
-                    }
-                }
+                let next_ready = release(g, n, &mut indegree);
+                q.pass_ready(g, next_ready, &mut indegree, &host_of);
             }
-            if !pending[host].is_empty() && queued.insert(host) {
-                waiting.push_back(host);
+            if !q.pending[host].is_empty() && q.queued.insert(host) {
+                q.waiting.push_back(host);
             }
         }
     }
     report.interrupted = stop.load(Ordering::Relaxed);
-    let missing: Vec<NodeIndex> = g
-        .node_indices()
-        .filter(|n| !g[*n].barrier && !reported.contains(n.index()))
+    let ended = Ended {
+        blocked: &blocked,
+        why_blocked: &why_blocked,
+        reported: &reported,
+    };
+    ended.finish(g, state, job, &events, &mut report).await;
+    report
+}
+
+/// Hosts by index, and each node's host index: everything per host is
+/// indexed, no hashing or string comparison per scheduling event.
+fn index_hosts(g: &Graph) -> (Vec<&str>, Vec<usize>) {
+    let mut host_names: Vec<&str> = Vec::new();
+    let mut ix: HashMap<&str, usize> = HashMap::new();
+    let host_of = g
+        .node_weights()
+        .map(|node| {
+            *ix.entry(node.host.as_str()).or_insert_with(|| {
+                host_names.push(node.host.as_str());
+                host_names.len() - 1
+            })
+        })
         .collect();
-    let mut records = Vec::new();
-    for n in &missing {
-        let node = &g[*n];
-        let why = match why_blocked.get(n) {
-            Some(why) => why.as_str(),
-            None if blocked.contains(n.index()) => "not done: an earlier step it depends on failed",
-            None => "not done: the run stopped before it",
+    (host_names, host_of)
+}
+
+/// A step's event: started (no outcome yet) or finished.
+fn step_event(g: &Graph, n: NodeIndex, outcome: Option<Outcome>) -> Event {
+    let node = &g[n];
+    let (node_id, module, host) = (node.id.clone(), node.module.clone(), node.host.clone());
+    match outcome {
+        None => Event::StepStarted {
+            node: node_id,
+            module,
+            host,
+        },
+        Some(outcome) => Event::StepFinished {
+            node: node_id,
+            module,
+            host,
+            outcome,
+        },
+    }
+}
+
+/// The next node of a host's queue that nothing blocked.
+fn pop_unblocked(q: &mut VecDeque<NodeIndex>, blocked: &Flags) -> Option<NodeIndex> {
+    while let Some(n) = q.pop_front() {
+        if !blocked.contains(n.index()) {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// Runs one node's step; a step that panics is a failed step, with the
+/// panic's message.
+async fn run_node(n: NodeIndex, step: Arc<dyn crate::plan::Step>, t: Arc<dyn Transport>, done: bool, attempts: u32) -> Done {
+    use futures_util::FutureExt;
+    let started = now_ms();
+    let ran = std::panic::AssertUnwindSafe(execute(step.as_ref(), t.as_ref(), done, attempts))
+        .catch_unwind()
+        .await;
+    let (outcome, log, host_lost) = match ran {
+        Ok(r) => r,
+        Err(panic) => (Outcome::Failed, format!("the step panicked: {}", panic_message(&*panic)), false),
+    };
+    Done {
+        n,
+        outcome,
+        log,
+        host_lost,
+        started,
+        duration_ms: now_ms() - started,
+    }
+}
+
+/// `n` finished: its successors whose every dependency is done.
+fn release(g: &Graph, n: NodeIndex, indegree: &mut [usize]) -> Vec<NodeIndex> {
+    let mut ready = Vec::new();
+    for next in g.neighbors_directed(n, Direction::Outgoing) {
+        indegree[next.index()] -= 1;
+        if indegree[next.index()] == 0 {
+            ready.push(next);
+        }
+    }
+    ready
+}
+
+/// Ready nodes wait per host; hosts with ready work and no running step
+/// wait in one queue. Every event is O(1), whatever the plan's size.
+struct Queues {
+    pending: Vec<VecDeque<NodeIndex>>,
+    waiting: VecDeque<usize>,
+    queued: Flags,
+    busy: Flags,
+}
+
+impl Queues {
+    /// Queues `ready` nodes on their hosts; a barrier passes at once and
+    /// its successors are ready in turn.
+    fn pass_ready(&mut self, g: &Graph, mut ready: Vec<NodeIndex>, indegree: &mut [usize], host_of: &[usize]) {
+        while let Some(n) = ready.pop() {
+            if g[n].barrier {
+                ready.extend(release(g, n, indegree));
+                continue;
+            }
+            let h = host_of[n.index()];
+            self.pending[h].push_back(n);
+            if !self.busy.contains(h) && self.queued.insert(h) {
+                self.waiting.push_back(h);
+            }
+        }
+    }
+}
+
+/// What a failed node blocks: everything that depends on it, and when its
+/// host became unreachable, everything else on that host.
+struct Blocks<'a> {
+    g: &'a Graph,
+    host_of: &'a [usize],
+    host_names: &'a [&'a str],
+    reported: &'a Flags,
+}
+
+impl Blocks<'_> {
+    fn block(&self, n: NodeIndex, lost_host: bool, lost: &mut Flags, blocked: &mut Flags, why_blocked: &mut HashMap<NodeIndex, String>) {
+        let (g, host_of) = (self.g, self.host_of);
+        let node = &g[n];
+        let host = host_of[n.index()];
+        let mut roots = vec![n];
+        if lost_host && lost.insert(host) {
+            // Nothing more can run on the host: its other nodes are blocked too.
+            roots.extend(
+                g.node_indices()
+                    .filter(|m| host_of[m.index()] == host && !self.reported.contains(m.index())),
+            );
+        }
+        let name = self.host_names[host];
+        let waits = if lost_host {
+            format!("not done: it waits on {name}, which became unreachable")
+        } else {
+            format!("not done: it waits on {} on {name}, which failed", node.id)
         };
-        events.emit(|| step_event(*n, Some(Outcome::NotRun)));
-        records.push(Record {
+        // Everything that depends on them cannot run.
+        for root in roots {
+            let mut dfs = petgraph::visit::Dfs::new(g, root);
+            while let Some(d) = dfs.next(g) {
+                if d != n && blocked.insert(d.index()) {
+                    let why = if lost_host && host_of[d.index()] == host {
+                        format!("not done: {name} became unreachable")
+                    } else {
+                        waits.clone()
+                    };
+                    why_blocked.insert(d, why);
+                }
+            }
+        }
+    }
+}
+
+/// What the scheduler knows at the end: to record the nodes not run.
+struct Ended<'a> {
+    blocked: &'a Flags,
+    why_blocked: &'a HashMap<NodeIndex, String>,
+    reported: &'a Flags,
+}
+
+impl Ended<'_> {
+    /// Records every node not run, with why, then the job's end.
+    async fn finish(&self, g: &Graph, state: &dyn Store, job: i64, events: &Emitter, report: &mut Report) {
+        let missing: Vec<NodeIndex> = g
+            .node_indices()
+            .filter(|n| !g[*n].barrier && !self.reported.contains(n.index()))
+            .collect();
+        let mut records = Vec::new();
+        for n in &missing {
+            let node = &g[*n];
+            let why = match self.why_blocked.get(n) {
+                Some(why) => why.as_str(),
+                None if self.blocked.contains(n.index()) => "not done: an earlier step it depends on failed",
+                None => "not done: the run stopped before it",
+            };
+            events.emit(|| step_event(g, *n, Some(Outcome::NotRun)));
+            records.push(Record {
+                node: &node.id,
+                module: &node.module,
+                host: &node.host,
+                outcome: Outcome::NotRun,
+                started: now_ms(),
+                duration_ms: 0,
+                log: why,
+            });
+        }
+        if let Err(e) = state.record_many(job, &records).await {
+            report.state_error.get_or_insert(format!("recording the steps not done: {e}"));
+        }
+        for r in records {
+            report.results.push(NodeResult {
+                id: r.node.to_string(),
+                host: r.host.to_string(),
+                outcome: Outcome::NotRun,
+                log: r.log.into(),
+            });
+        }
+        let status = if report.ok() {
+            "succeeded"
+        } else if report.interrupted {
+            "interrupted"
+        } else {
+            "failed"
+        };
+        if let Err(e) = state.finish_job(job, status).await {
+            report.state_error.get_or_insert(format!("recording the job's end: {e}"));
+        }
+        events.emit(|| Event::JobFinished { status: status.into() });
+    }
+}
+
+impl Done {
+    fn record<'a>(&'a self, g: &'a Graph) -> Record<'a> {
+        let node = &g[self.n];
+        Record {
             node: &node.id,
             module: &node.module,
             host: &node.host,
-            outcome: Outcome::NotRun,
-            started: now_ms(),
-            duration_ms: 0,
-            log: why,
-        });
+            outcome: self.outcome,
+            started: self.started,
+            duration_ms: self.duration_ms,
+            log: &self.log,
+        }
     }
-    if let Err(e) = state.record_many(job, &records).await {
-        report.state_error.get_or_insert(format!("recording the steps not done: {e}"));
-    }
-    for r in records {
-        report.results.push(NodeResult {
-            id: r.node.to_string(),
-            host: r.host.to_string(),
-            outcome: Outcome::NotRun,
-            log: r.log.into(),
-        });
-    }
-    let status = if report.ok() {
-        "succeeded"
-    } else if report.interrupted {
-        "interrupted"
-    } else {
-        "failed"
-    };
-    if let Err(e) = state.finish_job(job, status).await {
-        report.state_error.get_or_insert(format!("recording the job's end: {e}"));
-    }
-    events.emit(|| Event::JobFinished { status: status.into() });
-    report
 }
 
 /// A set of small indices (nodes, hosts), with its size.
