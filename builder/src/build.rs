@@ -18,6 +18,7 @@ use futures_util::{StreamExt, TryStreamExt, stream};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::error::{BuildError, build_err};
 use kubexm_bom::image::ImageRef;
 use kubexm_bom::mirror::Mirrors;
 use kubexm_bom::{Bom, Checksum, ImageItem};
@@ -25,7 +26,6 @@ use kubexm_bundle::digest::sha256_hex;
 use kubexm_bundle::layout::{self, Descriptor, LayoutIndex};
 use kubexm_bundle::manifest::{API_VERSION, BundleManifest, KIND};
 use kubexm_bundle::pack::{PackMember, Source};
-use kubexm_cli::{Class, classified};
 
 use crate::cache::Cache;
 use crate::fetch::http::Http;
@@ -73,9 +73,9 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
     let catalog = crate::catalog(&opts.catalogs)?;
     let cluster = crate::validate(&opts.config, &catalog)?;
     let config_bytes = fs_err::read(&opts.config)?;
-    let cli_mirrors = Mirrors::from_args(&opts.mirrors).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--mirror {e}")))?;
+    let cli_mirrors = Mirrors::from_args(&opts.mirrors).map_err(|e| build_err(BuildError::Usage, anyhow::anyhow!("--mirror {e}")))?;
     let mut mirrors = Mirrors::parse(cluster.spec.bundle.mirrors.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .map_err(|e| classified(Class::Config, anyhow::anyhow!(e)))?;
+        .map_err(|e| build_err(BuildError::Config, anyhow::anyhow!(e)))?;
     mirrors.extend(cli_mirrors.clone());
     let mut bom = kubexm_bom::resolve::resolve(&cluster, &catalog, &cli_mirrors)?;
     if opts.strict_mirrors {
@@ -249,9 +249,9 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
 /// is a verification failure, anything else a fetch failure.
 fn classify(e: anyhow::Error) -> anyhow::Error {
     match e.downcast_ref::<FetchError>() {
-        Some(FetchError::BadDigest { .. }) => classified(Class::Verify, e),
-        Some(FetchError::Io { .. }) => classified(Class::Io, e),
-        Some(_) => classified(Class::Fetch, e),
+        Some(FetchError::BadDigest { .. }) => build_err(BuildError::Verify, e),
+        Some(FetchError::Io { .. }) => build_err(BuildError::Io, e),
+        Some(_) => build_err(BuildError::Fetch, e),
         None => e,
     }
 }
@@ -295,8 +295,8 @@ fn strict_check(bom: &Bom, mirrors: &Mirrors) -> anyhow::Result<()> {
     if unmapped.is_empty() {
         return Ok(());
     }
-    Err(classified(
-        Class::Usage,
+    Err(build_err(
+        BuildError::Usage,
         anyhow::anyhow!(
             "--strict-mirrors: {} upstream(s) have no mirror mapping; add --mirror UPSTREAM=URL for each:\n  {}",
             unmapped.len(),
@@ -363,8 +363,8 @@ async fn fetch_all(
         };
         let text = String::from_utf8(cache.read(&hex)?).map_err(|_| anyhow::anyhow!("{artifact}: {} is not UTF-8 text", m.url))?;
         let images = scan::images(&text).map_err(|e| {
-            classified(
-                Class::Fetch,
+            build_err(
+                BuildError::Fetch,
                 anyhow::anyhow!("{artifact}: {} is not a readable manifest: {e}", m.url),
             )
         })?;
@@ -377,10 +377,10 @@ async fn fetch_all(
     bar.finish();
     let platforms: Vec<String> = bom.arches.iter().map(|a| format!("linux/{a}")).collect();
     for (image, from) in found {
-        let reference = ImageRef::parse(&image).map_err(|e| classified(Class::Fetch, anyhow::anyhow!("manifest {from}: {e}")))?;
+        let reference = ImageRef::parse(&image).map_err(|e| build_err(BuildError::Fetch, anyhow::anyhow!("manifest {from}: {e}")))?;
         if strict && !mirrors.covers_image(&reference) {
-            bail!(classified(
-                Class::Usage,
+            bail!(build_err(
+                BuildError::Usage,
                 anyhow::anyhow!("--strict-mirrors: image {reference} (named by manifest {from}) has no mirror mapping")
             ));
         }
@@ -464,9 +464,9 @@ fn debian_error(e: debian::DebianError) -> anyhow::Error {
     use debian::DebianError as D;
     match e {
         D::Fetch(f) => anyhow::Error::new(f),
-        e @ (D::BadSignature { .. } | D::IndexDigest { .. }) => classified(Class::Verify, e),
-        e @ D::Unresolvable(..) => classified(Class::Config, e),
-        e @ (D::Keyring { .. } | D::BadIndex { .. }) => classified(Class::Fetch, e),
+        e @ (D::BadSignature { .. } | D::IndexDigest { .. }) => build_err(BuildError::Verify, e),
+        e @ D::Unresolvable(..) => build_err(BuildError::Config, e),
+        e @ (D::Keyring { .. } | D::BadIndex { .. }) => build_err(BuildError::Fetch, e),
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod build;
 pub mod cache;
+pub mod error;
 pub mod fetch;
 pub mod sign;
 
@@ -37,8 +38,8 @@ pub fn validate(config: &Path, catalog: &Catalog) -> anyhow::Result<Cluster> {
 /// Resolves a config into its bill of materials.
 pub fn bom(config: &Path, catalog: &Catalog, mirrors: &[String]) -> anyhow::Result<Bom> {
     let cluster = validate(config, catalog)?;
-    let mirrors =
-        Mirrors::from_args(mirrors).map_err(|e| kubexm_cli::classified(kubexm_cli::Class::Usage, anyhow::anyhow!("--mirror {e}")))?;
+    let mirrors = Mirrors::from_args(mirrors)
+        .map_err(|e| crate::error::build_err(crate::error::BuildError::Usage, anyhow::anyhow!("--mirror {e}")))?;
     Ok(kubexm_bom::resolve::resolve(&cluster, catalog, &mirrors)?)
 }
 
@@ -75,12 +76,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 pub fn verify(bundle: &Path, pubkey: &Path) -> anyhow::Result<(kubexm_bundle::manifest::BundleManifest, String)> {
     let sig = sign::signature_path(bundle);
     if !sig.exists() {
-        return Err(kubexm_cli::classified(
-            kubexm_cli::Class::Verify,
+        return Err(crate::error::build_err(
+            crate::error::BuildError::Verify,
             anyhow::anyhow!("{} has no signature beside it ({} is missing)", bundle.display(), sig.display()),
         ));
     }
-    let verify_err = |e| kubexm_cli::classified(kubexm_cli::Class::Verify, e);
+    let verify_err = |e| crate::error::build_err(crate::error::BuildError::Verify, e);
     let check = kubexm_bundle::verify::SignatureCheck::load(&sig, pubkey).map_err(verify_err)?;
     // One open, one pass: the members checked are the bytes the signature covers.
     let read = kubexm_bundle::verify::read_bundle(bundle, Some(&check), &mut kubexm_bundle::verify::Discard).map_err(verify_err)?;
@@ -89,7 +90,7 @@ pub fn verify(bundle: &Path, pubkey: &Path) -> anyhow::Result<(kubexm_bundle::ma
 
 /// Reads a bundle's manifest without unpacking anything.
 pub fn inspect(bundle: &Path) -> anyhow::Result<kubexm_bundle::manifest::BundleManifest> {
-    kubexm_bundle::verify::read_manifest(bundle).map_err(|e| kubexm_cli::classified(kubexm_cli::Class::Verify, e))
+    kubexm_bundle::verify::read_manifest(bundle).map_err(|e| crate::error::build_err(crate::error::BuildError::Verify, e))
 }
 
 /// A person's view of a bundle's contents.

@@ -119,7 +119,20 @@ fn main() -> ExitCode {
     // A build off a terminal reports its stages as log lines.
     let building = matches!(cli.command, Command::Build { .. }) && !std::io::IsTerminal::is_terminal(&std::io::stderr());
     kubexm_cli::init_logging(cli.verbose.max(u8::from(building)));
-    kubexm_cli::exit(run(cli.command))
+    kubexm_cli::exit(run(cli.command), exit_class)
+}
+
+/// The one place a build's failure becomes an exit code (the README's table).
+fn exit_class(cause: &(dyn std::error::Error + 'static)) -> Option<kubexm_cli::Class> {
+    use kubexm_builder::error::BuildError;
+    use kubexm_cli::Class;
+    cause.downcast_ref::<BuildError>().map(|e| match e {
+        BuildError::Usage(_) => Class::Usage,
+        BuildError::Config(_) => Class::Config,
+        BuildError::Io(_) => Class::Io,
+        BuildError::Fetch(_) => Class::Fetch,
+        BuildError::Verify(_) => Class::Verify,
+    })
 }
 
 fn run(command: Command) -> anyhow::Result<()> {

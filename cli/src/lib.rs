@@ -58,49 +58,38 @@ pub fn classified(class: Class, error: impl Into<anyhow::Error>) -> anyhow::Erro
     })
 }
 
-/// The class of an error, from its tag or from the library error it wraps.
-pub fn class_of(err: &anyhow::Error) -> Class {
-    for cause in err.chain() {
-        if let Some(c) = cause.downcast_ref::<Classified>() {
-            return c.class;
-        }
-        if let Some(e) = cause.downcast_ref::<LoadError>() {
-            return match e {
-                LoadError::Read { .. } => Class::Io,
-                LoadError::TooLarge { .. } => Class::Config,
-                LoadError::Invalid(d) if d.diagnostics.iter().all(|d| d.kind == kubexm_bom::diag::Kind::Unsupported) => Class::Unsupported,
-                LoadError::Invalid(_) => Class::Config,
-            };
-        }
-        if let Some(e) = cause.downcast_ref::<CatalogError>() {
-            return match e {
-                CatalogError::Read { .. } => Class::Io,
-                CatalogError::Parse { .. } => Class::Config,
-            };
-        }
-        if cause.downcast_ref::<std::io::Error>().is_some() {
-            return Class::Io;
-        }
-    }
-    Class::Internal
+/// The class of an error: the first cause in its chain that the binary's
+/// own `kind` (its libraries' error types) or the shared table here (a tag,
+/// a config or catalog error, an I/O error) knows; a bug otherwise.
+pub fn class_of(err: &anyhow::Error, kind: impl Fn(&(dyn std::error::Error + 'static)) -> Option<Class>) -> Class {
+    err.chain()
+        .find_map(|c| kind(c).or_else(|| shared_class(c)))
+        .unwrap_or(Class::Internal)
 }
 
-/// An error with its causes (`refused: connection refused`): HTTP and registry
-/// clients keep the useful part in the source chain.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(cause) = cur {
-        let text = cause.to_string();
-        // Some errors already repeat their cause in their own message.
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        cur = cause.source();
+/// The classes every binary shares: its own tags, config and catalog errors, I/O.
+fn shared_class(cause: &(dyn std::error::Error + 'static)) -> Option<Class> {
+    if let Some(c) = cause.downcast_ref::<Classified>() {
+        return Some(c.class);
     }
-    s
+    if let Some(e) = cause.downcast_ref::<LoadError>() {
+        return Some(match e {
+            LoadError::Read { .. } => Class::Io,
+            LoadError::TooLarge { .. } => Class::Config,
+            LoadError::Invalid(d) if d.diagnostics.iter().all(|d| d.kind == kubexm_bom::diag::Kind::Unsupported) => Class::Unsupported,
+            LoadError::Invalid(_) => Class::Config,
+        });
+    }
+    if let Some(e) = cause.downcast_ref::<CatalogError>() {
+        return Some(match e {
+            CatalogError::Read { .. } => Class::Io,
+            CatalogError::Parse { .. } => Class::Config,
+        });
+    }
+    cause.downcast_ref::<std::io::Error>().map(|_| Class::Io)
 }
+
+pub use kubexm_bom::diag::error_chain;
 
 /// Whether the error is a write to a reader that went away (`| head`).
 fn broken_pipe(err: &anyhow::Error) -> bool {
@@ -123,13 +112,14 @@ fn quiet_on_closed_stdout() {
     }));
 }
 
-/// Prints an error to stderr and returns its exit code.
-pub fn exit(result: anyhow::Result<()>) -> ExitCode {
+/// Prints an error to stderr and returns its exit code, the class found by
+/// [`class_of`] with the binary's own `kind`.
+pub fn exit(result: anyhow::Result<()>, kind: impl Fn(&(dyn std::error::Error + 'static)) -> Option<Class>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            let class = class_of(&err);
+            let class = class_of(&err, kind);
             let text = format!("{err:#}");
             // Multi-line errors (diagnostics) read better starting on their own line.
             if text.contains('\n') {

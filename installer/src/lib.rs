@@ -40,24 +40,6 @@ pub enum DeployError {
     Config(String),
 }
 
-impl DeployError {
-    pub fn class(&self) -> kubexm_cli::Class {
-        match self {
-            DeployError::NotSupported(_) => kubexm_cli::Class::Unsupported,
-            DeployError::Config(_) => kubexm_cli::Class::Config,
-        }
-    }
-}
-
-/// Tags an error that carries a [`DeployError`] with its class (binary edge).
-pub fn classify(err: anyhow::Error) -> anyhow::Error {
-    let class = err.chain().find_map(|c| c.downcast_ref::<DeployError>()).map(DeployError::class);
-    match class {
-        Some(class) if kubexm_cli::class_of(&err) == kubexm_cli::Class::Internal => kubexm_cli::classified(class, err),
-        _ => err,
-    }
-}
-
 /// The installer's state root (`/var/lib/kubexm`).
 pub use paths::{ROOT, SERVE_PORT};
 

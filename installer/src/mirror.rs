@@ -141,7 +141,7 @@ pub async fn mirror(opts: &MirrorOptions) -> Result<MirrorSummary, MirrorError> 
         client
             .auth(&reference, &auth, RegistryOperation::Push)
             .await
-            .map_err(|e| fail("authenticating for push".into(), kubexm_cli::error_chain(&e)))?;
+            .map_err(|e| fail("authenticating for push".into(), kubexm_bom::diag::error_chain(&e)))?;
         // Children before the index, blobs before their manifest.
         let mut order: Vec<(String, String)> = Vec::new();
         if is_index(media_type) {
@@ -168,7 +168,7 @@ pub async fn mirror(opts: &MirrorOptions) -> Result<MirrorSummary, MirrorError> 
                     let exists = client
                         .blob_exists(reference, &b)
                         .await
-                        .map_err(|e| fail(format!("checking blob {b}"), kubexm_cli::error_chain(&e)))?;
+                        .map_err(|e| fail(format!("checking blob {b}"), kubexm_bom::diag::error_chain(&e)))?;
                     if exists {
                         summary.present.fetch_add(1, Ordering::Relaxed);
                         return Ok(());
@@ -185,7 +185,7 @@ pub async fn mirror(opts: &MirrorOptions) -> Result<MirrorSummary, MirrorError> 
                     client
                         .push_blob_stream(reference, body, &b, Some(size))
                         .await
-                        .map_err(|e| fail(format!("uploading blob {b}"), kubexm_cli::error_chain(&e)))?;
+                        .map_err(|e| fail(format!("uploading blob {b}"), kubexm_bom::diag::error_chain(&e)))?;
                     summary.uploaded.fetch_add(1, Ordering::Relaxed);
                     summary.bytes.fetch_add(size, Ordering::Relaxed);
                     Ok::<_, MirrorError>(())
@@ -240,7 +240,7 @@ async fn push_manifest(client: &Client, served: &Served, reference: &Reference, 
     client
         .push_manifest_raw(reference, bytes, ct)
         .await
-        .map_err(|e| kubexm_cli::error_chain(&e))?;
+        .map_err(|e| kubexm_bom::diag::error_chain(&e))?;
     Ok(())
 }
 

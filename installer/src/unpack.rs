@@ -60,14 +60,14 @@ pub enum UnpackError {
 }
 
 impl UnpackError {
-    /// Tagged with its exit class: a file that cannot be read or written is
+    /// As an operation's failure: a file that cannot be read or written is
     /// I/O, everything else a verification failure.
     pub fn classified(self) -> anyhow::Error {
-        let class = match &self {
-            UnpackError::Io { .. } | UnpackError::Verify(verify::VerifyError::Io { .. }) => kubexm_cli::Class::Io,
-            _ => kubexm_cli::Class::Verify,
+        let kind = match &self {
+            UnpackError::Io { .. } | UnpackError::Verify(verify::VerifyError::Io { .. }) => crate::ops::error::OpError::Io,
+            _ => crate::ops::error::OpError::Verify,
         };
-        kubexm_cli::classified(class, self)
+        crate::ops::error::op(kind, self)
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use kubexm_cli::error_chain;
+use kubexm_bom::diag::error_chain;
 use serde::Deserialize;
 
 use crate::jobdb::{Job, LogLine};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kubexm_cli::{Class, classified};
+use kubexm_installer::ops::error::{OpError, op};
 
 use crate::jobdb::{Job, JobDb, LogLine, NewJob, Origin};
 use crate::worker::{ApiInstallJob, InstallJob};
@@ -31,8 +31,8 @@ fn origin_of(db: &JobDb, text: &str, file: &Path) -> anyhow::Result<Origin> {
         return Ok(Origin::Operator);
     }
     kubexm_bom::config::load_str_as(text, &file.display().to_string(), None, Origin::Request).map_err(|e| {
-        classified(
-            Class::Config,
+        op(
+            OpError::Config,
             anyhow::anyhow!(
                 "{e}\n{} is shared by workers on other machines: its jobs name hosts' credentials only as server-side credentials",
                 db.path().display()
@@ -237,8 +237,8 @@ fn local_user() -> Option<String> {
 /// A job by id, or a usage error naming it.
 pub fn job(db: &JobDb, id: i64) -> anyhow::Result<Job> {
     db.get(id)?.ok_or_else(|| {
-        classified(
-            Class::Usage,
+        op(
+            OpError::Usage,
             anyhow::anyhow!("no job {id} in {}; `kubexm get jobs` lists them", db.path().display()),
         )
     })
@@ -274,17 +274,17 @@ pub fn outcome(j: &Job) -> anyhow::Result<()> {
     use crate::jobdb::Status;
     match j.status {
         Status::Success => Ok(()),
-        Status::Failed => Err(classified(
-            Class::Host,
+        Status::Failed => Err(op(
+            OpError::Host,
             anyhow::anyhow!(
                 "job {} failed: {}\nfix the cause and create the job again: the steps done are skipped",
                 j.id,
                 j.error.as_deref().unwrap_or("(no error recorded)")
             ),
         )),
-        Status::Cancelled => Err(classified(Class::Host, anyhow::anyhow!("job {} was cancelled", j.id))),
-        s => Err(classified(
-            Class::Interrupted,
+        Status::Cancelled => Err(op(OpError::Host, anyhow::anyhow!("job {} was cancelled", j.id))),
+        s => Err(op(
+            OpError::Interrupted,
             anyhow::anyhow!(
                 "job {} is {}: `kubexm worker` resumes it (the steps done are skipped); `kubexm get job {} --follow` watches it",
                 j.id,

@@ -493,8 +493,8 @@ fn operate(
                 ops::reset::ResetReport::NotConfirmed { refusal, .. } => anyhow::bail!(refusal),
             }
         }
-        other => Err(kubexm_cli::classified(
-            kubexm_cli::Class::Unsupported,
+        other => Err(kubexm_installer::ops::error::op(
+            kubexm_installer::ops::error::OpError::Unsupported,
             anyhow::anyhow!("job kind {other} is not supported yet by this worker"),
         )),
     }

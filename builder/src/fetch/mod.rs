@@ -58,4 +58,4 @@ impl FetchError {
     }
 }
 
-pub use kubexm_cli::error_chain;
+pub use kubexm_bom::diag::error_chain;

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::ops::error::{OpError, op};
 use kubexm_bundle::manifest::{BundleManifest, MANIFEST_NAME};
-use kubexm_cli::{Class, classified};
 
 use crate::hosts::{Target, write_all};
 
@@ -25,7 +25,7 @@ pub struct HostsTomlOptions {
 /// Writes the files; returns their paths.
 pub fn hosts_toml(o: &HostsTomlOptions) -> anyhow::Result<Vec<PathBuf>> {
     let text = fs_err::read_to_string(o.bundle_dir.join(MANIFEST_NAME))?;
-    let m = BundleManifest::from_yaml(&text).map_err(|e| classified(Class::Verify, anyhow::anyhow!("{}: {e}", o.bundle_dir.display())))?;
+    let m = BundleManifest::from_yaml(&text).map_err(|e| op(OpError::Verify, anyhow::anyhow!("{}: {e}", o.bundle_dir.display())))?;
     let (registry, prefix) = super::split_registry(&o.registry);
     Ok(write_all(
         &o.out,

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use kubexm_cli::{Class, classified};
+use crate::ops::error::{OpError, op};
 
 use super::{EngineSettings, engine_context};
 use crate::context::Context;
@@ -74,7 +74,7 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     // anything is unpacked; the verified copy read below is the one planned from.
     let (early, cluster) = validate(&file, bundle)?;
     let phases = phases_of(args, &file, &cluster)?;
-    let topo = kubexm_bom::topology::Topology::of(&cluster).map_err(|e| classified(Class::Config, anyhow::Error::from(e)))?;
+    let topo = kubexm_bom::topology::Topology::of(&cluster).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
     let (manifest, bundle_dir, members) = read_verified(args, bundle, &early)?;
     let catalog = super::lock_catalog(&manifest, bundle)?;
     let bom = manifest.lock;
@@ -147,8 +147,8 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     }));
     if ready_rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
         server.abort();
-        return Err(classified(
-            Class::Io,
+        return Err(op(
+            OpError::Io,
             anyhow::anyhow!("the file server did not start on {file_server}; is the port free and the address this machine's?"),
         ));
     }
@@ -162,8 +162,8 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     ))?;
     if !facts.errors.is_empty() {
         server.abort();
-        return Err(classified(
-            Class::Host,
+        return Err(op(
+            OpError::Host,
             anyhow::anyhow!(
                 "cannot gather facts from {} host(s):\n  {}",
                 facts.errors.len(),
@@ -185,8 +185,8 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
         }
         if !refused.is_empty() {
             server.abort();
-            return Err(classified(
-                Class::Host,
+            return Err(op(
+                OpError::Host,
                 anyhow::anyhow!("preflight refused the install:\n  {}", refused.join("\n  ")),
             ));
         }
@@ -201,8 +201,8 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     let applied = ex.report.count(crate::engine::state::Outcome::Applied);
     if !ex.ok() {
         let errors = ex.errors();
-        return Err(classified(
-            Class::Host,
+        return Err(op(
+            OpError::Host,
             anyhow::anyhow!(
                 "install failed (job {}; {applied} steps applied, {skipped} skipped); fix and run again, done steps are skipped:\n  {}",
                 ex.job,
@@ -296,20 +296,20 @@ fn summary(
 /// The config file and bundle an install needs, and a signature policy.
 fn inputs(args: &InstallOptions) -> anyhow::Result<(PathBuf, &std::path::Path)> {
     let Some(file) = args.file.clone() else {
-        return Err(classified(
-            Class::Usage,
+        return Err(op(
+            OpError::Usage,
             anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
         ));
     };
     let Some(bundle) = args.bundle.as_deref() else {
-        return Err(classified(
-            Class::Usage,
+        return Err(op(
+            OpError::Usage,
             anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
         ));
     };
     if args.pubkey.is_none() && !args.allow_unsigned {
-        return Err(classified(
-            Class::Usage,
+        return Err(op(
+            OpError::Usage,
             anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
         ));
     }
@@ -324,12 +324,12 @@ fn phases_of(args: &InstallOptions, file: &std::path::Path, cluster: &kubexm_bom
     } else {
         args.phases.clone()
     };
-    let (phases, missing) = pipeline::select(&asked).map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
+    let (phases, missing) = pipeline::select(&asked).map_err(|e| op(OpError::Usage, anyhow::anyhow!("--phases: {e}")))?;
     if args.server_dry_run
         && let Some(other) = phases.iter().find(|p| *p != "cni" && *p != "addons")
     {
-        return Err(classified(
-            Class::Usage,
+        return Err(op(
+            OpError::Usage,
             anyhow::anyhow!(
                 "--server-dry-run checks the cni and addons phases' manifests against an installed cluster; \
                  phase {other} cannot run that way: pass --phases cni,addons (or one of them)"
@@ -337,8 +337,8 @@ fn phases_of(args: &InstallOptions, file: &std::path::Path, cluster: &kubexm_bom
         ));
     }
     if !missing.is_empty() {
-        return Err(classified(
-            Class::Unsupported,
+        return Err(op(
+            OpError::Unsupported,
             anyhow::anyhow!(
                 "{}: config valid (cluster {}); phase(s) {} are not supported yet, and nothing was touched. \
                  This release deploys --phases {}",
@@ -383,16 +383,16 @@ fn read_verified(
         (u.manifest, u.dir, None)
     };
     if &manifest != early {
-        return Err(classified(
-            Class::Verify,
+        return Err(op(
+            OpError::Verify,
             anyhow::anyhow!("{}: the bundle changed while it was read; run again", bundle.display()),
         ));
     }
     if let Some(want) = &args.expect_digest {
         let got = bundle_dir.file_name().map(|n| format!("sha256:{}", n.to_string_lossy()));
         if got.as_deref() != Some(want.as_str()) {
-            return Err(classified(
-                Class::Verify,
+            return Err(op(
+                OpError::Verify,
                 anyhow::anyhow!(
                     "{} is not the bundle this job asked for: its signed bundle.yaml is {}, the job's {want}. The held file was replaced; nothing was installed. Add the bundle again with `kubexm bundle add`",
                     bundle.display(),
@@ -431,8 +431,8 @@ fn kubeadm_api(
         .minor(&cluster.spec.kubernetes.version)
         .map(|m| m.kubeadm_api_version.clone())
         .ok_or_else(|| {
-            classified(
-                Class::Config,
+            op(
+                OpError::Config,
                 anyhow::anyhow!(
                     "{}: the bundle's lock has no kubeadm API for Kubernetes {}; rebuild it with this kubexm-bundle",
                     bundle.display(),
@@ -445,8 +445,8 @@ fn kubeadm_api(
 /// The address hosts reach this machine at, for the file server.
 fn advertise(args: &InstallOptions) -> anyhow::Result<std::net::IpAddr> {
     let Some(advertise) = args.advertise else {
-        return Err(classified(
-            Class::Usage,
+        return Err(op(
+            OpError::Usage,
             anyhow::anyhow!("pass --advertise ADDR: the address the hosts reach this machine at, for the file server"),
         ));
     };

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use kubexm_cli::{Class, classified};
+use crate::ops::error::{OpError, op};
 
 use crate::mirror::{MirrorError, MirrorOptions, MirrorSummary, Push};
 use crate::unpack::Trust;
@@ -39,8 +39,8 @@ pub fn mirror(r: MirrorRequest) -> anyhow::Result<MirrorReport> {
     };
     let rt = tokio::runtime::Runtime::new()?;
     let summary = rt.block_on(crate::mirror::mirror(&opts)).map_err(|e| match e {
-        MirrorError::Collision { .. } => classified(Class::Usage, e),
-        _ => classified(Class::Fetch, e),
+        MirrorError::Collision { .. } => op(OpError::Usage, e),
+        _ => op(OpError::Fetch, e),
     })?;
     Ok(MirrorReport { registry, summary })
 }

@@ -5,6 +5,7 @@
 //! hosts-toml). Progress goes out as the engine's events, to the sink the
 //! caller gives (the CLI's printer).
 
+pub mod error;
 pub mod facts;
 pub mod hosts_toml;
 pub mod install;
@@ -18,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use kubexm_cli::{Class, classified};
+use crate::ops::error::{OpError, op};
 
 use crate::engine::events::EventSink;
 use crate::engine::state::State;
@@ -95,8 +96,8 @@ pub fn lock_catalog(
     bundle: &std::path::Path,
 ) -> anyhow::Result<kubexm_bom::catalog::Catalog> {
     let Some(catalog) = &manifest.catalog else {
-        return Err(classified(
-            Class::Config,
+        return Err(op(
+            OpError::Config,
             anyhow::anyhow!(
                 "{}: this bundle was built by an older kubexm-bundle ({}) and its lock carries no catalog; rebuild it with this kubexm-bundle",
                 bundle.display(),
@@ -114,7 +115,7 @@ pub fn engine_context(
     cluster: &kubexm_bom::config::Cluster,
     engine: &EngineSettings,
 ) -> anyhow::Result<(Arc<State>, Arc<AtomicBool>, tokio::runtime::Runtime)> {
-    let (_, secrets) = crate::engine::inventory::targets(cluster, &engine.trust).map_err(|e| classified(Class::Config, e))?;
+    let (_, secrets) = crate::engine::inventory::targets(cluster, &engine.trust).map_err(|e| op(OpError::Config, e))?;
     let state = Arc::new(crate::engine::state::State::open(&engine.state, secrets)?);
     let stop = engine.stop.clone().unwrap_or_default();
     let rt = tokio::runtime::Runtime::new()?;

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use kubexm_cli::{Class, classified};
+use crate::ops::error::{OpError, op};
 
 use super::{EngineSettings, engine_context};
 use crate::engine::plan::Pipeline;
@@ -37,8 +37,8 @@ pub fn packages(o: &PackagesOptions) -> anyhow::Result<PackagesReport> {
     // its own): TLS to the file server is what keeps a machine in the
     // middle from handing the hosts packages of its choosing.
     if fs.starts_with("http://") {
-        return Err(classified(
-            Class::Usage,
+        return Err(op(
+            OpError::Usage,
             anyhow::anyhow!(
                 "--file-server {fs}: plain HTTP is refused: the hosts install these packages as root from an apt source \
                  that checks no signature, so only TLS vouches for them; serve the bundle over https \
@@ -48,19 +48,19 @@ pub fn packages(o: &PackagesOptions) -> anyhow::Result<PackagesReport> {
         ));
     }
     if !fs.starts_with("https://") {
-        return Err(classified(
-            Class::Usage,
+        return Err(op(
+            OpError::Usage,
             anyhow::anyhow!("--file-server {fs}: expected https://HOST:PORT"),
         ));
     }
     let mpath = o.bundle_dir.join(kubexm_bundle::manifest::MANIFEST_NAME);
     let manifest = kubexm_bundle::manifest::BundleManifest::from_yaml(&fs_err::read_to_string(&mpath)?)
-        .map_err(|e| classified(Class::Io, anyhow::anyhow!("{}: {e}", mpath.display())))?;
+        .map_err(|e| op(OpError::Io, anyhow::anyhow!("{}: {e}", mpath.display())))?;
     let cluster = kubexm_bom::config::load_file(&o.file, &super::lock_catalog(&manifest, &o.bundle_dir)?)?;
     let repos = manifest.lock.os_repos;
     if repos.is_empty() {
-        return Err(classified(
-            Class::Config,
+        return Err(op(
+            OpError::Config,
             anyhow::anyhow!(
                 "the bundle in {} carries no OS package repositories; set bundle.osPackages in cluster.yaml and rebuild it",
                 o.bundle_dir.display()

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use kubexm_cli::{Class, classified};
+use crate::ops::error::{OpError, op};
 
 use super::{EngineSettings, engine_context};
 use crate::engine::{jobs, run};
@@ -36,8 +36,8 @@ pub fn reset(file: &Path, yes: bool, root: &Path, engine: &EngineSettings) -> an
     let ex = rt.block_on(jobs::execute(&cluster, state, "reset", &connect, &eo, stop, |_| Ok(pipeline)))?;
     if !ex.ok() {
         let errors = ex.errors();
-        return Err(classified(
-            Class::Host,
+        return Err(op(
+            OpError::Host,
             anyhow::anyhow!(
                 "reset failed on {} host(s) (job {}); run it again:\n  {}",
                 errors.len(),

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use kubexm_cli::{Class, classified};
+use crate::ops::error::{OpError, op};
 
 use crate::serve::{ConnectionLimits, Parts, ServeOptions, Served, Tls};
 
@@ -28,8 +28,8 @@ pub struct ServeRequest {
 /// How the server speaks: plain, given files, or issued for the names nodes use.
 fn tls(r: &ServeRequest) -> anyhow::Result<Tls> {
     if r.plain_http && r.client_ca.is_some() {
-        return Err(classified(
-            Class::Usage,
+        return Err(op(
+            OpError::Usage,
             anyhow::anyhow!("--client-ca needs TLS: client certificates are checked in the TLS handshake; drop --plain-http"),
         ));
     }
@@ -45,8 +45,8 @@ fn tls(r: &ServeRequest) -> anyhow::Result<Tls> {
                 names.insert(0, r.listen.ip().to_string());
             }
             if names.is_empty() {
-                return Err(classified(
-                    Class::Usage,
+                return Err(op(
+                    OpError::Usage,
                     anyhow::anyhow!(
                         "listening on {}: pass --tls-san with the address or name nodes use to reach this registry",
                         r.listen

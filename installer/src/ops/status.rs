@@ -3,13 +3,13 @@
 
 use std::path::Path;
 
-use kubexm_cli::{Class, classified};
+use crate::ops::error::{OpError, op};
 
 /// The description of `job` (the latest when `None`) in the state database at `state`.
 pub fn status(state: &Path, job: Option<i64>) -> anyhow::Result<String> {
     if !state.exists() {
-        return Err(classified(
-            Class::Io,
+        return Err(op(
+            OpError::Io,
             anyhow::anyhow!("no state database at {}; pass --state", state.display()),
         ));
     }

@@ -10,12 +10,13 @@ use kubexm_cli::{Class, Output, classified};
 use kubexm_installer::{ops, serve, unpack};
 
 mod args;
+mod exit_codes;
 use args::{Cli, Command, EngineArgs, InstallArgs, TrustArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     kubexm_cli::init_logging(cli.verbose.max(1));
-    kubexm_cli::exit(run(cli).map_err(kubexm_installer::classify))
+    kubexm_cli::exit(run(cli), exit_codes::kind)
 }
 
 fn trust(t: &TrustArgs) -> unpack::Trust {

@@ -13,6 +13,9 @@ use kubexm_server::jobdb::{JobDb, LogLine, Scope};
 use kubexm_server::{api, bundles, client, credentials, ops, worker};
 
 mod args;
+/// The exit codes kubexm-install maps the same operations' failures to.
+#[path = "../../../../installer/src/bin/kubexm-install/exit_codes.rs"]
+mod exit_codes;
 mod print;
 use args::*;
 use print::*;
@@ -20,7 +23,7 @@ use print::*;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     kubexm_cli::init_logging(cli.verbose);
-    kubexm_cli::exit(run(cli).map_err(kubexm_installer::classify))
+    kubexm_cli::exit(run(cli), exit_codes::kind)
 }
 
 /// Set on the first Ctrl-C; the second ends the process.
