@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::{StreamExt, stream};
 use kubexm_bom::config::Cluster;
 use kubexm_bom::config::model::{Auth, SecretRef};
@@ -157,27 +158,41 @@ pub fn targets(cluster: &Cluster, trust: &Trust) -> Result<(Vec<Target>, Vec<Str
     Ok((out, secrets))
 }
 
+/// The transports of the hosts that answered, and an error per one that did not.
+pub type Connected = (HashMap<String, Arc<dyn Transport>>, Vec<TransportError>);
+
+/// How a job opens its hosts' transports: over SSH ([`Ssh`]), or a test's
+/// fake. Asked only for the hosts the job may touch.
+pub trait Connector: Send + Sync {
+    /// A transport per target that answered, and an error per one that did not.
+    fn connect<'a>(&'a self, targets: &'a [Target], known: Arc<dyn KnownHosts>) -> BoxFuture<'a, Connected>;
+}
+
+/// Connects over SSH ([`connect_all`]).
+pub struct Ssh(pub crate::jobs::ConnectOptions);
+
+impl Connector for Ssh {
+    fn connect<'a>(&'a self, targets: &'a [Target], known: Arc<dyn KnownHosts>) -> BoxFuture<'a, Connected> {
+        Box::pin(connect_all(targets, known, &self.0, &self.0.trust))
+    }
+}
+
 /// Connects to every target, `concurrency` at a time; a failed host does not
 /// stop the others. Under [`Trust::Untrusted`] the keys come from the
 /// operator's pins, and a host (or bastion) with no pinned key is never
 /// connected to.
-pub async fn connect_all(
-    targets: &[Target],
-    known: Arc<dyn KnownHosts>,
-    o: &crate::jobs::ConnectOptions,
-    trust: &Trust,
-) -> (HashMap<String, Arc<dyn Transport>>, Vec<TransportError>) {
+pub async fn connect_all(targets: &[Target], known: Arc<dyn KnownHosts>, o: &crate::jobs::ConnectOptions, trust: &Trust) -> Connected {
     let (accept_new_key, concurrency, timeout, attempts) = (o.accept_new_host_key, o.concurrency, o.timeout, o.attempts.max(1));
     let (known, pinned_only) = match trust {
         Trust::Local => (known, false),
         Trust::Untrusted { pinned, .. } => (pinned.clone(), true),
     };
-    let results: Vec<_> = stream::iter(targets)
+    let results: Vec<_> = stream::iter(targets.iter().cloned())
         .map(|t| {
             let known = known.clone();
             async move {
                 if pinned_only {
-                    for hop in [Some(t), t.bastion.as_deref()].into_iter().flatten() {
+                    for hop in [Some(&t), t.bastion.as_deref()].into_iter().flatten() {
                         let endpoint = format!("{}:{}", hop.address, hop.port);
                         if known.get(&endpoint).is_none() {
                             return Err(TransportError::Unpinned {
@@ -190,7 +205,7 @@ pub async fn connect_all(
                 let mut last = None;
                 // A host still booting refuses connections for a moment: retry those only.
                 for attempt in 0..attempts {
-                    match ssh::connect(t, known.clone(), accept_new_key && !pinned_only, pinned_only, timeout).await {
+                    match ssh::connect(&t, known.clone(), accept_new_key && !pinned_only, pinned_only, timeout).await {
                         Ok(s) => return Ok((t.name.clone(), Arc::new(s) as Arc<dyn Transport>)),
                         Err(e) if e.transient() => last = Some(e),
                         Err(e) => return Err(e),

@@ -9,9 +9,10 @@ use kubexm_bom::config::Cluster;
 
 use crate::events::EventSink;
 use crate::facts::{GatherStep, HostFacts};
-use crate::inventory;
+use crate::inventory::{self, Connector};
 use crate::plan::{Module, Pipeline, Step, Task};
 use crate::run::{self, EngineOptions, Policy};
+use crate::ssh::Target;
 use crate::state::{Outcome, State};
 use crate::store::Store;
 
@@ -120,21 +121,28 @@ pub fn summary(ex: &Execution) -> serde_json::Value {
     })
 }
 
-/// Connects to every host of `cluster`, builds the pipeline for the hosts
-/// that answered, and runs it as a recorded job of `kind`. Under fail-fast a
-/// host that cannot be reached stops the job before anything runs.
+/// The hosts a job may touch: the cluster's name and its SSH targets (a
+/// host the caller knows to be unreachable already left out).
+#[derive(Clone, Copy)]
+pub struct Hosts<'a> {
+    pub cluster: &'a str,
+    pub targets: &'a [Target],
+}
+
+/// Connects to `hosts`, builds the pipeline for the hosts that answered,
+/// and runs it as a recorded job of `kind`. Under fail-fast a host that
+/// cannot be reached stops the job before anything runs.
 pub async fn execute(
-    cluster: &Cluster,
+    hosts: Hosts<'_>,
     state: Arc<dyn Store>,
     kind: &str,
-    connect: &ConnectOptions,
+    connector: &dyn Connector,
     engine: &EngineOptions,
     stop: Arc<AtomicBool>,
     pipeline: impl FnOnce(Vec<String>) -> anyhow::Result<Pipeline>,
 ) -> anyhow::Result<Execution> {
-    let (targets, _) = inventory::targets(cluster, &connect.trust)?;
-    let job = state.begin_job(&cluster.metadata.name, kind).await?;
-    let connecting = inventory::connect_all(&targets, state.clone(), connect, &connect.trust);
+    let job = state.begin_job(hosts.cluster, kind).await?;
+    let connecting = connector.connect(hosts.targets, state.clone());
     // A cancel (or Ctrl-C) ends the connect phase within a fraction of a
     // second, however many hosts never answer.
     let watch = async {
@@ -158,13 +166,14 @@ pub async fn execute(
             connect_errors,
         });
     }
-    let hosts: Vec<String> = targets
+    let reached: Vec<String> = hosts
+        .targets
         .iter()
         .map(|t| t.name.clone())
         .filter(|n| transports.contains_key(n))
         .collect();
-    let plan = pipeline(hosts)?.plan()?;
-    let report = run::run(&plan, &transports, state.as_ref(), &cluster.metadata.name, job, engine, stop).await;
+    let plan = pipeline(reached)?.plan()?;
+    let report = run::run(&plan, &transports, state.as_ref(), hosts.cluster, job, engine, stop).await;
     if !connect_errors.is_empty() {
         state.finish_job(job, "failed").await?;
     }
@@ -195,12 +204,17 @@ pub fn run_steps_blocking(
         policy,
         ..Default::default()
     };
+    let (targets, _) = inventory::targets(cluster, &connect.trust)?;
+    let hosts = Hosts {
+        cluster: &cluster.metadata.name,
+        targets: &targets,
+    };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(execute(
-        cluster,
+        hosts,
         state,
         kind,
-        &connect,
+        &inventory::Ssh(connect),
         &opts,
         Arc::new(AtomicBool::new(false)),
         |hosts| Ok(one_task(kind, hosts, steps)),
@@ -209,21 +223,25 @@ pub fn run_steps_blocking(
 
 /// Connects to every host and gathers its facts, as a recorded job.
 pub async fn facts(
-    cluster: &Cluster,
+    hosts: Hosts<'_>,
     state: Arc<dyn Store>,
-    opts: &ConnectOptions,
+    connector: &dyn Connector,
+    concurrency: usize,
     events: Option<Arc<dyn EventSink>>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<FactsReport> {
     let out = Arc::new(Mutex::new(BTreeMap::new()));
     let eo = EngineOptions {
-        concurrency: opts.concurrency,
+        concurrency,
         policy: Policy::ContinueOtherHosts,
         events,
         ..Default::default()
     };
     let sink = out.clone();
-    let ex = execute(cluster, state, "facts", opts, &eo, stop, |hosts| Ok(facts_pipeline(hosts, sink))).await?;
+    let ex = execute(hosts, state, "facts", connector, &eo, stop, |reached| {
+        Ok(facts_pipeline(reached, sink))
+    })
+    .await?;
     let facts = out.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
     Ok(FactsReport {
         job: ex.job,

@@ -17,7 +17,8 @@ use crate::worker::{ApiInstallJob, InstallJob};
 /// validate`), then stored as a Pending install job. Nothing is stored when
 /// it is invalid.
 pub fn create_cluster(db: &JobDb, file: &Path, job: &InstallJob) -> anyhow::Result<i64> {
-    let (_, cluster) = kubexm_installer::ops::install::validate(file, &job.bundle)?;
+    let (_, cluster) =
+        kubexm_installer::ops::session::validate(&kubexm_installer::ops::session::Config::File(file.to_path_buf()), &job.bundle)?;
     let text = fs_err::read_to_string(file)?;
     let origin = origin_of(db, &text, file)?;
     store(db, &cluster, text, file.display().to_string(), job, origin)

@@ -383,7 +383,8 @@ fn trust(db: &Arc<JobDb>, job: &crate::jobdb::Job, o: &WorkerOptions) -> kubexm_
     }
 }
 
-/// The job's operation, as the CLI would run it.
+/// The job's operation, as the CLI would run it: a session opened on the
+/// job's config text (no file written), its report as the job's last lines.
 fn operate(
     db: &Arc<JobDb>,
     job: &crate::jobdb::Job,
@@ -391,30 +392,6 @@ fn operate(
     sink: Arc<DbSink>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<String> {
-    let dir = o.jobs_dir.join(job.id.to_string());
-    fs_err::create_dir_all(&dir)?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        for d in [&o.jobs_dir, &dir] {
-            fs_err::set_permissions(d, std::fs::Permissions::from_mode(0o700))?;
-        }
-    }
-    let name = std::path::Path::new(&job.config_name)
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_else(|| "cluster.yaml".into());
-    let file = dir.join(name);
-    {
-        use fs_err::os::unix::fs::OpenOptionsExt;
-        use std::io::Write;
-        let _ = fs_err::remove_file(&file);
-        fs_err::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&file)?
-            .write_all(job.config.as_bytes())?;
-    }
     let engine = ops::EngineSettings {
         state: o.state.clone(),
         accept_new_host_key: false,
@@ -424,6 +401,14 @@ fn operate(
         trust: trust(db, job, o),
         connect_timeout: o.connect_timeout,
         connect_attempts: o.connect_attempts,
+    };
+    let config = ops::session::Config::Text {
+        name: job.config_name.clone(),
+        text: job.config.clone(),
+    };
+    let mut settings = ops::session::Settings {
+        root: o.install.root.clone(),
+        ..ops::session::Settings::engine_only(engine)
     };
     match job.kind.as_str() {
         "install" => {
@@ -438,60 +423,32 @@ fn operate(
                 InstallRequest::Local(j) => (j, None),
                 InstallRequest::Api(a) => (o.install.complete(job.id, &a)?, Some(a.bundle_digest)),
             };
+            settings.root = j.root;
+            settings.pubkey = j.pubkey;
+            settings.advertise = Some(j.advertise);
+            settings.serve_port = j.serve_port;
+            settings.kubeconfig = j.kubeconfig;
+            settings.installer = Some(installer_binary()?);
+            let session = ops::session::Session::open(&config, Some(&j.bundle), None, settings)?;
             let opts = ops::install::InstallOptions {
-                bundle: Some(j.bundle),
-                file: Some(file),
-                pubkey: j.pubkey,
-                allow_unsigned: j.allow_unsigned,
-                root: j.root,
                 phases: j.phases,
-                advertise: Some(j.advertise),
-                serve_port: j.serve_port,
-                kubeconfig: j.kubeconfig,
                 dry_run: false,
                 server_dry_run: false,
-                installer: Some(installer_binary()?),
                 expect_digest,
-                engine,
             };
-            match ops::install::install(&opts)? {
-                ops::install::InstallReport::Plan(t) | ops::install::InstallReport::Installed(t) => Ok(t),
-            }
+            Ok(ops::install::install(&session, &opts)?.to_string())
         }
         "facts" => {
-            let o = ops::facts::FactsOptions {
-                file,
-                dry_run: false,
-                graph: None,
-                engine,
-            };
-            match ops::facts::facts(&o)? {
-                ops::facts::FactsReport::Plan(t) => Ok(t),
-                ops::facts::FactsReport::Gathered { facts, errors, .. } => {
-                    let mut lines: Vec<String> = facts
-                        .iter()
-                        .map(|f| {
-                            format!(
-                                "{}: {} {} {}, kernel {}, {} CPUs, {} MB",
-                                f.host, f.os_id, f.os_version, f.arch, f.kernel, f.cpus, f.memory_mb
-                            )
-                        })
-                        .collect();
-                    if !errors.is_empty() {
-                        anyhow::bail!("facts of {} host(s) could not be gathered:\n{}", errors.len(), errors.join("\n"));
-                    }
-                    lines.push(format!("facts of {} host(s) gathered", facts.len()));
-                    Ok(lines.join("\n"))
-                }
-            }
+            let mut session = ops::session::Session::open(&config, None, None, settings)?;
+            let request = ops::request::Request::Facts(Default::default());
+            Ok(ops::request::run(&mut session, &request)?.to_string())
         }
         "reset" => {
             let j: ResetJob = serde_json::from_value(job.options.clone())?;
-            let root = j.root.unwrap_or_else(|| o.install.root.clone());
-            match ops::reset::reset(&file, true, &root, &engine)? {
-                ops::reset::ResetReport::Done(t) => Ok(t),
-                ops::reset::ResetReport::NotConfirmed { refusal, .. } => anyhow::bail!(refusal),
-            }
+            settings.root = j.root.unwrap_or_else(|| o.install.root.clone());
+            let mut session = ops::session::Session::open(&config, None, None, settings)?;
+            let request = ops::request::Request::Reset(Default::default());
+            Ok(ops::request::run(&mut session, &request)?.to_string())
         }
         other => Err(kubexm_installer::ops::error::op(
             kubexm_installer::ops::error::OpError::Unsupported,

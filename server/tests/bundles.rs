@@ -40,20 +40,8 @@ fn a_held_bundle_is_a_checked_copy_and_an_install_refuses_any_other() {
     // Loopback addresses: a regression reaches nothing outside this machine.
     let config = include_str!("../../manifests/templates/cluster.example.yaml").replace("192.168.10.", "127.0.10.");
     std::fs::write(d.join("cluster.yaml"), config).unwrap();
-    let opts = kubexm_installer::ops::install::InstallOptions {
-        bundle: Some(held.clone()),
-        file: Some(d.join("cluster.yaml")),
-        pubkey: Some(pub2),
-        allow_unsigned: false,
-        root: d.join("root"),
-        phases: vec![],
-        advertise: Some("127.0.0.1".parse().unwrap()),
-        serve_port: 0,
-        kubeconfig: None,
-        dry_run: false,
-        server_dry_run: false,
-        installer: None,
-        expect_digest: Some(digest.clone()),
+    use kubexm_installer::ops::session::{Config, Session, Settings};
+    let settings = Settings {
         engine: kubexm_installer::ops::EngineSettings {
             state: d.join("state.db"),
             accept_new_host_key: false,
@@ -64,8 +52,19 @@ fn a_held_bundle_is_a_checked_copy_and_an_install_refuses_any_other() {
             connect_timeout: kubexm_installer::ops::CONNECT_TIMEOUT,
             connect_attempts: kubexm_installer::ops::CONNECT_ATTEMPTS,
         },
+        root: d.join("root"),
+        pubkey: Some(pub2),
+        advertise: Some("127.0.0.1".parse().unwrap()),
+        serve_port: 0,
+        kubeconfig: None,
+        installer: None,
     };
-    let e = format!("{:#}", kubexm_installer::ops::install::install(&opts).unwrap_err());
+    let session = Session::open(&Config::File(d.join("cluster.yaml")), Some(&held), None, settings).unwrap();
+    let opts = kubexm_installer::ops::install::InstallOptions {
+        expect_digest: Some(digest.clone()),
+        ..Default::default()
+    };
+    let e = format!("{:#}", kubexm_installer::ops::install::install(&session, &opts).unwrap_err());
     assert!(e.contains("is not the bundle this job asked for") && e.contains(&digest), "{e}");
     assert!(!d.join("root/pki").exists(), "PKI was made for a refused bundle");
 }

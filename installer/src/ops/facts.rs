@@ -4,17 +4,15 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{EngineSettings, engine_context};
+use super::session::Session;
 use crate::engine::facts::HostFacts;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct FactsOptions {
-    pub file: PathBuf,
     /// Return the plan only; touch no host.
     pub dry_run: bool,
     /// Write the plan's DAG as Graphviz DOT here.
     pub graph: Option<PathBuf>,
-    pub engine: EngineSettings,
 }
 
 /// What `facts` found, or its plan.
@@ -29,10 +27,10 @@ pub enum FactsReport {
     },
 }
 
-pub fn facts(o: &FactsOptions) -> anyhow::Result<FactsReport> {
-    let cluster = kubexm_bom::config::load_file_hosts(&o.file)?;
+/// Gathers the facts of the session's reachable hosts, or plans it.
+pub fn facts(session: &Session, o: &FactsOptions) -> anyhow::Result<FactsReport> {
     if o.dry_run || o.graph.is_some() {
-        let hosts = cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
+        let hosts = session.hosts();
         let plan = crate::engine::jobs::facts_pipeline(hosts, Default::default()).plan()?;
         if let Some(g) = &o.graph {
             write_whole(g, plan.to_dot().as_bytes())?;
@@ -41,14 +39,7 @@ pub fn facts(o: &FactsOptions) -> anyhow::Result<FactsReport> {
             return Ok(FactsReport::Plan(plan.describe()));
         }
     }
-    let (state, stop, rt) = engine_context(&cluster, &o.engine)?;
-    let r = rt.block_on(crate::engine::jobs::facts(
-        &cluster,
-        state,
-        &o.engine.connect(),
-        o.engine.events.clone(),
-        stop,
-    ))?;
+    let r = session.facts()?;
     Ok(FactsReport::Gathered {
         job: r.job,
         facts: r.facts,

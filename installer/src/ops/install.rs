@@ -7,37 +7,26 @@ use std::path::PathBuf;
 
 use crate::ops::error::{OpError, op};
 
-use super::{EngineSettings, engine_context};
+use super::session::{OpenBundle, Session};
 use crate::context::Context;
-use crate::engine::{jobs, run};
+use crate::engine::run;
+use crate::engine::state::Outcome;
 use crate::pipelines::install as pipeline;
 use crate::{serve, unpack};
 
-/// What `install` is asked to do (flags, validated by the binary).
-#[derive(Debug, Clone)]
+/// What an install is asked to do; where it runs (root, keys, the file
+/// server's address) comes from the session's settings.
+#[derive(Debug, Clone, Default)]
 pub struct InstallOptions {
-    pub bundle: Option<PathBuf>,
-    pub file: Option<PathBuf>,
-    /// The bundle's public key; `None` with `allow_unsigned`.
-    pub pubkey: Option<PathBuf>,
-    pub allow_unsigned: bool,
-    pub root: PathBuf,
     /// Empty: every phase.
     pub phases: Vec<String>,
-    pub advertise: Option<std::net::IpAddr>,
-    pub serve_port: u16,
-    pub kubeconfig: Option<PathBuf>,
     pub dry_run: bool,
     /// Only the cni and addons phases: their manifests checked by the API
     /// server (`kubectl apply --dry-run=server`), CRDs and Namespaces created.
     pub server_dry_run: bool,
-    /// The kubexm-install binary the registry host runs as its registry
-    /// service. `None`: this process's own (kubexm-install itself).
-    pub installer: Option<PathBuf>,
     /// The bundle the job asked for (`sha256:<hex>` of its signed
     /// `bundle.yaml`): any other, even one signed, is refused once read.
     pub expect_digest: Option<String>,
-    pub engine: EngineSettings,
 }
 
 /// What `install` did.
@@ -46,49 +35,75 @@ pub enum InstallReport {
     /// `dry_run`: the plan, per phase and host.
     Plan(String),
     /// What was installed, and what the user has now.
-    Installed(String),
+    Installed(Installed),
 }
 
-/// `file` checked against the catalog `bundle` carries (its first member,
-/// bundle.yaml, read without unpacking anything): what an install, and a
-/// job that will run one, checks first. The config's own errors come first
-/// even without a readable bundle (only its versions need the catalog).
-pub fn validate(
-    file: &std::path::Path,
-    bundle: &std::path::Path,
-) -> anyhow::Result<(kubexm_bundle::manifest::BundleManifest, kubexm_bom::config::Cluster)> {
-    let early = match kubexm_bundle::verify::read_manifest(bundle) {
-        Ok(m) => m,
-        Err(e) => {
-            kubexm_bom::config::load_file_hosts(file)?;
-            return Err(unpack::UnpackError::from(e).classified());
+/// A successful install.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Installed {
+    pub cluster: String,
+    pub job: i64,
+    pub phases: Vec<String>,
+    pub hosts: usize,
+    pub applied: usize,
+    pub skipped: usize,
+    /// What the user has now, one line each (`control plane: ...`).
+    pub have: Vec<String>,
+}
+
+impl std::fmt::Display for InstallReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InstallReport::Plan(plan) => write!(f, "{plan}"),
+            InstallReport::Installed(i) => write!(f, "{i}"),
         }
-    };
-    let cluster = kubexm_bom::config::load_file(file, &super::lock_catalog(&early, bundle)?)?;
-    Ok((early, cluster))
+    }
 }
 
-pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
-    let (file, bundle) = inputs(args)?;
-    // The config is checked against the catalog the bundle carries before
-    // anything is unpacked; the verified copy read below is the one planned from.
-    let (early, cluster) = validate(&file, bundle)?;
-    let phases = phases_of(args, &file, &cluster)?;
-    let topo = kubexm_bom::topology::Topology::of(&cluster).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
-    let (manifest, bundle_dir, members) = read_verified(args, bundle, &early)?;
-    let catalog = super::lock_catalog(&manifest, bundle)?;
-    let bom = manifest.lock;
-    let (pki_dir, pki) = pki_of(args, &cluster.metadata.name)?;
-    let advertise = advertise(args)?;
-    let file_server = format!("https://{}", std::net::SocketAddr::new(advertise, args.serve_port));
-    let ca_pem = pki.ca("registry", "kubexm registry CA")?.cert_pem;
-    let installer = installer_binary(args)?;
-    let kubeadm_api = kubeadm_api(&catalog, &cluster, bundle)?;
+impl std::fmt::Display for Installed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "installed phases {} on {} hosts (job {}): {} steps applied, {} already in place",
+            self.phases.join(", "),
+            self.hosts,
+            self.job,
+            self.applied,
+            self.skipped
+        )?;
+        writeln!(f, "cluster {}:", self.cluster)?;
+        for line in &self.have {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
 
-    let kubeconfig = args
+/// Installs the session's cluster from its bundle.
+pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<InstallReport> {
+    let Some(bundle) = session.bundle() else {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
+        ));
+    };
+    let cluster = session.cluster();
+    let settings = session.settings();
+    let phases = phases_of(args, session.config_name(), cluster)?;
+    let topo = kubexm_bom::topology::Topology::of(cluster).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
+    let (manifest, bundle_dir, members) = read_verified(session, args, bundle)?;
+    let bom = manifest.lock;
+    let (pki_dir, pki) = pki_of(&settings.root, args.dry_run, &cluster.metadata.name)?;
+    let advertise = advertise(settings.advertise)?;
+    let listen = std::net::SocketAddr::new(advertise, settings.serve_port);
+    let file_server = format!("https://{listen}");
+    let ca_pem = pki.ca("registry", "kubexm registry CA")?.cert_pem;
+    let installer = installer_binary(settings.installer.as_ref())?;
+    let kubeadm_api = kubeadm_api(&bundle.catalog, cluster, &bundle.path)?;
+    let kubeconfig = settings
         .kubeconfig
         .clone()
-        .unwrap_or_else(|| args.root.join(format!("{}.kubeconfig", cluster.metadata.name)));
+        .unwrap_or_else(|| settings.root.join(format!("{}.kubeconfig", cluster.metadata.name)));
     let kube = if phases.iter().any(|p| p == "control-plane" || p == "workers") {
         Some(crate::kube_pki::KubePki::ensure(&pki)?)
     } else {
@@ -96,10 +111,10 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
     };
     // The context, built once; a real run fills in the arches from facts.
     let mut ctx = Context {
-        bundle,
-        pubkey: args.pubkey.as_deref(),
+        bundle: &bundle.path,
+        pubkey: settings.pubkey.as_deref(),
         installer: &installer,
-        cluster: &cluster,
+        cluster,
         topo,
         bom: &bom,
         bundle_dir: &bundle_dir,
@@ -125,12 +140,10 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
         }
         return Ok(InstallReport::Plan(pipeline::pipeline(&ctx)?.plan()?.describe()));
     }
-    let (state, stop, rt) = engine_context(&cluster, &args.engine)?;
     // The file server runs for the install's duration.
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let opts = serve::ServeOptions {
         bundle_dir: bundle_dir.clone(),
-        listen: std::net::SocketAddr::new(advertise, args.serve_port),
+        listen,
         tls: serve::Tls::Issued {
             pki_dir: pki_dir.join("registry"),
             names: vec![advertise.to_string()],
@@ -142,26 +155,9 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
         limits: serve::ConnectionLimits::for_nodes(&ctx.topo),
         client_ca: None,
     };
-    let server = rt.spawn(serve::run(opts, move |_, _| {
-        let _ = ready_tx.send(());
-    }));
-    if ready_rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
-        server.abort();
-        return Err(op(
-            OpError::Io,
-            anyhow::anyhow!("the file server did not start on {file_server}; is the port free and the address this machine's?"),
-        ));
-    }
-    let connect = args.engine.connect();
-    let facts = rt.block_on(jobs::facts(
-        &cluster,
-        state.clone(),
-        &connect,
-        args.engine.events.clone(),
-        stop.clone(),
-    ))?;
+    let _server = FileServer::start(session, opts, &file_server)?;
+    let facts = session.facts()?;
     if !facts.errors.is_empty() {
-        server.abort();
         return Err(op(
             OpError::Host,
             anyhow::anyhow!(
@@ -172,33 +168,13 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
         ));
     }
     if phases.iter().any(|p| p == "preflight") {
-        let mut refused = crate::phases::preflight::refusals(&cluster, &bom, &facts.facts, &phases);
-        refused.extend(crate::endpoint::preflight(&cluster));
-        if cluster.spec.preflight.leftovers == kubexm_bom::config::model::LeftoverPolicy::Warn {
-            for f in facts.facts.iter().filter(|f| f.managed.is_empty() && !f.leftovers.is_empty()) {
-                tracing::warn!(
-                    "{}: leftovers of an earlier install kubexm did not make: {} (preflight.leftovers: warn)",
-                    f.host,
-                    f.leftovers.join(" ")
-                );
-            }
-        }
-        if !refused.is_empty() {
-            server.abort();
-            return Err(op(
-                OpError::Host,
-                anyhow::anyhow!("preflight refused the install:\n  {}", refused.join("\n  ")),
-            ));
-        }
+        preflight(cluster, &bom, &facts.facts, &phases)?;
     }
     ctx.arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
     let pipeline = pipeline::pipeline(&ctx)?;
-    let eo = args.engine.options(run::Policy::FailFast);
-    let ex = rt.block_on(jobs::execute(&cluster, state, "install", &connect, &eo, stop, |_| Ok(pipeline)));
-    server.abort();
-    let ex = ex?;
-    let skipped = ex.report.count(crate::engine::state::Outcome::Skipped);
-    let applied = ex.report.count(crate::engine::state::Outcome::Applied);
+    let ex = session.execute("install", run::Policy::FailFast, |_| Ok(pipeline))?;
+    let skipped = ex.report.count(Outcome::Skipped);
+    let applied = ex.report.count(Outcome::Applied);
     if !ex.ok() {
         let errors = ex.errors();
         return Err(op(
@@ -210,81 +186,113 @@ pub fn install(args: &InstallOptions) -> anyhow::Result<InstallReport> {
             ),
         ));
     }
-    Ok(InstallReport::Installed(format!(
-        "installed phases {} on {} hosts (job {}): {applied} steps applied, {skipped} already in place\n{}",
-        phases.join(", "),
-        cluster.spec.hosts.len(),
-        ex.job,
-        summary(&cluster, &ctx.topo, &phases, &kubeconfig)
-    )))
+    Ok(InstallReport::Installed(Installed {
+        cluster: cluster.metadata.name.clone(),
+        job: ex.job,
+        phases: phases.clone(),
+        hosts: cluster.spec.hosts.len(),
+        applied,
+        skipped,
+        have: summary(cluster, &ctx.topo, &phases, &kubeconfig),
+    }))
 }
 
-/// What the user has now, after a successful install.
+/// The file server of an install, stopped when dropped.
+struct FileServer(tokio::task::JoinHandle<anyhow::Result<()>>);
+
+impl FileServer {
+    /// Starts it on the session's runtime and waits until it listens.
+    fn start(session: &Session, opts: serve::ServeOptions, url: &str) -> anyhow::Result<FileServer> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let server = FileServer(session.spawn(serve::run(opts, move |_, _| {
+            let _ = ready_tx.send(());
+        }))?);
+        if ready_rx.recv_timeout(std::time::Duration::from_secs(20)).is_err() {
+            return Err(op(
+                OpError::Io,
+                anyhow::anyhow!("the file server did not start on {url}; is the port free and the address this machine's?"),
+            ));
+        }
+        Ok(server)
+    }
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Refuses the install when a host is not fit for it; warns of leftovers
+/// the config lets pass.
+fn preflight(
+    cluster: &kubexm_bom::config::Cluster,
+    bom: &kubexm_bom::Bom,
+    facts: &[crate::engine::facts::HostFacts],
+    phases: &[String],
+) -> anyhow::Result<()> {
+    let mut refused = crate::phases::preflight::refusals(cluster, bom, facts, phases);
+    refused.extend(crate::endpoint::preflight(cluster));
+    if cluster.spec.preflight.leftovers == kubexm_bom::config::model::LeftoverPolicy::Warn {
+        for f in facts.iter().filter(|f| f.managed.is_empty() && !f.leftovers.is_empty()) {
+            tracing::warn!(
+                "{}: leftovers of an earlier install kubexm did not make: {} (preflight.leftovers: warn)",
+                f.host,
+                f.leftovers.join(" ")
+            );
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(op(
+        OpError::Host,
+        anyhow::anyhow!("preflight refused the install:\n  {}", refused.join("\n  ")),
+    ))
+}
+
+/// What the user has now, after a successful install: one line each.
 fn summary(
     cluster: &kubexm_bom::config::Cluster,
     topo: &kubexm_bom::topology::Topology,
     phases: &[String],
     kubeconfig: &std::path::Path,
-) -> String {
+) -> Vec<String> {
     use kubexm_bom::topology::AddonPhase;
     let g = &cluster.spec.role_groups;
     let has = |p: &str| phases.iter().any(|x| x == p);
-    let mut s = String::new();
-    s.push_str(&format!(
-        "cluster {}:
-",
-        cluster.metadata.name
-    ));
+    let name = |v: serde_json::Result<serde_json::Value>| v.ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let mut s = Vec::new();
     if has("control-plane") {
-        s.push_str(&format!(
-            "  control plane: {} (endpoint {}, mode {})
-",
+        s.push(format!(
+            "control plane: {} (endpoint {}, mode {})",
             g.control_plane.join(", "),
             topo.endpoint,
-            serde_json::to_value(cluster.spec.control_plane_endpoint.mode)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default()
+            name(serde_json::to_value(cluster.spec.control_plane_endpoint.mode))
         ));
-        let mode = serde_json::to_value(cluster.spec.etcd.mode)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        s.push_str(&format!(
-            "  etcd: {} ({mode}, TLS)
-",
-            g.etcd.join(", ")
+        s.push(format!(
+            "etcd: {} ({}, TLS)",
+            g.etcd.join(", "),
+            name(serde_json::to_value(cluster.spec.etcd.mode))
         ));
     }
     if has("workers") {
-        s.push_str(&format!(
-            "  nodes: {}
-",
-            g.worker.join(", ")
-        ));
+        s.push(format!("nodes: {}", g.worker.join(", ")));
     }
     for (phase, want) in [("cni", AddonPhase::Cni), ("addons", AddonPhase::Addons)] {
         if has(phase)
             && let Ok(list) = crate::phases::addons::enabled(topo, want)
             && !list.is_empty()
         {
-            s.push_str(&format!(
-                "  {phase}: {}
-",
-                list.join(", ")
-            ));
+            s.push(format!("{phase}: {}", list.join(", ")));
         }
     }
     if let Some(r) = topo.registry.as_ref().map(|r| &r.address).filter(|_| has("registry")) {
-        s.push_str(&format!(
-            "  registry: https://{r} (CA /etc/kubexm/pki/registry-ca.crt on every host)
-"
-        ));
+        s.push(format!("registry: https://{r} (CA /etc/kubexm/pki/registry-ca.crt on every host)"));
     }
     if has("kubeconfig") {
-        s.push_str(&format!(
-            "  kubeconfig: {} (server {}); try: kubectl --kubeconfig {} get nodes
-",
+        s.push(format!(
+            "kubeconfig: {} (server {}); try: kubectl --kubeconfig {} get nodes",
             kubeconfig.display(),
             topo.external_server,
             kubeconfig.display()
@@ -293,32 +301,9 @@ fn summary(
     s
 }
 
-/// The config file and bundle an install needs, and a signature policy.
-fn inputs(args: &InstallOptions) -> anyhow::Result<(PathBuf, &std::path::Path)> {
-    let Some(file) = args.file.clone() else {
-        return Err(op(
-            OpError::Usage,
-            anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
-        ));
-    };
-    let Some(bundle) = args.bundle.as_deref() else {
-        return Err(op(
-            OpError::Usage,
-            anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
-        ));
-    };
-    if args.pubkey.is_none() && !args.allow_unsigned {
-        return Err(op(
-            OpError::Usage,
-            anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
-        ));
-    }
-    Ok((file, bundle))
-}
-
 /// The phases asked for, refused when one cannot run here (yet, or in a
 /// server dry run).
-fn phases_of(args: &InstallOptions, file: &std::path::Path, cluster: &kubexm_bom::config::Cluster) -> anyhow::Result<Vec<String>> {
+fn phases_of(args: &InstallOptions, file: &str, cluster: &kubexm_bom::config::Cluster) -> anyhow::Result<Vec<String>> {
     let asked: Vec<String> = if args.phases.is_empty() {
         pipeline::PHASES.iter().map(|p| p.to_string()).collect()
     } else {
@@ -342,7 +327,7 @@ fn phases_of(args: &InstallOptions, file: &std::path::Path, cluster: &kubexm_bom
             anyhow::anyhow!(
                 "{}: config valid (cluster {}); phase(s) {} are not supported yet, and nothing was touched. \
                  This release deploys --phases {}",
-                file.display(),
+                file,
                 cluster.metadata.name,
                 missing.join(", "),
                 pipeline::IMPLEMENTED.join(",")
@@ -363,12 +348,9 @@ type ReadBundle = (
 /// The bundle verified against its signature: planned from in memory (a
 /// dry run) or unpacked; refused when it changed since `early` was read or
 /// is not the bundle the job asked for.
-fn read_verified(
-    args: &InstallOptions,
-    bundle: &std::path::Path,
-    early: &kubexm_bundle::manifest::BundleManifest,
-) -> anyhow::Result<ReadBundle> {
-    let t = match &args.pubkey {
+fn read_verified(session: &Session, args: &InstallOptions, opened: &OpenBundle) -> anyhow::Result<ReadBundle> {
+    let (bundle, early, root) = (&opened.path, &opened.manifest, &session.settings().root);
+    let t = match &session.settings().pubkey {
         Some(k) => unpack::Trust::PublicKey(k.clone()),
         None => unpack::Trust::Unsigned,
     };
@@ -376,10 +358,10 @@ fn read_verified(
     // nothing anywhere (no unpack, no PKI, no state); values made at apply
     // time print as <generated>.
     let (manifest, bundle_dir, members) = if args.dry_run {
-        let p = unpack::read_for_plan(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
+        let p = unpack::read_for_plan(bundle, &t, root).map_err(unpack::UnpackError::classified)?;
         (p.manifest, p.dir, Some(p.members))
     } else {
-        let u = unpack::unpack(bundle, &t, &args.root).map_err(unpack::UnpackError::classified)?;
+        let u = unpack::unpack(bundle, &t, root).map_err(unpack::UnpackError::classified)?;
         (u.manifest, u.dir, None)
     };
     if &manifest != early {
@@ -406,14 +388,14 @@ fn read_verified(
 
 /// The cluster's PKI directory, and the PKI planning reads (placeholders
 /// in a dry run, which writes nothing).
-fn pki_of(args: &InstallOptions, name: &str) -> anyhow::Result<(PathBuf, crate::pki::Pki)> {
+fn pki_of(root: &std::path::Path, dry_run: bool, name: &str) -> anyhow::Result<(PathBuf, crate::pki::Pki)> {
     // A dry run writes nothing: an old single-cluster root is moved only by a real run.
-    let pki_dir = if args.dry_run {
-        crate::paths::cluster_pki(&args.root, name)
+    let pki_dir = if dry_run {
+        crate::paths::cluster_pki(root, name)
     } else {
-        super::cluster_pki(&args.root, name)?
+        super::cluster_pki(root, name)?
     };
-    let pki = if args.dry_run {
+    let pki = if dry_run {
         crate::pki::Pki::DryRun
     } else {
         crate::pki::Pki::Dir(pki_dir.clone())
@@ -443,8 +425,8 @@ fn kubeadm_api(
 }
 
 /// The address hosts reach this machine at, for the file server.
-fn advertise(args: &InstallOptions) -> anyhow::Result<std::net::IpAddr> {
-    let Some(advertise) = args.advertise else {
+fn advertise(given: Option<std::net::IpAddr>) -> anyhow::Result<std::net::IpAddr> {
+    let Some(advertise) = given else {
         return Err(op(
             OpError::Usage,
             anyhow::anyhow!("pass --advertise ADDR: the address the hosts reach this machine at, for the file server"),
@@ -454,9 +436,9 @@ fn advertise(args: &InstallOptions) -> anyhow::Result<std::net::IpAddr> {
 }
 
 /// The kubexm-install binary the registry host runs: the one given, or this one.
-fn installer_binary(args: &InstallOptions) -> anyhow::Result<PathBuf> {
-    match args.installer.clone() {
-        Some(p) => Ok(p),
+fn installer_binary(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
+    match given {
+        Some(p) => Ok(p.clone()),
         None => anyhow::Context::context(std::env::current_exe(), "finding the installer binary"),
     }
 }

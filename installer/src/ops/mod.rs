@@ -11,8 +11,10 @@ pub mod hosts_toml;
 pub mod install;
 pub mod mirror;
 pub mod packages;
+pub mod request;
 pub mod reset;
 pub mod serve;
+pub mod session;
 pub mod status;
 
 use std::path::PathBuf;
@@ -22,7 +24,6 @@ use std::sync::atomic::AtomicBool;
 use crate::ops::error::{OpError, op};
 
 use crate::engine::events::EventSink;
-use crate::engine::state::State;
 use crate::engine::{jobs, run};
 
 /// How an operation runs its engine job.
@@ -108,24 +109,6 @@ pub fn lock_catalog(
     let mut catalog = catalog.clone();
     catalog.origin = Some(bundle.display().to_string());
     Ok(catalog)
-}
-
-/// The state database, a Ctrl-C flag and a runtime for an engine job.
-pub fn engine_context(
-    cluster: &kubexm_bom::config::Cluster,
-    engine: &EngineSettings,
-) -> anyhow::Result<(Arc<State>, Arc<AtomicBool>, tokio::runtime::Runtime)> {
-    let (_, secrets) = crate::engine::inventory::targets(cluster, &engine.trust).map_err(|e| op(OpError::Config, e))?;
-    let state = Arc::new(crate::engine::state::State::open(&engine.state, secrets)?);
-    let stop = engine.stop.clone().unwrap_or_default();
-    let rt = tokio::runtime::Runtime::new()?;
-    let stopper = stop.clone();
-    rt.spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stopper.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
-    Ok((state, stop, rt))
 }
 
 /// The PKI directory of cluster `name` under `root`: `<root>/clusters/<name>/pki`,

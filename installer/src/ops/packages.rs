@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use crate::ops::error::{OpError, op};
 
-use super::{EngineSettings, engine_context};
+use super::EngineSettings;
+use super::session::{Session, Settings};
 use crate::engine::plan::Pipeline;
-use crate::engine::{jobs, run, state::Outcome};
+use crate::engine::{run, state::Outcome};
 
 #[derive(Debug, Clone)]
 pub struct PackagesOptions {
@@ -80,10 +81,12 @@ pub fn packages(o: &PackagesOptions) -> anyhow::Result<PackagesReport> {
             errors: None,
         });
     }
-    let (state, stop, rt) = engine_context(&cluster, &o.engine)?;
-    let connect = o.engine.connect();
-    let eo = o.engine.options(run::Policy::ContinueOtherHosts);
-    let ex = rt.block_on(jobs::execute(&cluster, state, "os-packages", &connect, &eo, stop, &pipeline))?;
+    let session = Session::of(
+        cluster.clone(),
+        o.file.display().to_string(),
+        Settings::engine_only(o.engine.clone()),
+    );
+    let ex = session.execute("os-packages", run::Policy::ContinueOtherHosts, pipeline)?;
     let mut text = String::new();
     for r in &ex.report.results {
         if let Some(installed) = r.log.split("installed:\n").nth(1) {

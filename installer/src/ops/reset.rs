@@ -1,39 +1,54 @@
 //! `reset`: stop and remove what kubexm installed on every host.
 
-use std::path::Path;
-
 use crate::ops::error::{OpError, op};
 
-use super::{EngineSettings, engine_context};
-use crate::engine::{jobs, run};
+use super::session::Session;
+use crate::engine::run;
 
 /// What `reset` did.
 #[derive(Debug)]
 pub enum ResetReport {
-    /// Without `--yes`: the plan, and why nothing was touched.
-    NotConfirmed { plan: String, refusal: String },
-    /// The line saying what was reset.
-    Done(String),
+    /// Without `yes`: the plan, and why nothing was touched.
+    NotConfirmed {
+        plan: String,
+        refusal: String,
+    },
+    Done(Reset),
 }
 
-/// Resets the cluster of `file` on its hosts (with `yes`), or returns the plan.
-pub fn reset(file: &Path, yes: bool, root: &Path, engine: &EngineSettings) -> anyhow::Result<ResetReport> {
-    let cluster = kubexm_bom::config::load_file_hosts(file)?;
-    let pipeline = crate::pipelines::reset::pipeline(&cluster)?;
+/// A reset that succeeded.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Reset {
+    pub cluster: String,
+    pub job: i64,
+    /// The hosts reset.
+    pub hosts: Vec<String>,
+}
+
+impl std::fmt::Display for Reset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "reset cluster {} on {} hosts (job {})", self.cluster, self.hosts.len(), self.job)
+    }
+}
+
+/// Resets the session's cluster on its reachable hosts (with `yes`), or
+/// returns the plan. The cluster's kubeconfig under the settings' root is
+/// removed once every host is reset.
+pub fn reset(session: &Session, yes: bool) -> anyhow::Result<ResetReport> {
+    let cluster = session.cluster();
+    let hosts = session.hosts();
+    let pipeline = crate::pipelines::reset::pipeline(cluster, &hosts)?;
     if !yes {
         return Ok(ResetReport::NotConfirmed {
             plan: pipeline.plan()?.describe(),
             refusal: format!(
                 "reset deletes cluster {} on {} host(s), etcd data included; nothing was touched. Pass --yes to do it",
                 cluster.metadata.name,
-                cluster.spec.hosts.len()
+                hosts.len()
             ),
         });
     }
-    let (state, stop, rt) = engine_context(&cluster, engine)?;
-    let connect = engine.connect();
-    let eo = engine.options(run::Policy::ContinueOtherHosts);
-    let ex = rt.block_on(jobs::execute(&cluster, state, "reset", &connect, &eo, stop, |_| Ok(pipeline)))?;
+    let ex = session.execute("reset", run::Policy::ContinueOtherHosts, |_| Ok(pipeline))?;
     if !ex.ok() {
         let errors = ex.errors();
         return Err(op(
@@ -46,14 +61,13 @@ pub fn reset(file: &Path, yes: bool, root: &Path, engine: &EngineSettings) -> an
             ),
         ));
     }
-    let kubeconfig = root.join(format!("{}.kubeconfig", cluster.metadata.name));
+    let kubeconfig = session.settings().root.join(format!("{}.kubeconfig", cluster.metadata.name));
     if kubeconfig.exists() {
         fs_err::remove_file(&kubeconfig)?;
     }
-    Ok(ResetReport::Done(format!(
-        "reset cluster {} on {} hosts (job {})",
-        cluster.metadata.name,
-        cluster.spec.hosts.len(),
-        ex.job
-    )))
+    Ok(ResetReport::Done(Reset {
+        cluster: cluster.metadata.name.clone(),
+        job: ex.job,
+        hosts,
+    }))
 }

@@ -47,10 +47,11 @@ fn step(cluster: &Cluster, etcd: bool) -> Result<Shell, crate::template::Unfille
     Ok(step)
 }
 
-/// `reset`: every host back to before kubexm (packages stay).
-pub fn pipeline(cluster: &Cluster) -> Result<Pipeline, crate::template::Unfilled> {
+/// `reset`: the `hosts` given (every host of the cluster, or those that
+/// can be reached) back to before kubexm (packages stay).
+pub fn pipeline(cluster: &Cluster, hosts: &[String]) -> Result<Pipeline, crate::template::Unfilled> {
     let etcd = etcd_hosts(cluster);
-    let (with, without): (Vec<String>, Vec<String>) = cluster.spec.hosts.iter().map(|h| h.name.clone()).partition(|h| etcd.contains(h));
+    let (with, without): (Vec<String>, Vec<String>) = hosts.iter().cloned().partition(|h| etcd.contains(h));
     let mut tasks = Vec::new();
     for (name, hosts, etcd) in [("reset-etcd-host", with, true), ("reset", without, false)] {
         if !hosts.is_empty() {
@@ -82,7 +83,8 @@ mod tests {
         let text = std::fs::read_to_string(format!("{}/../examples/ha.yaml", env!("CARGO_MANIFEST_DIR")))?;
         let mut c = kubexm_bom::config::load_str_hosts(&text, "ha.yaml")?;
         c.spec.etcd.data_dir = "/data/etcd-x".into();
-        let p = pipeline(&c)?;
+        let all: Vec<String> = c.spec.hosts.iter().map(|h| h.name.clone()).collect();
+        let p = pipeline(&c, &all)?;
         let tasks = &p.modules[0].tasks;
         let etcd = tasks.iter().find(|t| t.name == "reset-etcd-host").ok_or("no etcd task")?;
         assert_eq!(etcd.hosts, c.spec.role_groups.etcd);

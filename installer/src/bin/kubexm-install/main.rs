@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use kubexm_cli::{Class, Output, classified};
+use kubexm_installer::ops::session::{Config, Session, Settings};
 use kubexm_installer::{ops, serve, unpack};
 
 mod args;
@@ -124,12 +125,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             graph,
             output,
         } => {
-            let report = ops::facts::facts(&ops::facts::FactsOptions {
-                file,
-                dry_run,
-                graph,
-                engine: engine.settings(),
-            })?;
+            let session = hosts_session(file, &engine, kubexm_installer::ROOT.into())?;
+            let report = ops::facts::facts(&session, &ops::facts::FactsOptions { dry_run, graph })?;
             print_facts(report, output)
         }
         Command::Packages {
@@ -150,7 +147,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             print_packages(ops::packages::packages(&opts)?)
         }
-        Command::Reset { file, yes, root, engine } => print_reset(ops::reset::reset(&file, yes, &root, &engine.settings())?),
+        Command::Reset { file, yes, root, engine } => print_reset(ops::reset::reset(&hosts_session(file, &engine, root)?, yes)?),
         Command::Status { job, state } => {
             print!("{}", ops::status::status(&state, job)?);
             Ok(())
@@ -199,8 +196,8 @@ fn print_reset(report: ops::reset::ResetReport) -> anyhow::Result<()> {
             print!("{plan}");
             Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
         }
-        ops::reset::ResetReport::Done(line) => {
-            println!("{line}");
+        ops::reset::ResetReport::Done(reset) => {
+            println!("{reset}");
             Ok(())
         }
     }
@@ -223,30 +220,55 @@ impl EngineArgs {
     }
 }
 
+/// A session over the hosts of `file` (no bundle): facts and reset.
+fn hosts_session(file: std::path::PathBuf, engine: &EngineArgs, root: std::path::PathBuf) -> anyhow::Result<Session> {
+    let settings = Settings {
+        root,
+        ..Settings::engine_only(engine.settings())
+    };
+    Session::open(&Config::File(file), None, None, settings)
+}
+
 /// The install: one operation, its report printed.
 fn install(args: InstallArgs) -> anyhow::Result<()> {
-    if args.pubkey.is_none() && args.allow_unsigned {
+    let Some(file) = args.file else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
+        ));
+    };
+    let Some(bundle) = args.bundle else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
+        ));
+    };
+    if args.pubkey.is_none() && !args.allow_unsigned {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
+        ));
+    }
+    if args.pubkey.is_none() {
         warn_unsigned();
     }
-    let opts = ops::install::InstallOptions {
-        bundle: args.bundle,
-        file: args.file,
-        pubkey: args.pubkey,
-        allow_unsigned: args.allow_unsigned,
+    let settings = Settings {
+        engine: args.engine.settings(),
         root: args.root,
-        phases: args.phases,
+        pubkey: args.pubkey,
         advertise: args.advertise,
         serve_port: args.serve_port,
         kubeconfig: args.kubeconfig,
+        installer: None,
+    };
+    let session = Session::open(&Config::File(file), Some(&bundle), None, settings)?;
+    let opts = ops::install::InstallOptions {
+        phases: args.phases,
         dry_run: args.dry_run,
         server_dry_run: args.server_dry_run,
-        installer: None,
         expect_digest: None,
-        engine: args.engine.settings(),
     };
-    match ops::install::install(&opts)? {
-        ops::install::InstallReport::Plan(text) | ops::install::InstallReport::Installed(text) => print!("{text}"),
-    }
+    print!("{}", ops::install::install(&session, &opts)?);
     Ok(())
 }
 

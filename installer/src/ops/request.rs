@@ -1,0 +1,208 @@
+//! What a trigger asks of a cluster, typed: one [`Request`] per operation
+//! kind with its options, defined once. The API server and the CLI store a
+//! request as a job's body, a worker hands it to [`run`] on a [`Session`]
+//! it opened, and every trigger gets a typed [`Report`] back, which the
+//! binaries render. A request names no path of the machine that runs it:
+//! the bundle by its digest, everything else (root, keys, kubeconfig) comes
+//! from the session's settings. A day-2 operation is one more variant here.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{OpError, op};
+use super::session::Session;
+use super::{facts, install, reset};
+use crate::engine::facts::HostFacts;
+
+/// One operation on a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Request {
+    /// Install the cluster from a bundle.
+    Install(InstallRequest),
+    /// Remove what kubexm installed, on every host that can be reached.
+    Reset(HostsRequest),
+    /// Gather every host's facts.
+    Facts(HostsRequest),
+}
+
+/// An install's options.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstallRequest {
+    /// The bundle, by the `sha256:<hex>` of its signed `bundle.yaml`.
+    pub bundle: String,
+    /// Empty: every phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<String>,
+}
+
+/// The options of an operation over the cluster's hosts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostsRequest {
+    /// Hosts known to be down: never contacted, left out of the job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<String>,
+}
+
+impl Request {
+    /// The kind, as jobs list it (`install`, `reset`, `facts`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Install(_) => "install",
+            Request::Reset(_) => "reset",
+            Request::Facts(_) => "facts",
+        }
+    }
+
+    /// The bundle the request needs, by digest.
+    pub fn bundle(&self) -> Option<&str> {
+        match self {
+            Request::Install(r) => Some(&r.bundle),
+            Request::Reset(_) | Request::Facts(_) => None,
+        }
+    }
+
+    /// The hosts the request names unreachable.
+    pub fn unreachable(&self) -> &[String] {
+        match self {
+            Request::Install(_) => &[],
+            Request::Reset(r) | Request::Facts(r) => &r.unreachable,
+        }
+    }
+
+    /// A job's stored request: its `kind` and the JSON of its options.
+    pub fn from_job(kind: &str, options: &serde_json::Value) -> Result<Request, serde_json::Error> {
+        let mut body = match options {
+            serde_json::Value::Object(m) => m.clone(),
+            serde_json::Value::Null => serde_json::Map::new(),
+            other => return serde_json::from_value(other.clone()),
+        };
+        body.insert("kind".into(), kind.into());
+        serde_json::from_value(serde_json::Value::Object(body))
+    }
+
+    /// The JSON of its options, as a job stores them beside its kind.
+    pub fn options(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("kind");
+        }
+        v
+    }
+}
+
+/// What an operation did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Report {
+    Install(install::Installed),
+    Reset(reset::Reset),
+    Facts(Gathered),
+}
+
+/// The facts of every host.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Gathered {
+    pub job: i64,
+    pub facts: Vec<HostFacts>,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Report::Install(r) => write!(f, "{r}"),
+            Report::Reset(r) => writeln!(f, "{r}"),
+            Report::Facts(g) => {
+                for h in &g.facts {
+                    writeln!(
+                        f,
+                        "{}: {} {} {}, kernel {}, {} CPUs, {} MB",
+                        h.host, h.os_id, h.os_version, h.arch, h.kernel, h.cpus, h.memory_mb
+                    )?;
+                }
+                writeln!(f, "facts of {} host(s) gathered", g.facts.len())
+            }
+        }
+    }
+}
+
+/// Runs `request` on the cluster `session` opened. Fails as the CLI's
+/// command would: a host that could not be asked fails a facts request.
+pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
+    session.unreachable(request.unreachable())?;
+    match request {
+        Request::Install(r) => {
+            let o = install::InstallOptions {
+                phases: r.phases.clone(),
+                expect_digest: Some(r.bundle.clone()),
+                ..Default::default()
+            };
+            match install::install(session, &o)? {
+                install::InstallReport::Installed(i) => Ok(Report::Install(i)),
+                install::InstallReport::Plan(_) => Err(anyhow::anyhow!("an install request planned instead of installing")),
+            }
+        }
+        Request::Reset(_) => match reset::reset(session, true)? {
+            reset::ResetReport::Done(r) => Ok(Report::Reset(r)),
+            reset::ResetReport::NotConfirmed { refusal, .. } => Err(op(OpError::Usage, anyhow::anyhow!(refusal))),
+        },
+        Request::Facts(_) => match facts::facts(session, &facts::FactsOptions::default())? {
+            facts::FactsReport::Gathered { job, facts, errors } if errors.is_empty() => Ok(Report::Facts(Gathered { job, facts })),
+            facts::FactsReport::Gathered { errors, .. } => Err(op(
+                OpError::Host,
+                anyhow::anyhow!("facts of {} host(s) could not be gathered:\n{}", errors.len(), errors.join("\n")),
+            )),
+            facts::FactsReport::Plan(_) => Err(anyhow::anyhow!("a facts request planned instead of gathering")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 26: every kind round-trips through JSON, and through a job's
+    /// (kind, options) columns.
+    #[test]
+    fn every_request_round_trips_through_json() -> Result<(), Box<dyn std::error::Error>> {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let all = [
+            Request::Install(InstallRequest {
+                bundle: digest.clone(),
+                phases: vec!["etcd".into(), "control-plane".into()],
+            }),
+            Request::Install(InstallRequest {
+                bundle: digest,
+                phases: vec![],
+            }),
+            Request::Reset(HostsRequest {
+                unreachable: vec!["worker2".into()],
+            }),
+            Request::Reset(HostsRequest::default()),
+            Request::Facts(HostsRequest {
+                unreachable: vec!["a".into(), "b".into()],
+            }),
+            Request::Facts(HostsRequest::default()),
+        ];
+        for r in all {
+            let text = serde_json::to_string(&r)?;
+            assert_eq!(serde_json::from_str::<Request>(&text)?, r, "{text}");
+            assert_eq!(Request::from_job(r.kind(), &r.options())?, r, "{text}");
+        }
+        Ok(())
+    }
+
+    /// A request naming a path, or an option of another kind, is refused.
+    #[test]
+    fn unknown_fields_are_refused() {
+        for (kind, options) in [
+            ("install", serde_json::json!({"bundle": "sha256:x", "root": "/etc"})),
+            ("reset", serde_json::json!({"root": "/"})),
+            ("facts", serde_json::json!({"phases": []})),
+            ("delete", serde_json::json!({})),
+        ] {
+            assert!(Request::from_job(kind, &options).is_err(), "{kind} {options} was accepted");
+        }
+    }
+}

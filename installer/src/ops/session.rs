@@ -1,0 +1,417 @@
+//! One opened cluster: what every operation (install, reset, facts, and
+//! each later kind) needs before its first step, opened once and shared.
+//! The config is held as a value (a worker hands over the job's text, never
+//! a file); the bundle is optional (reset and facts work after it is gone)
+//! and, when given, its lock's catalog is what the config is completed
+//! against. The engine (the state store, the runtime, the hosts' SSH
+//! targets) is made on the first job, so a dry run writes nothing. Hosts the
+//! caller names unreachable are never connected to. This is the only place
+//! that builds an engine context or runs an engine job.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kubexm_bom::catalog::Catalog;
+use kubexm_bom::config::Cluster;
+use kubexm_bundle::manifest::BundleManifest;
+
+use super::EngineSettings;
+use super::error::{OpError, op};
+use crate::engine::inventory::{self, Connector};
+use crate::engine::jobs::{self, Execution, FactsReport, Hosts};
+use crate::engine::plan::Pipeline;
+use crate::engine::run::Policy;
+use crate::engine::ssh::Target;
+use crate::engine::store::Store;
+
+/// Where a cluster's config comes from.
+#[derive(Debug, Clone)]
+pub enum Config {
+    /// A file the operator names.
+    File(PathBuf),
+    /// Config text (a job's), its errors naming `name`.
+    Text { name: String, text: String },
+}
+
+impl Config {
+    /// What errors call the config.
+    pub fn name(&self) -> String {
+        match self {
+            Config::File(p) => p.display().to_string(),
+            Config::Text { name, .. } => name.clone(),
+        }
+    }
+
+    /// Validated and completed against `catalog`.
+    fn load(&self, catalog: &Catalog) -> Result<Cluster, kubexm_bom::config::LoadError> {
+        match self {
+            Config::File(p) => kubexm_bom::config::load_file(p, catalog),
+            Config::Text { name, text } => kubexm_bom::config::load_str(text, name, catalog),
+        }
+    }
+
+    /// Validated for an operation that only reaches its hosts.
+    fn load_hosts(&self) -> Result<Cluster, kubexm_bom::config::LoadError> {
+        match self {
+            Config::File(p) => kubexm_bom::config::load_file_hosts(p),
+            Config::Text { name, text } => kubexm_bom::config::load_str_hosts(text, name),
+        }
+    }
+}
+
+/// What the machine running the operation brings: the CLI's flags, a
+/// worker's options. Never part of a request.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub engine: EngineSettings,
+    /// The installer's state root (unpacked bundles, PKI, kubeconfigs).
+    pub root: PathBuf,
+    /// The bundle's public key; `None`: installed without a signature check
+    /// (`--allow-unsigned`, or a bundle `kubexm bundle add` checked).
+    pub pubkey: Option<PathBuf>,
+    /// The address hosts reach this machine at, for the file server.
+    pub advertise: Option<std::net::IpAddr>,
+    pub serve_port: u16,
+    /// Where the admin kubeconfig goes; `None`: `<root>/<cluster>.kubeconfig`.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubexm-install binary the registry host runs as its registry
+    /// service. `None`: this process's own (kubexm-install itself).
+    pub installer: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Settings for an operation that needs only the engine's.
+    pub fn engine_only(engine: EngineSettings) -> Settings {
+        Settings {
+            engine,
+            root: crate::paths::ROOT.into(),
+            pubkey: None,
+            advertise: None,
+            serve_port: crate::paths::SERVE_PORT,
+            kubeconfig: None,
+            installer: None,
+        }
+    }
+}
+
+/// A bundle opened with the session: its file, the `bundle.yaml` read
+/// before anything is unpacked, and the catalog its lock carries.
+#[derive(Debug)]
+pub struct OpenBundle {
+    pub path: PathBuf,
+    pub manifest: BundleManifest,
+    pub catalog: Catalog,
+}
+
+/// The engine of a session, made on its first job.
+struct Engine {
+    targets: Vec<Target>,
+    store: Arc<dyn Store>,
+    stop: Arc<AtomicBool>,
+    rt: tokio::runtime::Runtime,
+}
+
+/// A cluster opened for operations.
+pub struct Session {
+    cluster: Cluster,
+    config: String,
+    bundle: Option<OpenBundle>,
+    settings: Settings,
+    /// The caller's store; `None`: the state database `settings` names.
+    store: Option<Arc<dyn Store>>,
+    connector: Option<Arc<dyn Connector>>,
+    unreachable: BTreeSet<String>,
+    engine: Mutex<Option<Arc<Engine>>>,
+}
+
+/// `config` checked against the catalog `bundle` carries (its first member,
+/// bundle.yaml, read without unpacking anything): what an install, and a
+/// job that will run one, checks first. The config's own errors come first
+/// even without a readable bundle (only its versions need the catalog).
+pub fn validate(config: &Config, bundle: &Path) -> anyhow::Result<(BundleManifest, Cluster)> {
+    let early = match kubexm_bundle::verify::read_manifest(bundle) {
+        Ok(m) => m,
+        Err(e) => {
+            config.load_hosts()?;
+            return Err(crate::unpack::UnpackError::from(e).classified());
+        }
+    };
+    let cluster = config.load(&super::lock_catalog(&early, bundle)?)?;
+    Ok((early, cluster))
+}
+
+impl Session {
+    /// Opens the cluster of `config`: with a `bundle`, completed against the
+    /// catalog its lock carries; without, checked for reaching its hosts
+    /// only. `store`: the engine's store (`None`: the state database the
+    /// settings name, opened on the first job).
+    pub fn open(config: &Config, bundle: Option<&Path>, store: Option<Arc<dyn Store>>, settings: Settings) -> anyhow::Result<Session> {
+        let (cluster, bundle) = match bundle {
+            Some(path) => {
+                let (manifest, cluster) = validate(config, path)?;
+                let catalog = super::lock_catalog(&manifest, path)?;
+                let bundle = OpenBundle {
+                    path: path.to_path_buf(),
+                    manifest,
+                    catalog,
+                };
+                (cluster, Some(bundle))
+            }
+            None => (config.load_hosts()?, None),
+        };
+        let mut session = Session::of(cluster, config.name(), settings);
+        session.bundle = bundle;
+        session.store = store;
+        Ok(session)
+    }
+
+    /// A session of a config already loaded (by an operation that reads
+    /// its catalog from elsewhere: `packages`, from an unpacked bundle).
+    pub fn of(cluster: Cluster, config: String, settings: Settings) -> Session {
+        Session {
+            cluster,
+            config,
+            bundle: None,
+            settings,
+            store: None,
+            connector: None,
+            unreachable: BTreeSet::new(),
+            engine: Mutex::new(None),
+        }
+    }
+
+    /// Connects through `connector` instead of SSH (a test's fake).
+    pub fn with_connector(mut self, connector: Arc<dyn Connector>) -> Session {
+        self.connector = Some(connector);
+        self
+    }
+
+    /// Hosts the caller knows to be unreachable: never contacted, and left
+    /// out of every job. A name that is not a host of the config is refused.
+    pub fn unreachable(&mut self, hosts: &[String]) -> anyhow::Result<()> {
+        if let Some(unknown) = hosts.iter().find(|h| !self.cluster.spec.hosts.iter().any(|x| &x.name == *h)) {
+            return Err(op(
+                OpError::Usage,
+                anyhow::anyhow!(
+                    "unreachable host {unknown} is not a host of cluster {} (its hosts: {})",
+                    self.cluster.metadata.name,
+                    self.cluster
+                        .spec
+                        .hosts
+                        .iter()
+                        .map(|h| h.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        self.unreachable.extend(hosts.iter().cloned());
+        *self.engine.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        Ok(())
+    }
+
+    /// The cluster's completed config.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// What errors call the config (its file, or the job's name for it).
+    pub fn config_name(&self) -> &str {
+        &self.config
+    }
+
+    /// The bundle opened with the session.
+    pub fn bundle(&self) -> Option<&OpenBundle> {
+        self.bundle.as_ref()
+    }
+
+    /// The machine's settings the session was opened with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The hosts to work on: every host of the config not named unreachable.
+    pub fn hosts(&self) -> Vec<String> {
+        self.cluster
+            .spec
+            .hosts
+            .iter()
+            .map(|h| h.name.clone())
+            .filter(|h| !self.unreachable.contains(h))
+            .collect()
+    }
+
+    /// The engine, made on first use.
+    fn engine(&self) -> anyhow::Result<Arc<Engine>> {
+        let mut slot = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = slot.as_ref() {
+            return Ok(e.clone());
+        }
+        let e = &self.settings.engine;
+        let (mut targets, secrets) = inventory::targets(&self.cluster, &e.trust).map_err(|e| op(OpError::Config, e))?;
+        targets.retain(|t| !self.unreachable.contains(&t.name));
+        let store = match &self.store {
+            Some(s) => s.clone(),
+            None => Arc::new(crate::engine::state::State::open(&e.state, secrets)?) as Arc<dyn Store>,
+        };
+        let stop = e.stop.clone().unwrap_or_default();
+        let rt = tokio::runtime::Runtime::new()?;
+        let stopper = stop.clone();
+        rt.spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                stopper.store(true, Ordering::Relaxed);
+            }
+        });
+        let engine = Arc::new(Engine { targets, store, stop, rt });
+        *slot = Some(engine.clone());
+        Ok(engine)
+    }
+
+    fn connector(&self) -> Arc<dyn Connector> {
+        match &self.connector {
+            Some(c) => c.clone(),
+            None => Arc::new(inventory::Ssh(self.settings.engine.connect())),
+        }
+    }
+
+    /// Runs `f` on the session's runtime (a file server for its jobs).
+    pub fn spawn<F>(&self, f: F) -> anyhow::Result<tokio::task::JoinHandle<F::Output>>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        Ok(self.engine()?.rt.spawn(f))
+    }
+
+    /// Gathers the facts of every reachable host as one job.
+    pub fn facts(&self) -> anyhow::Result<FactsReport> {
+        let e = self.engine()?;
+        let hosts = Hosts {
+            cluster: &self.cluster.metadata.name,
+            targets: &e.targets,
+        };
+        let connector = self.connector();
+        e.rt.block_on(jobs::facts(
+            hosts,
+            e.store.clone(),
+            connector.as_ref(),
+            self.settings.engine.concurrency,
+            self.settings.engine.events.clone(),
+            e.stop.clone(),
+        ))
+    }
+
+    /// Runs the pipeline built for the hosts that answered as one job of
+    /// `kind` under `policy`.
+    pub fn execute(
+        &self,
+        kind: &str,
+        policy: Policy,
+        pipeline: impl FnOnce(Vec<String>) -> anyhow::Result<Pipeline>,
+    ) -> anyhow::Result<Execution> {
+        let e = self.engine()?;
+        let hosts = Hosts {
+            cluster: &self.cluster.metadata.name,
+            targets: &e.targets,
+        };
+        let connector = self.connector();
+        let eo = self.settings.engine.options(policy);
+        e.rt.block_on(jobs::execute(
+            hosts,
+            e.store.clone(),
+            kind,
+            connector.as_ref(),
+            &eo,
+            e.stop.clone(),
+            pipeline,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use futures_util::future::BoxFuture;
+
+    use crate::engine::fake::{Fake, Log};
+    use crate::engine::inventory::Connector;
+    use crate::engine::ssh::{KnownHosts, Target};
+    use crate::engine::transport::Transport;
+
+    /// Hands out fake hosts and records every host it was asked to connect to.
+    #[derive(Default)]
+    struct Recording {
+        asked: Mutex<Vec<String>>,
+        log: Log,
+    }
+
+    impl Connector for Recording {
+        fn connect<'a>(&'a self, targets: &'a [Target], _: Arc<dyn KnownHosts>) -> BoxFuture<'a, crate::engine::inventory::Connected> {
+            let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+            let mut out = HashMap::new();
+            for t in targets {
+                asked.push(t.name.clone());
+                out.insert(t.name.clone(), Arc::new(Fake::ok(&t.name, self.log.clone())) as Arc<dyn Transport>);
+            }
+            Box::pin(async move { (out, Vec::new()) })
+        }
+    }
+
+    const CONFIG: &str = "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: s\nspec:\n  hosts:\n\
+                          \x20 - {name: a, address: 10.0.0.1, auth: {agent: true}}\n\
+                          \x20 - {name: b, address: 10.0.0.2, auth: {agent: true}}\n\
+                          \x20 - {name: c, address: 10.0.0.3, auth: {agent: true}}\n\
+                          \x20 roleGroups: {control-plane: [a], etcd: [a], worker: [b, c]}\n\
+                          \x20 controlPlaneEndpoint: {mode: local-proxy}\n";
+
+    /// Issue 26: an operation on a cluster with one host named unreachable
+    /// never opens a connection to it, and runs its steps on the others.
+    #[test]
+    fn a_host_named_unreachable_is_never_contacted() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let engine = super::EngineSettings {
+            state: dir.path().join("state.db"),
+            accept_new_host_key: false,
+            concurrency: 4,
+            events: None,
+            stop: None,
+            trust: Default::default(),
+            connect_timeout: super::super::CONNECT_TIMEOUT,
+            connect_attempts: 1,
+        };
+        let config = dir.path().join("s.yaml");
+        std::fs::write(&config, CONFIG)?;
+        let settings = super::Settings {
+            engine,
+            root: dir.path().join("root"),
+            pubkey: None,
+            advertise: None,
+            serve_port: 0,
+            kubeconfig: None,
+            installer: None,
+        };
+        let recording = Arc::new(Recording::default());
+        let mut session = super::Session::open(&super::Config::File(config), None, None, settings)?.with_connector(recording.clone());
+        assert!(session.unreachable(&["z".into()]).is_err(), "a host not in the config was accepted");
+        session.unreachable(&["c".into()])?;
+        let facts = session.facts()?;
+        let step = crate::engine::jobs::one_task("probe", vec![], vec![]);
+        let ex = session.execute("probe", crate::engine::run::Policy::FailFast, |hosts| {
+            assert_eq!(hosts, ["a", "b"], "the pipeline was built for an unreachable host");
+            Ok(step)
+        })?;
+        assert!(ex.ok(), "{:?}", ex.errors());
+        let asked = recording.asked.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert_eq!(asked, ["a", "b", "a", "b"], "connections asked for");
+        assert!(recording.log.calls().iter().all(|(h, _)| h != "c"), "a command ran on c");
+        assert!(facts.errors.iter().all(|e| !e.starts_with("c:")), "{:?}", facts.errors);
+        for host in ["a", "b"] {
+            assert!(recording.log.calls().iter().any(|(h, _)| h == host), "nothing ran on {host}");
+        }
+        Ok(())
+    }
+}
