@@ -96,6 +96,11 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
 }
 
 impl Context<'_> {
+    /// Whether this run includes `phase`.
+    pub fn has(&self, phase: crate::pipelines::Phase) -> bool {
+        self.phases.contains(&phase)
+    }
+
     /// The arch of `host`: from facts, or from the config in a dry run.
     pub fn arch_of(&self, host: &str) -> anyhow::Result<&str> {
         self.arches.get(host).map(String::as_str).ok_or_else(|| {
@@ -166,7 +171,7 @@ pub struct Context<'a> {
     pub members: Option<&'a BTreeMap<String, Vec<u8>>>,
     /// Host name → arch (from facts; from the config in a dry run).
     pub arches: BTreeMap<String, String>,
-    pub phases: &'a [String],
+    pub phases: &'a [crate::pipelines::Phase],
     /// The bundle file, its signature and public key (none if unsigned), for the registry host.
     pub bundle: &'a Path,
     pub pubkey: Option<&'a Path>,

@@ -431,7 +431,9 @@ fn operate(
             settings.installer = Some(installer_binary()?);
             let session = ops::session::Session::open(&config, Some(&j.bundle), None, settings)?;
             let opts = ops::install::InstallOptions {
-                phases: j.phases,
+                phases: kubexm_installer::pipelines::install::parse(&j.phases).map_err(|e| {
+                    kubexm_installer::ops::error::op(kubexm_installer::ops::error::OpError::Usage, anyhow::anyhow!("job {}: {e}", job.id))
+                })?,
                 dry_run: false,
                 server_dry_run: false,
                 expect_digest,

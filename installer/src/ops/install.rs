@@ -11,6 +11,7 @@ use super::session::{OpenBundle, Session};
 use crate::context::Context;
 use crate::engine::run;
 use crate::engine::state::Outcome;
+use crate::pipelines::Phase;
 use crate::pipelines::install as pipeline;
 use crate::{serve, unpack};
 
@@ -19,7 +20,7 @@ use crate::{serve, unpack};
 #[derive(Debug, Clone, Default)]
 pub struct InstallOptions {
     /// Empty: every phase.
-    pub phases: Vec<String>,
+    pub phases: Vec<Phase>,
     pub dry_run: bool,
     /// Only the cni and addons phases: their manifests checked by the API
     /// server (`kubectl apply --dry-run=server`), CRDs and Namespaces created.
@@ -43,7 +44,7 @@ pub enum InstallReport {
 pub struct Installed {
     pub cluster: String,
     pub job: i64,
-    pub phases: Vec<String>,
+    pub phases: Vec<Phase>,
     pub hosts: usize,
     pub applied: usize,
     pub skipped: usize,
@@ -65,7 +66,7 @@ impl std::fmt::Display for Installed {
         writeln!(
             f,
             "installed phases {} on {} hosts (job {}): {} steps applied, {} already in place",
-            self.phases.join(", "),
+            crate::pipelines::names(&self.phases, ", "),
             self.hosts,
             self.job,
             self.applied,
@@ -104,7 +105,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         .kubeconfig
         .clone()
         .unwrap_or_else(|| settings.root.join(format!("{}.kubeconfig", cluster.metadata.name)));
-    let kube = if phases.iter().any(|p| p == "control-plane" || p == "workers") {
+    let kube = if phases.contains(&Phase::ControlPlane) || phases.contains(&Phase::Workers) {
         Some(crate::kube_pki::KubePki::ensure(&pki)?)
     } else {
         None
@@ -167,7 +168,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
             ),
         ));
     }
-    if phases.iter().any(|p| p == "preflight") {
+    if phases.contains(&Phase::Preflight) {
         preflight(cluster, &bom, &facts.facts, &phases)?;
     }
     ctx.arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
@@ -229,7 +230,7 @@ fn preflight(
     cluster: &kubexm_bom::config::Cluster,
     bom: &kubexm_bom::Bom,
     facts: &[crate::engine::facts::HostFacts],
-    phases: &[String],
+    phases: &[Phase],
 ) -> anyhow::Result<()> {
     let mut refused = crate::phases::preflight::refusals(cluster, bom, facts, phases);
     refused.extend(crate::endpoint::preflight(cluster));
@@ -255,15 +256,15 @@ fn preflight(
 fn summary(
     cluster: &kubexm_bom::config::Cluster,
     topo: &kubexm_bom::topology::Topology,
-    phases: &[String],
+    phases: &[Phase],
     kubeconfig: &std::path::Path,
 ) -> Vec<String> {
     use kubexm_bom::topology::AddonPhase;
     let g = &cluster.spec.role_groups;
-    let has = |p: &str| phases.iter().any(|x| x == p);
+    let has = |p: Phase| phases.contains(&p);
     let name = |v: serde_json::Result<serde_json::Value>| v.ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
     let mut s = Vec::new();
-    if has("control-plane") {
+    if has(Phase::ControlPlane) {
         s.push(format!(
             "control plane: {} (endpoint {}, mode {})",
             g.control_plane.join(", "),
@@ -276,10 +277,10 @@ fn summary(
             name(serde_json::to_value(cluster.spec.etcd.mode))
         ));
     }
-    if has("workers") {
+    if has(Phase::Workers) {
         s.push(format!("nodes: {}", g.worker.join(", ")));
     }
-    for (phase, want) in [("cni", AddonPhase::Cni), ("addons", AddonPhase::Addons)] {
+    for (phase, want) in [(Phase::Cni, AddonPhase::Cni), (Phase::Addons, AddonPhase::Addons)] {
         if has(phase)
             && let Ok(list) = crate::phases::addons::enabled(topo, want)
             && !list.is_empty()
@@ -287,10 +288,10 @@ fn summary(
             s.push(format!("{phase}: {}", list.join(", ")));
         }
     }
-    if let Some(r) = topo.registry.as_ref().map(|r| &r.address).filter(|_| has("registry")) {
+    if let Some(r) = topo.registry.as_ref().map(|r| &r.address).filter(|_| has(Phase::Registry)) {
         s.push(format!("registry: https://{r} (CA /etc/kubexm/pki/registry-ca.crt on every host)"));
     }
-    if has("kubeconfig") {
+    if has(Phase::Kubeconfig) {
         s.push(format!(
             "kubeconfig: {} (server {}); try: kubectl --kubeconfig {} get nodes",
             kubeconfig.display(),
@@ -303,15 +304,15 @@ fn summary(
 
 /// The phases asked for, refused when one cannot run here (yet, or in a
 /// server dry run).
-fn phases_of(args: &InstallOptions, file: &str, cluster: &kubexm_bom::config::Cluster) -> anyhow::Result<Vec<String>> {
-    let asked: Vec<String> = if args.phases.is_empty() {
-        pipeline::PHASES.iter().map(|p| p.to_string()).collect()
+fn phases_of(args: &InstallOptions, file: &str, cluster: &kubexm_bom::config::Cluster) -> anyhow::Result<Vec<Phase>> {
+    let asked = if args.phases.is_empty() {
+        pipeline::PHASES.to_vec()
     } else {
         args.phases.clone()
     };
-    let (phases, missing) = pipeline::select(&asked).map_err(|e| op(OpError::Usage, anyhow::anyhow!("--phases: {e}")))?;
+    let (phases, missing) = pipeline::select(&asked);
     if args.server_dry_run
-        && let Some(other) = phases.iter().find(|p| *p != "cni" && *p != "addons")
+        && let Some(other) = phases.iter().find(|p| !matches!(p, Phase::Cni | Phase::Addons))
     {
         return Err(op(
             OpError::Usage,
@@ -329,8 +330,8 @@ fn phases_of(args: &InstallOptions, file: &str, cluster: &kubexm_bom::config::Cl
                  This release deploys --phases {}",
                 file,
                 cluster.metadata.name,
-                missing.join(", "),
-                pipeline::IMPLEMENTED.join(",")
+                crate::pipelines::names(&missing, ", "),
+                crate::pipelines::names(pipeline::IMPLEMENTED, ",")
             ),
         ));
     }

@@ -33,7 +33,7 @@ pub struct InstallRequest {
     pub bundle: String,
     /// Empty: every phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub phases: Vec<String>,
+    pub phases: Vec<crate::pipelines::Phase>,
 }
 
 /// The options of an operation over the cluster's hosts.
@@ -170,7 +170,7 @@ mod tests {
         let all = [
             Request::Install(InstallRequest {
                 bundle: digest.clone(),
-                phases: vec!["etcd".into(), "control-plane".into()],
+                phases: vec![crate::pipelines::Phase::Etcd, crate::pipelines::Phase::ControlPlane],
             }),
             Request::Install(InstallRequest {
                 bundle: digest,
@@ -198,6 +198,7 @@ mod tests {
     fn unknown_fields_are_refused() {
         for (kind, options) in [
             ("install", serde_json::json!({"bundle": "sha256:x", "root": "/etc"})),
+            ("install", serde_json::json!({"bundle": "sha256:x", "phases": ["etdc"]})),
             ("reset", serde_json::json!({"root": "/"})),
             ("facts", serde_json::json!({"phases": []})),
             ("delete", serde_json::json!({})),

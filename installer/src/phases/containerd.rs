@@ -22,7 +22,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     // registry.mode external is refused there, as "not supported yet".
     let registry = i.registry()?.address.clone();
     let hosts: Vec<String> = i.cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
-    let after_registry = i.phases.iter().any(|p| p == "registry");
+    let after_registry = i.has(crate::pipelines::Phase::Registry);
     let client_auth = i.cluster.spec.registry.client_auth;
     let target = crate::hosts::Target {
         registry: registry.clone(),

@@ -24,7 +24,7 @@ pub mod os_packages {
 
     pub fn module(ctx: &Context) -> anyhow::Result<Module> {
         let hosts: Vec<String> = ctx.cluster.spec.hosts.iter().map(|h| h.name.clone()).collect();
-        let after: &[&str] = if ctx.phases.iter().any(|p| p == "preflight") {
+        let after: &[&str] = if ctx.has(crate::pipelines::Phase::Preflight) {
             &["trust-ca"]
         } else {
             &[]

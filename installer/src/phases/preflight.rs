@@ -18,9 +18,10 @@ use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
 use crate::os_packages::{repo_for, roles_of};
 use crate::paths::TIMESYNCD_CONF;
+use crate::pipelines::Phase;
 
 /// What preflight refuses, one line per host and reason.
-pub fn refusals(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[String]) -> Vec<String> {
+pub fn refusals(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[Phase]) -> Vec<String> {
     let mut out = Vec::new();
     let mut names: HashMap<&str, Vec<&str>> = HashMap::new();
     for f in facts {
@@ -56,7 +57,7 @@ pub fn refusals(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[Str
                 max_skew / 1000
             ));
         }
-        if phases.iter().any(|p| p == "os-packages")
+        if phases.contains(&Phase::OsPackages)
             && !bom.os_repos.is_empty()
             && let Err(e) = repo_for(f, &bom.os_repos)
         {
@@ -78,7 +79,7 @@ pub fn refusals(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[Str
         let kubelet = roles.iter().any(|r| r == "control-plane" || r == "worker");
         let k = &cluster.spec.kubernetes;
         let minor = kubexm_bom::config::validate::kubernetes_minor(&k.version).unwrap_or(0);
-        let kubelet_phase = phases.iter().any(|p| p == "control-plane" || p == "workers");
+        let kubelet_phase = phases.contains(&Phase::ControlPlane) || phases.contains(&Phase::Workers);
         if kubelet && kubelet_phase && !f.sys_resource && !cluster.spec.container_runtime.restrict_oom_score_adj {
             out.push(format!(
                 "{}: processes there may not lower their OOM score (no CAP_SYS_RESOURCE, as in a container), so no pod \
@@ -93,7 +94,7 @@ pub fn refusals(cluster: &Cluster, bom: &Bom, facts: &[HostFacts], phases: &[Str
                 f.host, k.version
             ));
         }
-        if phases.iter().any(|p| p == "etcd") && roles.iter().any(|r| r == "etcd") && !f.managed.iter().any(|l| l == "etcd") {
+        if phases.contains(&Phase::Etcd) && roles.iter().any(|r| r == "etcd") && !f.managed.iter().any(|l| l == "etcd") {
             for port in [2379u16, 2380] {
                 if f.ports.contains(&port) {
                     out.push(format!(
@@ -225,7 +226,7 @@ mod tests {
                 ..host("d", "d", "amd64", 0, vec![])
             },
         ];
-        let r = refusals(&cluster, &bom, &facts, &["preflight".into(), "etcd".into()]);
+        let r = refusals(&cluster, &bom, &facts, &[Phase::Preflight, Phase::Etcd]);
         // kubelet 1.35+ on a cgroup v1 host without the opt-in.
         let mut v137 = cluster.clone();
         v137.spec.kubernetes.version = "v1.37.2".into();
@@ -235,7 +236,7 @@ mod tests {
             sys_resource: true,
             ..host(&cp, &cp, "amd64", 0, vec![])
         };
-        let kube_phases = ["control-plane".to_string()];
+        let kube_phases = [Phase::ControlPlane];
         let refused = refusals(&v137, &bom, std::slice::from_ref(&v1), &kube_phases).join("\n");
         assert!(
             refused.contains(&format!("{cp}: a cgroup v1 host, and kubelet v1.37.2 refuses cgroup v1"))

@@ -6,77 +6,81 @@
 //! Options a phase does not implement are refused while planning with
 //! [`crate::DeployError::NotSupported`] (exit 8).
 
+use super::Phase;
 use crate::context::Context;
 use crate::engine::plan::{Module, Pipeline, Scope};
 use crate::phases;
 
 /// The phases, in order.
-pub const PHASES: &[&str] = &[
-    "preflight",
-    "os-packages",
-    "registry",
-    "etcd",
-    "loadbalancer",
-    "containerd",
-    "control-plane",
-    "workers",
-    "cni",
-    "addons",
-    "kubeconfig",
+pub const PHASES: &[Phase] = &[
+    Phase::Preflight,
+    Phase::OsPackages,
+    Phase::Registry,
+    Phase::Etcd,
+    Phase::Loadbalancer,
+    Phase::Containerd,
+    Phase::ControlPlane,
+    Phase::Workers,
+    Phase::Cni,
+    Phase::Addons,
+    Phase::Kubeconfig,
 ];
 /// The phases this release implements.
-pub const IMPLEMENTED: &[&str] = PHASES;
+pub const IMPLEMENTED: &[Phase] = PHASES;
 
-/// The phases asked for, checked: unknown names are a usage error, known but
-/// unimplemented ones are returned as the second list.
-pub fn select(phases: &[String]) -> Result<(Vec<String>, Vec<String>), String> {
-    let mut chosen = Vec::new();
-    let mut missing = Vec::new();
-    for p in phases {
-        if !PHASES.contains(&p.as_str()) {
-            return Err(format!("unknown phase `{p}`; phases are: {}", PHASES.join(", ")));
-        }
-        if IMPLEMENTED.contains(&p.as_str()) {
-            chosen.push(p.clone());
-        } else {
-            missing.push(p.clone());
-        }
-    }
-    Ok((chosen, missing))
+/// Phases by name (`--phases`); an unknown name is refused, naming them all.
+pub fn parse(names: &[String]) -> Result<Vec<Phase>, String> {
+    names
+        .iter()
+        .map(|n| {
+            PHASES
+                .iter()
+                .copied()
+                .find(|p| p.name() == n)
+                .ok_or_else(|| format!("unknown phase `{n}`; phases are: {}", super::names(PHASES, ", ")))
+        })
+        .collect()
+}
+
+/// The phases asked for, split into those this release implements and
+/// those it does not.
+pub fn select(phases: &[Phase]) -> (Vec<Phase>, Vec<Phase>) {
+    phases.iter().copied().partition(|p| IMPLEMENTED.contains(p))
 }
 
 /// How a phase's module is built from the context.
 type Build = fn(&Context) -> anyhow::Result<Module>;
 
 /// Every phase in order, with its module.
-const PIPELINE: &[(&str, Build)] = &[
-    ("preflight", |c| Ok(phases::preflight::module(c))),
-    ("os-packages", phases::os_packages::module),
-    ("registry", phases::registry::module),
-    ("etcd", phases::etcd::module),
-    ("loadbalancer", phases::endpoint::module),
-    ("containerd", phases::containerd::module),
-    ("control-plane", phases::kubeadm::control_plane),
-    ("workers", phases::kubeadm::workers),
-    ("cni", phases::addons::cni),
-    ("addons", phases::addons::module),
-    ("kubeconfig", phases::kubeadm::kubeconfig),
+const PIPELINE: &[(Phase, Build)] = &[
+    (Phase::Preflight, |c| Ok(phases::preflight::module(c))),
+    (Phase::OsPackages, phases::os_packages::module),
+    (Phase::Registry, phases::registry::module),
+    (Phase::Etcd, phases::etcd::module),
+    (Phase::Loadbalancer, phases::endpoint::module),
+    (Phase::Containerd, phases::containerd::module),
+    (Phase::ControlPlane, phases::kubeadm::control_plane),
+    (Phase::Workers, phases::kubeadm::workers),
+    (Phase::Cni, phases::addons::cni),
+    (Phase::Addons, phases::addons::module),
+    (Phase::Kubeconfig, phases::kubeadm::kubeconfig),
 ];
 
 /// The deployment pipeline for the chosen phases (a phase with nothing to
 /// do, such as os-packages for a bundle without repositories, is left out).
 pub fn pipeline(ctx: &Context) -> anyhow::Result<Pipeline> {
     let mut modules = Vec::new();
-    for (name, build) in PIPELINE {
-        if !ctx.phases.iter().any(|p| p == name) {
+    for (phase, build) in PIPELINE {
+        if !ctx.has(*phase) {
             continue;
         }
-        if *name == "os-packages" && ctx.bom.os_repos.is_empty() {
+        if *phase == Phase::OsPackages && ctx.bom.os_repos.is_empty() {
             continue;
         }
-        modules.push(build(ctx)?);
+        modules.push((*phase, build(ctx)?));
     }
     link(&mut modules);
+    let modules = modules.into_iter().map(|(_, m)| m).collect();
     Ok(Pipeline {
         name: "install".into(),
         modules,
@@ -87,29 +91,30 @@ pub fn pipeline(ctx: &Context) -> anyhow::Result<Pipeline> {
 /// tasks on that host, and the cross-host gates hold (the control plane after
 /// etcd's health and the loadbalancers, joins after init, the CNI and addons
 /// after the control plane and workers).
-fn link(modules: &mut [Module]) {
+fn link(modules: &mut [(Phase, Module)]) {
+    use Phase::*;
     // (module index, task, hosts) of every task, in phase order.
     let all: Vec<(usize, String, Vec<String>)> = modules
         .iter()
         .enumerate()
-        .flat_map(|(k, m)| m.tasks.iter().map(move |t| (k, t.name.clone(), t.hosts.clone())))
+        .flat_map(|(k, (_, m))| m.tasks.iter().map(move |t| (k, t.name.clone(), t.hosts.clone())))
         .collect();
-    let names: Vec<String> = modules.iter().map(|m| m.name.clone()).collect();
-    let gates: &[(&str, &[&str])] = &[
-        ("control-plane", &["etcd", "loadbalancer", "registry"]),
-        ("workers", &["control-plane", "registry"]),
-        ("cni", &["control-plane", "workers"]),
-        ("addons", &["control-plane", "workers", "cni"]),
-        ("kubeconfig", &["control-plane", "workers", "cni", "addons"]),
+    let phases: Vec<Phase> = modules.iter().map(|(p, _)| *p).collect();
+    let gates: &[(Phase, &[Phase])] = &[
+        (ControlPlane, &[Etcd, Loadbalancer, Registry]),
+        (Workers, &[ControlPlane, Registry]),
+        (Cni, &[ControlPlane, Workers]),
+        (Addons, &[ControlPlane, Workers, Cni]),
+        (Kubeconfig, &[ControlPlane, Workers, Cni, Addons]),
     ];
-    for (k, m) in modules.iter_mut().enumerate() {
-        let cross: &[&str] = gates.iter().find(|(p, _)| *p == m.name).map(|(_, g)| *g).unwrap_or(&[]);
+    for (k, (phase, m)) in modules.iter_mut().enumerate() {
+        let cross: &[Phase] = gates.iter().find(|(p, _)| p == phase).map(|(_, g)| *g).unwrap_or(&[]);
         for t in &mut m.tasks {
             for (j, task, hosts) in all.iter().filter(|(j, _, _)| *j < k) {
                 if t.after.iter().any(|(a, _)| a == task) {
                     continue;
                 }
-                if cross.contains(&names[*j].as_str()) {
+                if cross.contains(&phases[*j]) {
                     t.after.push((task.clone(), Scope::AllHosts));
                 } else if hosts.iter().any(|h| t.hosts.contains(h)) {
                     t.after.push((task.clone(), Scope::SameHost));
@@ -125,16 +130,16 @@ mod tests {
 
     #[test]
     fn phases_are_selected_and_unknown_ones_refused() -> Result<(), Box<dyn std::error::Error>> {
-        let (ok, missing) = select(&["preflight".into(), "etcd".into(), "cni".into()])?;
-        assert_eq!(ok, ["preflight", "etcd", "cni"]);
+        let (ok, missing) = select(&parse(&["preflight".into(), "etcd".into(), "cni".into()])?);
+        assert_eq!(ok, [Phase::Preflight, Phase::Etcd, Phase::Cni]);
         assert!(missing.is_empty());
-        assert!(select(&["etdc".into()]).unwrap_err().contains("unknown phase `etdc`"));
+        assert!(parse(&["etdc".into()]).unwrap_err().contains("unknown phase `etdc`"));
         Ok(())
     }
 }
 
 #[test]
 fn the_pipeline_lists_every_phase_in_order() {
-    let names: Vec<&str> = PIPELINE.iter().map(|(n, _)| *n).collect();
-    assert_eq!(names, PHASES);
+    let phases: Vec<Phase> = PIPELINE.iter().map(|(p, _)| *p).collect();
+    assert_eq!(phases, PHASES);
 }

@@ -66,7 +66,7 @@ pub fn pipeline(cluster: &Cluster, hosts: &[String]) -> Result<Pipeline, crate::
     Ok(Pipeline {
         name: "reset".into(),
         modules: vec![Module {
-            name: "reset".into(),
+            name: super::Phase::Reset.name().into(),
             tasks,
         }],
     })

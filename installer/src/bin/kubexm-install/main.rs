@@ -262,8 +262,10 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         installer: None,
     };
     let session = Session::open(&Config::File(file), Some(&bundle), None, settings)?;
+    let phases = kubexm_installer::pipelines::install::parse(&args.phases)
+        .map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
     let opts = ops::install::InstallOptions {
-        phases: args.phases,
+        phases,
         dry_run: args.dry_run,
         server_dry_run: args.server_dry_run,
         expect_digest: None,
