@@ -20,7 +20,7 @@ mod common;
 fn main() -> anyhow::Result<()> {
     let a: Vec<String> = std::env::args().collect();
     if a.len() == 5 && a[1] == "pg-claims" {
-        return pg_claims(&a[2], a[3].parse()?, a[4].parse()?);
+        return tokio::runtime::Runtime::new()?.block_on(pg_claims(&a[2], a[3].parse()?, a[4].parse()?));
     }
     if a.len() == 3 && a[1] == "make-bundle" {
         let (digest, _) = common::held_bundle(std::path::Path::new(&a[2]));
@@ -89,9 +89,9 @@ async fn load(a: Vec<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn pg_claims(url: &str, jobs: usize, workers: usize) -> anyhow::Result<()> {
+async fn pg_claims(url: &str, jobs: usize, workers: usize) -> anyhow::Result<()> {
     use kubexm_server::jobdb::{JobDb, NewJob, Status};
-    let db = JobDb::open(std::path::Path::new(url))?;
+    let db = JobDb::open(std::path::Path::new(url)).await?;
     for i in 0..jobs {
         db.create(&NewJob {
             cluster: format!("c{}", i % 10),
@@ -101,32 +101,33 @@ fn pg_claims(url: &str, jobs: usize, workers: usize) -> anyhow::Result<()> {
             options: serde_json::json!({}),
             origin: kubexm_server::jobdb::Origin::Request,
             principal: None,
-        })?;
+        })
+        .await?;
     }
     let started = Instant::now();
     let threads: Vec<_> = (0..workers)
         .map(|w| {
             let url = url.to_string();
-            std::thread::spawn(move || -> anyhow::Result<usize> {
-                let db = JobDb::open(std::path::Path::new(&url))?;
+            tokio::spawn(async move {
+                let db = JobDb::open(std::path::Path::new(&url)).await?;
                 let (mut n, mut idle) = (0, 0);
                 while idle < 3 {
-                    match db.claim(&format!("w{w}"), "m", 30_000, None)? {
+                    match db.claim(&format!("w{w}"), "m", 30_000, None).await? {
                         Some(c) => {
                             idle = 0;
-                            db.finish(c, Status::Success, None)?;
+                            db.finish(c, Status::Success, None).await?;
                             n += 1;
                         }
                         None => idle += 1,
                     }
                 }
-                Ok(n)
+                Ok::<_, anyhow::Error>(n)
             })
         })
         .collect();
     let mut claimed = 0;
     for t in threads {
-        claimed += t.join().map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
+        claimed += t.await.map_err(|_| anyhow::anyhow!("a worker task panicked"))??;
     }
     let took = started.elapsed().as_secs_f64();
     anyhow::ensure!(claimed == jobs, "{claimed} of {jobs} jobs claimed");

@@ -7,6 +7,7 @@
 //! the database alone opens nothing. A worker opens a credential only for a
 //! host whose address is inside its allow-list.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use kubexm_engine::ssh::{Credential, KnownHosts, MemoryKnownHosts};
 use kubexm_engine::trust::{Credentials, Trust};
 use serde::{Deserialize, Serialize};
 
-use crate::jobdb::{CredentialKind, JobDb};
+use crate::jobdb::{CredentialKind, CredentialRow, JobDb};
 
 /// Where the credential key lives unless told otherwise.
 pub const CREDENTIAL_KEY: &str = "/var/lib/kubexm/credential.key";
@@ -135,7 +136,7 @@ fn allows(hosts: &[String], address: &str) -> bool {
 
 /// `kubexm credential create`: reads the secret from its file, seals it and
 /// stores it as `name`, to be offered only to `hosts`.
-pub fn create(db: &JobDb, key: &SealKey, name: &str, secret: NewSecret, hosts: &[String]) -> anyhow::Result<CredentialKind> {
+pub async fn create(db: &JobDb, key: &SealKey, name: &str, secret: NewSecret, hosts: &[String]) -> anyhow::Result<CredentialKind> {
     if !kubexm_bom::net::is_dns_label(name) {
         anyhow::bail!("credential name `{name}`: use 1 to 63 lowercase letters, digits and '-'");
     }
@@ -156,13 +157,16 @@ pub fn create(db: &JobDb, key: &SealKey, name: &str, secret: NewSecret, hosts: &
             (CredentialKind::SshKey, Secret::SshKey { pem, passphrase })
         }
     };
-    db.put_credential(name, kind, hosts, &key.seal(name, &secret)?)?;
+    db.put_credential(name, kind, hosts, &key.seal(name, &secret)?).await?;
     Ok(kind)
 }
 
-/// A request's credentials, opened on the worker from the job database.
+/// A request's credentials, as the job database held them when its run
+/// started, opened on the worker. The engine asks for them synchronously
+/// from its own threads: they are read (async) before the run, not during it.
 pub struct DbCredentials {
-    db: Arc<JobDb>,
+    /// The credentials by name, or why they could not be read.
+    rows: Result<HashMap<String, CredentialRow>, String>,
     /// The key, or why this worker has none.
     key: Result<SealKey, String>,
 }
@@ -170,9 +174,10 @@ pub struct DbCredentials {
 impl Credentials for DbCredentials {
     fn resolve(&self, name: &str, host: &str, address: &str) -> Result<Credential, String> {
         let row = self
-            .db
-            .credential(name)
-            .map_err(|e| e.to_string())?
+            .rows
+            .as_ref()
+            .map_err(Clone::clone)?
+            .get(name)
             .ok_or_else(|| format!("no credential named {name:?} (`kubexm credential list` shows them)"))?;
         if !allows(&row.hosts, address) {
             return Err(format!(
@@ -191,30 +196,38 @@ impl Credentials for DbCredentials {
     }
 }
 
-/// The pinned host keys, read from the job database; never pins one.
-struct DbPins(Arc<JobDb>, MemoryKnownHosts);
+/// The pinned host keys, as the job database held them when the run
+/// started; never pins one.
+struct DbPins(MemoryKnownHosts);
 
 impl KnownHosts for DbPins {
     fn get(&self, endpoint: &str) -> Option<String> {
-        if let Some(k) = self.1.get(endpoint) {
-            return Some(k);
-        }
-        let k = self.0.host_key(endpoint).ok().flatten()?;
-        self.1.put(endpoint, &k);
-        Some(k)
+        self.0.get(endpoint)
     }
     fn put(&self, _endpoint: &str, _key: &str) {}
 }
 
 /// What a request's run may use: the database's credentials (opened with
-/// the key at `key_path`, if this worker has it) and pinned host keys.
-pub fn untrusted(db: &Arc<JobDb>, key_path: &Path) -> Trust {
+/// the key at `key_path`, if this worker has it) and pinned host keys, read
+/// now for the run.
+pub async fn untrusted(db: &JobDb, key_path: &Path) -> Trust {
+    let rows = db
+        .credentials()
+        .await
+        .map(|rows| rows.into_iter().map(|r| (r.name.clone(), r)).collect())
+        .map_err(|e| e.to_string());
+    let pins = MemoryKnownHosts::default();
+    match db.host_keys().await {
+        Ok(keys) => keys.iter().for_each(|k| pins.put(&k.endpoint, &k.key)),
+        // No pin read: no host is connected to, each saying it has none.
+        Err(e) => tracing::warn!("reading the pinned host keys: {e}"),
+    }
     Trust::Untrusted {
         credentials: Arc::new(DbCredentials {
-            db: db.clone(),
+            rows,
             key: SealKey::load(key_path).map_err(|e| format!("{}: {e:#}", key_path.display())),
         }),
-        pinned: Arc::new(DbPins(db.clone(), MemoryKnownHosts::default())),
+        pinned: Arc::new(DbPins(pins)),
     }
 }
 

@@ -16,12 +16,12 @@ use crate::worker::{ApiInstallJob, InstallJob};
 /// same errors, with line and column, as an install or `kubexm-bundle
 /// validate`), then stored as a Pending install job. Nothing is stored when
 /// it is invalid.
-pub fn create_cluster(db: &JobDb, file: &Path, job: &InstallJob) -> anyhow::Result<i64> {
+pub async fn create_cluster(db: &JobDb, file: &Path, job: &InstallJob) -> anyhow::Result<i64> {
     let (_, cluster) =
         kubexm_installer::ops::session::validate(&kubexm_installer::ops::session::Config::File(file.to_path_buf()), &job.bundle)?;
     let text = fs_err::read_to_string(file)?;
     let origin = origin_of(db, &text, file)?;
-    store(db, &cluster, text, file.display().to_string(), job, origin)
+    store(db, &cluster, text, file.display().to_string(), job, origin).await
 }
 
 /// Who a job the operator creates here counts as written by: the operator,
@@ -43,32 +43,43 @@ fn origin_of(db: &JobDb, text: &str, file: &Path) -> anyhow::Result<Origin> {
     Ok(Origin::Request)
 }
 
-/// `create cluster` from config text (the API): validated against
-/// `catalog` (the bundle's), the errors naming `name`; stored as a Pending
-/// install job of the bundle `digest`, which the claiming worker completes
-/// with its own install options. Nothing is stored when it is invalid.
-pub fn create_cluster_text(
-    db: &JobDb,
+/// A request's config text (the API) validated, the errors naming `name`:
+/// against `catalog` (the bundle's) for an install, without one for facts
+/// and reset. CPU work, which the API runs off its async threads.
+pub fn validate_text(
     text: &str,
     name: &str,
-    catalog: &kubexm_bom::catalog::Catalog,
+    catalog: Option<&kubexm_bom::catalog::Catalog>,
+) -> Result<kubexm_bom::config::Cluster, CreateError> {
+    Ok(kubexm_bom::config::load_str_as(text, name, catalog, Origin::Request)?)
+}
+
+/// `create cluster` from config text (the API), `cluster` its validation
+/// ([`validate_text`]): stored as a Pending install job of the bundle
+/// `digest`, which the claiming worker completes with its own install
+/// options.
+pub async fn create_cluster_text(
+    db: &JobDb,
+    cluster: &kubexm_bom::config::Cluster,
+    text: &str,
+    name: &str,
     digest: &str,
     who: Requester<'_>,
 ) -> Result<i64, CreateError> {
-    let cluster = kubexm_bom::config::load_str_as(text, name, Some(catalog), Origin::Request)?;
     let options = serde_json::to_value(ApiInstallJob {
         bundle_digest: digest.to_string(),
     })
     .map_err(|e| CreateError::Store(e.into()))?;
     store_job(
         db,
-        &cluster,
+        cluster,
         text.to_string(),
         name.to_string(),
         "install",
         options,
         By::request(who),
     )
+    .await
 }
 
 /// Who a stored job is by: its origin, principal, and whether it may act
@@ -125,7 +136,7 @@ pub enum CreateError {
     Store(anyhow::Error),
 }
 
-fn store(
+async fn store(
     db: &JobDb,
     cluster: &kubexm_bom::config::Cluster,
     text: String,
@@ -156,41 +167,35 @@ fn store(
         "install",
         serde_json::to_value(&job)?,
         By::operator(origin),
-    )?)
+    )
+    .await?)
 }
 
 /// A facts or reset job for the hosts of `file` (validated as those
 /// operations read it: no catalog needed). Nothing is stored when it is invalid.
-pub fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json::Value) -> anyhow::Result<i64> {
+pub async fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json::Value) -> anyhow::Result<i64> {
     let cluster = kubexm_bom::config::load_file_hosts(file)?;
     let text = fs_err::read_to_string(file)?;
     let origin = origin_of(db, &text, file)?;
-    Ok(store_job(
-        db,
-        &cluster,
-        text,
-        file.display().to_string(),
-        kind,
-        options,
-        By::operator(origin),
-    )?)
+    Ok(store_job(db, &cluster, text, file.display().to_string(), kind, options, By::operator(origin)).await?)
 }
 
-/// A facts or reset job from config text (the API), validated as
-/// [`create_hosts_job`] does a file. Nothing is stored when it is invalid.
-pub fn create_hosts_job_text(
+/// A facts or reset job from config text (the API), `cluster` its
+/// validation ([`validate_text`] without a catalog, as [`create_hosts_job`]
+/// validates a file).
+pub async fn create_hosts_job_text(
     db: &JobDb,
+    cluster: &kubexm_bom::config::Cluster,
     text: &str,
     name: &str,
     kind: &str,
     options: serde_json::Value,
     who: Requester<'_>,
 ) -> Result<i64, CreateError> {
-    let cluster = kubexm_bom::config::load_str_as(text, name, None, Origin::Request)?;
-    store_job(db, &cluster, text.to_string(), name.to_string(), kind, options, By::request(who))
+    store_job(db, cluster, text.to_string(), name.to_string(), kind, options, By::request(who)).await
 }
 
-fn store_job(
+async fn store_job(
     db: &JobDb,
     cluster: &kubexm_bom::config::Cluster,
     text: String,
@@ -213,6 +218,7 @@ fn store_job(
     let hosts: Vec<String> = cluster.spec.hosts.iter().map(|h| h.address.clone()).collect();
     let who = principal.clone().unwrap_or_else(|| "local".into());
     db.bind_cluster(cname, &who, &hosts, origin == Origin::Request && !admin, exists)
+        .await
         .map_err(|e| CreateError::Store(e.into()))?
         .map_err(CreateError::Conflict)?;
     db.create(&NewJob {
@@ -224,6 +230,7 @@ fn store_job(
         origin,
         principal,
     })
+    .await
     .map_err(|e| CreateError::Store(e.into()))
 }
 
@@ -236,8 +243,8 @@ fn local_user() -> Option<String> {
 }
 
 /// A job by id, or a usage error naming it.
-pub fn job(db: &JobDb, id: i64) -> anyhow::Result<Job> {
-    db.get(id)?.ok_or_else(|| {
+pub async fn job(db: &JobDb, id: i64) -> anyhow::Result<Job> {
+    db.get(id).await?.ok_or_else(|| {
         op(
             OpError::Usage,
             anyhow::anyhow!("no job {id} in {}; `kubexm get jobs` lists them", db.path().display()),
@@ -248,7 +255,7 @@ pub fn job(db: &JobDb, id: i64) -> anyhow::Result<Job> {
 /// Hands `line` every log line of job `id` after `after`, in order and
 /// each once, until the job has ended (`follow`) or until the lines
 /// written so far are read; returns the job as it ended (or is).
-pub fn follow(
+pub async fn follow(
     db: &JobDb,
     id: i64,
     mut after: i64,
@@ -258,15 +265,15 @@ pub fn follow(
 ) -> anyhow::Result<Job> {
     loop {
         // The status first: once final, the lines read next are all there are.
-        let j = job(db, id)?;
-        for l in db.logs(id, after)? {
+        let j = job(db, id).await?;
+        for l in db.logs(id, after).await? {
             line(&l);
             after = l.seq;
         }
         if !follow || j.status.is_final() || quit.load(Ordering::Relaxed) {
             return Ok(j);
         }
-        std::thread::sleep(Duration::from_millis(250));
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

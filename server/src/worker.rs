@@ -14,6 +14,7 @@ use kubexm_installer::engine::events::{Event, EventSink, Numbered};
 use kubexm_installer::ops;
 use serde::{Deserialize, Serialize};
 
+use crate::jobdb::writer::{LogSender, LogWriter};
 use crate::jobdb::{Claim, JobDb, JobDbError, Status};
 
 /// What an install job needs besides its config: the install's flags,
@@ -183,12 +184,11 @@ pub enum Ended {
     Fenced,
 }
 
-/// Engine events rendered as log lines and written under the claim; a
-/// refused write (fenced) stops the run.
+/// Engine events rendered as log lines and sent to the job's one writer
+/// ([`LogWriter`]), which appends them under the claim; a refused write
+/// (fenced) stops the run.
 struct DbSink {
-    db: Arc<JobDb>,
-    claim: Claim,
-    stop: Arc<AtomicBool>,
+    log: LogSender,
     fenced: Arc<AtomicBool>,
 }
 
@@ -217,21 +217,14 @@ impl EventSink for DbSink {
             return;
         }
         let (line, step) = render(&e.event);
-        match self.db.append(self.claim, &[line], step.as_deref()) {
-            Ok(()) => {}
-            Err(JobDbError::Fenced { .. }) => {
-                self.fenced.store(true, Ordering::Relaxed);
-                self.stop.store(true, Ordering::Relaxed);
-            }
-            Err(err) => tracing::warn!("job {}: {err}", self.claim.job),
-        }
+        self.log.send(line, step);
     }
 }
 
 /// Runs a claimed job to its end. `quit` is the caller's Ctrl-C flag: the
 /// job stops scheduling steps and is given back as Pending.
-pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBool>) -> Result<Ended, JobDbError> {
-    let job = match db.get(claim.job) {
+pub async fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBool>) -> Result<Ended, JobDbError> {
+    let job = match db.get(claim.job).await {
         Ok(Some(j)) => j,
         Ok(None) => {
             return Err(JobDbError::Invalid {
@@ -243,7 +236,7 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
         Err(e) => {
             let why = format!("this job's row cannot be read: {e}");
             tracing::warn!("job {}: {why}", claim.job);
-            db.finish(claim, Status::Failed, Some(&why))?;
+            db.finish(claim, Status::Failed, Some(&why)).await?;
             return Ok(Ended::Final(Status::Failed));
         }
     };
@@ -252,75 +245,62 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
     let done = Arc::new(AtomicBool::new(false));
     // This job's stop: a cancel, a lost claim or the caller's quit.
     let stop = Arc::new(AtomicBool::new(false));
-    // The lease, renewed at a third of its length (every second at most).
-    let lease = {
-        let (db, stop, fenced, cancelled, done, quit) = (
-            db.clone(),
-            stop.clone(),
-            fenced.clone(),
-            cancelled.clone(),
-            done.clone(),
-            quit.clone(),
-        );
-        // Renewed (and a cancel looked for) every second at least: a
-        // cancel stops the job within about a second.
-        let (every, ms) = ((o.lease / 3).min(Duration::from_secs(1)), o.lease.as_millis() as i64);
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                match db.renew(claim, ms) {
-                    Ok(true) => {
-                        cancelled.store(true, Ordering::Relaxed);
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    Ok(false) => {}
-                    Err(JobDbError::Fenced { .. }) => {
-                        fenced.store(true, Ordering::Relaxed);
-                        stop.store(true, Ordering::Relaxed);
-                        return;
-                    }
-                    Err(e) => tracing::warn!("job {}: renewing the lease: {e}", claim.job),
-                }
-                let mut slept = Duration::ZERO;
-                while slept < every && !done.load(Ordering::Relaxed) {
-                    if quit.load(Ordering::Relaxed) {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                    slept += Duration::from_millis(100);
-                }
-            }
-        })
-    };
-    let sink = Arc::new(DbSink {
-        db: db.clone(),
-        claim,
+    let flags = Flags {
         stop: stop.clone(),
         fenced: fenced.clone(),
-    });
-    if let Err(e) = db.append(claim, &[format!("claimed by {} (attempt {})", o.name, claim.attempt)], None) {
+        cancelled: cancelled.clone(),
+        done: done.clone(),
+        quit: quit.clone(),
+    };
+    let lease = tokio::spawn(hold_lease(db.clone(), claim, o.lease, flags));
+    if let Err(e) = db
+        .append(claim, &[format!("claimed by {} (attempt {})", o.name, claim.attempt)], None)
+        .await
+    {
         // The lease is not renewed for a job this worker cannot write to:
         // it runs out, and the next claim resumes the job.
         done.store(true, Ordering::Relaxed);
-        let _ = lease.join();
+        let _ = lease.await;
         return Err(e);
     }
-    // A panic is a failed job (with its message), never a worker that
-    // keeps renewing the lease of a job nobody runs.
-    let result =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| operate(db, &job, o, sink, stop.clone()))).unwrap_or_else(|panic| {
-            let what = kubexm_engine::run::panic_message(&*panic);
-            Err(anyhow::anyhow!("this is a bug in kubexm: the worker panicked: {what}"))
-        });
+    let writer = {
+        let (fenced, stop) = (fenced.clone(), stop.clone());
+        LogWriter::start(db.clone(), claim, move || {
+            fenced.store(true, Ordering::Relaxed);
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    let sink = Arc::new(DbSink {
+        log: writer.sender(),
+        fenced: fenced.clone(),
+    });
+    let trust = trust(db, &job, o).await;
+    // The operation blocks (the engine runs on its own runtime). A panic is
+    // a failed job (with its message), never a worker that keeps renewing
+    // the lease of a job nobody runs.
+    let result = {
+        let (job, o, stop) = (job.clone(), o.clone(), stop.clone());
+        tokio::task::spawn_blocking(move || operate(&job, &o, sink, stop, trust)).await
+    }
+    .unwrap_or_else(|e| {
+        let what = if e.is_panic() {
+            kubexm_engine::run::panic_message(&*e.into_panic()).to_string()
+        } else {
+            e.to_string()
+        };
+        Err(anyhow::anyhow!("this is a bug in kubexm: the worker panicked: {what}"))
+    });
+    writer.close().await;
     done.store(true, Ordering::Relaxed);
-    let _ = lease.join();
+    let _ = lease.await;
     // The config's copy for the operation is not kept (the database has it).
     let _ = fs_err::remove_dir_all(o.jobs_dir.join(claim.job.to_string()));
     if fenced.load(Ordering::Relaxed) {
         return Ok(Ended::Fenced);
     }
-    let cancelled = cancelled.load(Ordering::Relaxed) || db.get(claim.job)?.is_some_and(|j| j.cancel_requested);
+    let cancelled = cancelled.load(Ordering::Relaxed) || db.get(claim.job).await?.is_some_and(|j| j.cancel_requested);
     let interrupted = quit.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed);
-    match record(db, claim, result, cancelled, interrupted) {
+    match record(db, claim, result, cancelled, interrupted).await {
         Ok(ended) => Ok(ended),
         Err(JobDbError::Fenced { .. }) => Ok(Ended::Fenced),
         Err(e) => {
@@ -329,7 +309,7 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
             // worker goes on with the next one.
             tracing::warn!("job {}: storing its outcome: {e}", claim.job);
             let why = format!("the worker could not store this job's log or outcome: {e}");
-            match db.finish(claim, Status::Failed, Some(&why)) {
+            match db.finish(claim, Status::Failed, Some(&why)).await {
                 Ok(()) => Ok(Ended::Final(Status::Failed)),
                 Err(JobDbError::Fenced { .. }) => Ok(Ended::Fenced),
                 Err(e) => Err(e),
@@ -338,18 +318,59 @@ pub fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<AtomicBoo
     }
 }
 
+/// A running job's flags, shared by its run and its lease.
+struct Flags {
+    stop: Arc<AtomicBool>,
+    fenced: Arc<AtomicBool>,
+    cancelled: Arc<AtomicBool>,
+    /// The run has ended: the lease is no longer renewed.
+    done: Arc<AtomicBool>,
+    quit: Arc<AtomicBool>,
+}
+
+/// Holds the lease until the run is done: renewed at a third of its length
+/// and every second at least (a cancel is looked for then: it stops the
+/// job within about a second); a lost claim or a quit stops the job.
+async fn hold_lease(db: Arc<JobDb>, claim: Claim, lease: Duration, f: Flags) {
+    let (every, ms) = ((lease / 3).min(Duration::from_secs(1)), lease.as_millis() as i64);
+    while !f.done.load(Ordering::Relaxed) {
+        match db.renew(claim, ms).await {
+            Ok(true) => {
+                f.cancelled.store(true, Ordering::Relaxed);
+                f.stop.store(true, Ordering::Relaxed);
+            }
+            Ok(false) => {}
+            Err(JobDbError::Fenced { .. }) => {
+                f.fenced.store(true, Ordering::Relaxed);
+                f.stop.store(true, Ordering::Relaxed);
+                return;
+            }
+            Err(e) => tracing::warn!("job {}: renewing the lease: {e}", claim.job),
+        }
+        let mut slept = Duration::ZERO;
+        while slept < every && !f.done.load(Ordering::Relaxed) {
+            if f.quit.load(Ordering::Relaxed) {
+                f.stop.store(true, Ordering::Relaxed);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            slept += Duration::from_millis(100);
+        }
+    }
+}
+
 /// Writes how a job's operation ended: its last log lines and its status.
-fn record(db: &JobDb, claim: Claim, result: anyhow::Result<String>, cancelled: bool, interrupted: bool) -> Result<Ended, JobDbError> {
+async fn record(db: &JobDb, claim: Claim, result: anyhow::Result<String>, cancelled: bool, interrupted: bool) -> Result<Ended, JobDbError> {
     Ok(match result {
         _ if cancelled => {
-            db.append(claim, &["cancelled: no new step was started after the request".into()], None)?;
-            db.finish(claim, Status::Cancelled, Some("cancelled"))?;
+            db.append(claim, &["cancelled: no new step was started after the request".into()], None)
+                .await?;
+            db.finish(claim, Status::Cancelled, Some("cancelled")).await?;
             Ended::Final(Status::Cancelled)
         }
         Ok(report) => {
             let lines: Vec<String> = report.lines().map(str::to_string).collect();
-            db.append(claim, &lines, None)?;
-            db.finish(claim, Status::Success, None)?;
+            db.append(claim, &lines, None).await?;
+            db.finish(claim, Status::Success, None).await?;
             Ended::Final(Status::Success)
         }
         Err(_) if interrupted => {
@@ -357,15 +378,16 @@ fn record(db: &JobDb, claim: Claim, result: anyhow::Result<String>, cancelled: b
                 claim,
                 &["interrupted: the job is Pending again; the next claim skips the steps done".into()],
                 None,
-            )?;
-            db.release(claim)?;
+            )
+            .await?;
+            db.release(claim).await?;
             Ended::Released
         }
         Err(e) => {
             let text = format!("{e:#}");
             let lines: Vec<String> = text.lines().map(|l| format!("error: {l}")).collect();
-            db.append(claim, &lines, None)?;
-            db.finish(claim, Status::Failed, Some(&text))?;
+            db.append(claim, &lines, None).await?;
+            db.finish(claim, Status::Failed, Some(&text)).await?;
             Ended::Final(Status::Failed)
         }
     })
@@ -375,22 +397,22 @@ fn record(db: &JobDb, claim: Claim, result: anyhow::Result<String>, cancelled: b
 /// database of this machine alone reads the files and variables its config
 /// names; a request's, or any job of a shared database, only the database's
 /// named credentials and pinned host keys.
-fn trust(db: &Arc<JobDb>, job: &crate::jobdb::Job, o: &WorkerOptions) -> kubexm_installer::engine::trust::Trust {
+async fn trust(db: &JobDb, job: &crate::jobdb::Job, o: &WorkerOptions) -> kubexm_installer::engine::trust::Trust {
     if job.origin == crate::jobdb::Origin::Operator && !db.shared() {
         kubexm_installer::engine::trust::Trust::Local
     } else {
-        crate::credentials::untrusted(db, &o.credential_key)
+        crate::credentials::untrusted(db, &o.credential_key).await
     }
 }
 
 /// The job's operation, as the CLI would run it: a session opened on the
 /// job's config text (no file written), its report as the job's last lines.
 fn operate(
-    db: &Arc<JobDb>,
     job: &crate::jobdb::Job,
     o: &WorkerOptions,
     sink: Arc<DbSink>,
     stop: Arc<AtomicBool>,
+    trust: kubexm_installer::engine::trust::Trust,
 ) -> anyhow::Result<String> {
     let engine = ops::EngineSettings {
         state: o.state.clone(),
@@ -398,7 +420,7 @@ fn operate(
         concurrency: o.concurrency,
         events: Some(sink),
         stop: Some(stop),
-        trust: trust(db, job, o),
+        trust,
         connect_timeout: o.connect_timeout,
         connect_attempts: o.connect_attempts,
     };
@@ -494,18 +516,18 @@ impl WorkerHealth {
 /// [`serve`] until `quit`, started again with backoff (1 s doubling to
 /// 30 s) whenever the database fails under it (a lock held past its
 /// timeout, a lost connection): a worker never ends silently.
-pub fn supervise(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, health: &WorkerHealth) {
+pub async fn supervise(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, health: &WorkerHealth) {
     let mut pause = Duration::from_secs(1);
     while !quit.load(Ordering::Relaxed) {
         health.set(true, health.state().1);
-        match serve(db, o, quit.clone(), false) {
+        match serve(db, o, quit.clone(), false).await {
             Ok(_) => break,
             Err(e) => {
                 tracing::error!("the worker stopped: {e}; starting it again in {} s", pause.as_secs());
                 health.set(false, Some(crate::text::line(&e.to_string()).into_owned()));
                 let until = std::time::Instant::now() + pause;
                 while std::time::Instant::now() < until && !quit.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(100));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 pause = (pause * 2).min(Duration::from_secs(30));
             }
@@ -516,16 +538,16 @@ pub fn supervise(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, heal
 
 /// Claims and runs jobs until `quit` is set (checked between jobs and
 /// every poll); `once`: returns after the first job or when none is waiting.
-pub fn serve(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, once: bool) -> Result<usize, JobDbError> {
+pub async fn serve(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, once: bool) -> Result<usize, JobDbError> {
     let mut ran = 0;
     let mut pruned: Option<std::time::Instant> = None;
     while !quit.load(Ordering::Relaxed) {
-        db.heartbeat(&o.name, &o.machine)?;
+        db.heartbeat(&o.name, &o.machine).await?;
         if let Some(keep) = o.retain
             && pruned.is_none_or(|p| p.elapsed() > Duration::from_secs(3600))
         {
             pruned = Some(std::time::Instant::now());
-            let n = db.prune(crate::jobdb::now_ms() - keep.as_millis() as i64)?;
+            let n = db.prune(crate::jobdb::now_ms() - keep.as_millis() as i64).await?;
             if n > 0 {
                 tracing::info!(
                     "{n} finished job(s) older than {} days deleted with their logs",
@@ -533,17 +555,17 @@ pub fn serve(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, once: bo
                 );
             }
         }
-        match db.claim(&o.name, &o.machine, o.lease.as_millis() as i64, None)? {
+        match db.claim(&o.name, &o.machine, o.lease.as_millis() as i64, None).await? {
             Some(claim) => {
                 tracing::info!("job {} claimed (attempt {})", claim.job, claim.attempt);
-                let ended = match run(db, claim, o, quit.clone()) {
+                let ended = match run(db, claim, o, quit.clone()).await {
                     Ok(ended) => ended,
                     Err(e) => {
                         // The database failed under this job (locked past its
                         // timeout, gone): the job's lease runs out and another
                         // claim resumes it; this worker goes on after a pause.
                         tracing::warn!("job {}: {e}; the job is resumed once its lease runs out", claim.job);
-                        std::thread::sleep(o.lease.min(Duration::from_secs(5)));
+                        tokio::time::sleep(o.lease.min(Duration::from_secs(5))).await;
                         continue;
                     }
                 };
@@ -562,9 +584,9 @@ pub fn serve(db: &Arc<JobDb>, o: &WorkerOptions, quit: Arc<AtomicBool>, once: bo
                 }
             }
             None if once => break,
-            None => db.wait_for_work(Duration::from_millis(500)),
+            None => db.wait_for_work(Duration::from_millis(500)).await,
         }
     }
-    db.forget_worker(&o.name)?;
+    db.forget_worker(&o.name).await?;
     Ok(ran)
 }

@@ -51,10 +51,11 @@ impl Server {
     async fn start_with(post_rate: u32) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let (digest, _) = held_bundle(dir.path());
-        let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).unwrap());
+        let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).await.unwrap());
         use kubexm_server::jobdb::Scope;
         let token = db
             .create_token_scoped("test", &[Scope::Read, Scope::Create, Scope::Reset], None)
+            .await
             .unwrap();
         let (handle, addr) = Self::serve_with(&db, dir.path(), post_rate).await;
         Server {
@@ -118,7 +119,7 @@ async fn a_valid_config_is_stored_as_a_pending_job_and_answers_202() {
     assert_eq!(r.status(), 202);
     let v: serde_json::Value = r.json().await.unwrap();
     let id = v["job_id"].as_i64().unwrap();
-    let j = s.db.get(id).unwrap().unwrap();
+    let j = s.db.get(id).await.unwrap().unwrap();
     assert_eq!(
         (j.status, j.cluster.as_str(), j.kind.as_str()),
         (Status::Pending, "demo", "install")
@@ -158,7 +159,7 @@ async fn a_bad_config_answers_422_with_the_errors_and_positions_of_validate_and_
     for e in v["errors"].as_array().unwrap() {
         assert!(e["line"].as_u64().unwrap() > 0 && e["column"].as_u64().unwrap() > 0, "{e}");
     }
-    assert!(s.db.list().unwrap().is_empty(), "a job was stored");
+    assert!(s.db.list().await.unwrap().is_empty(), "a job was stored");
     // Not YAML at all, and an unknown bundle: refused, nothing stored.
     assert_eq!(s.post("{ nope: [").await.status(), 422);
     let r = s
@@ -185,7 +186,7 @@ async fn a_bad_config_answers_422_with_the_errors_and_positions_of_validate_and_
     }
     let v: serde_json::Value = r.json().await.unwrap();
     assert!(v["error"].as_str().unwrap().contains("kubexm bundle add"), "{v}");
-    assert!(s.db.list().unwrap().is_empty(), "a job was stored");
+    assert!(s.db.list().await.unwrap().is_empty(), "a job was stored");
     s.handle.shutdown();
 }
 
@@ -216,7 +217,7 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
             "{v}"
         );
     }
-    assert!(s.db.list().unwrap().is_empty(), "a job was stored");
+    assert!(s.db.list().await.unwrap().is_empty(), "a job was stored");
     // Stored: the kinds, the reset with the server's root.
     for (path, kind) in [
         ("/api/v1/clusters/facts", "facts"),
@@ -225,7 +226,7 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
         let r = post(path, EXAMPLE.to_string()).await.unwrap();
         assert_eq!(r.status(), 202, "{path}");
         let id = r.json::<serde_json::Value>().await.unwrap()["job_id"].as_i64().unwrap();
-        let j = s.db.get(id).unwrap().unwrap();
+        let j = s.db.get(id).await.unwrap().unwrap();
         assert_eq!((j.kind.as_str(), j.cluster.as_str()), (kind, "demo"));
         if kind == "reset" {
             // The claiming worker's --root.
@@ -339,17 +340,17 @@ async fn a_log_stream_broken_off_and_resumed_from_its_last_sequence_number_misse
     let id = s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
         .as_i64()
         .unwrap();
-    let claim = s.db.claim("w", "m", 60_000, None).unwrap().unwrap();
+    let claim = s.db.claim("w", "m", 60_000, None).await.unwrap().unwrap();
     // A worker writing 300 lines in batches while clients read.
     let writer = {
         let db = s.db.clone();
-        std::thread::spawn(move || {
+        tokio::spawn(async move {
             for b in 0..30 {
                 let lines: Vec<String> = (0..10).map(|i| format!("line {} of batch {b}", b * 10 + i + 1)).collect();
-                db.append(claim, &lines, Some(&format!("step {b}"))).unwrap();
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                db.append(claim, &lines, Some(&format!("step {b}"))).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
-            db.finish(claim, Status::Success, None).unwrap();
+            db.finish(claim, Status::Success, None).await.unwrap();
         })
     };
     let c = s.client();
@@ -369,10 +370,10 @@ async fn a_log_stream_broken_off_and_resumed_from_its_last_sequence_number_misse
     }
     let (lines, end) = events(logs(from).await.unwrap(), None).await;
     got.extend(lines);
-    writer.join().unwrap();
+    writer.await.unwrap();
     let end: serde_json::Value = serde_json::from_str(&end.expect("no end event")).unwrap();
     assert_eq!(end["status"], "Success");
-    let stored: Vec<(i64, String)> = s.db.logs(id, 0).unwrap().into_iter().map(|l| (l.seq, l.line)).collect();
+    let stored: Vec<(i64, String)> = s.db.logs(id, 0).await.unwrap().into_iter().map(|l| (l.seq, l.line)).collect();
     assert_eq!(stored.len(), 300);
     assert_eq!(got, stored, "missed or repeated lines");
     // The Last-Event-ID header resumes as `from` does; without follow the
@@ -440,12 +441,12 @@ async fn restarting_the_api_server_loses_no_job_and_no_log_line() {
                 .unwrap(),
         );
     }
-    let claim = s.db.claim("w", "m", 60_000, None).unwrap().unwrap();
+    let claim = s.db.claim("w", "m", 60_000, None).await.unwrap().unwrap();
     let lines: Vec<String> = (1..=50).map(|i| format!("line {i}")).collect();
-    s.db.append(claim, &lines, Some("etcd")).unwrap();
+    s.db.append(claim, &lines, Some("etcd")).await.unwrap();
     s.handle.shutdown();
     // A new server process over the same database file.
-    let db = Arc::new(JobDb::open(&s.dir.path().join("jobs.db")).unwrap());
+    let db = Arc::new(JobDb::open(&s.dir.path().join("jobs.db")).await.unwrap());
     let (handle, addr) = Server::serve(&db, s.dir.path()).await;
     let url = |p: &str| format!("https://127.0.0.1:{}{p}", addr.port());
     let list = s.get_json(url("/api/v1/jobs")).await;
@@ -513,7 +514,7 @@ async fn the_kubexm_command_reads_jobs_and_cancels_through_the_api_with_a_client
     let (code, out, err) = tokio::task::block_in_place(|| kubexm(&["cancel", "job", &id.to_string()]));
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("Cancelled"), "{out}");
-    assert_eq!(s.db.list().unwrap().len(), 1);
+    assert_eq!(s.db.list().await.unwrap().len(), 1);
     // Facts and reset jobs through the API; a reset without --yes stores nothing.
     std::fs::write(d.join("good.yaml"), &*EXAMPLE).unwrap();
     let good = d.join("good.yaml").to_str().unwrap().to_string();
@@ -531,7 +532,7 @@ async fn the_kubexm_command_reads_jobs_and_cancels_through_the_api_with_a_client
             format!("Job created with ID {id}. Run 'kubexm get job {id}' to check status.")
         );
     }
-    let kinds: Vec<String> = s.db.list().unwrap().into_iter().map(|j| j.kind).collect();
+    let kinds: Vec<String> = s.db.list().await.unwrap().into_iter().map(|j| j.kind).collect();
     assert_eq!(kinds, ["reset", "facts", "install"]);
     // Without credentials the command says so.
     std::fs::write(d.join("token"), "kxm_wrong").unwrap();
@@ -551,15 +552,11 @@ async fn an_api_install_job_fails_on_a_worker_without_its_install_options_saying
         let (state, jobs) = (d.join("state.db"), d.join("jobs"));
         async move {
             let id = r.await.json::<serde_json::Value>().await.unwrap()["job_id"].as_i64().unwrap();
-            tokio::task::spawn_blocking(move || {
-                let mut o = kubexm_server::worker::WorkerOptions::here(state, jobs);
-                o.install = install;
-                let quit = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                assert_eq!(kubexm_server::worker::serve(&db, &o, quit, true).unwrap(), 1);
-                db.get(id).unwrap().unwrap()
-            })
-            .await
-            .unwrap()
+            let mut o = kubexm_server::worker::WorkerOptions::here(state, jobs);
+            o.install = install;
+            let quit = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            assert_eq!(kubexm_server::worker::serve(&db, &o, quit, true).await.unwrap(), 1);
+            db.get(id).await.unwrap().unwrap()
         }
     };
     // No --advertise on this worker.
@@ -599,7 +596,7 @@ async fn a_body_of_empty_hosts_answers_at_most_100_errors_and_counts_the_rest() 
             assert!(v["error"].as_str().unwrap().contains("at most 5000 hosts"), "{}", v["error"]);
         }
     }
-    assert!(s.db.list().unwrap().is_empty(), "a job was stored");
+    assert!(s.db.list().await.unwrap().is_empty(), "a job was stored");
     s.handle.shutdown();
 }
 
@@ -611,8 +608,8 @@ async fn a_body_of_empty_hosts_answers_at_most_100_errors_and_counts_the_rest() 
 async fn tokens_have_scopes_expiry_and_revocation_and_every_mutation_is_audited() {
     use kubexm_server::jobdb::Scope;
     let s = Server::start().await;
-    let reader = s.db.create_token_scoped("reader", &[Scope::Read], None).unwrap();
-    let expired = s.db.create_token_scoped("old", &[Scope::Admin], Some(1)).unwrap();
+    let reader = s.db.create_token_scoped("reader", &[Scope::Read], None).await.unwrap();
+    let expired = s.db.create_token_scoped("old", &[Scope::Admin], Some(1)).await.unwrap();
     let post = |token: String, path: &'static str| {
         let req = s
             .client()
@@ -629,7 +626,7 @@ async fn tokens_have_scopes_expiry_and_revocation_and_every_mutation_is_audited(
     assert_eq!(get(reader.clone()).await, 200);
     assert_eq!(post(reader.clone(), "/api/v1/clusters").await, 403);
     // A token made without --scopes (or before scopes existed): read,create.
-    let rc = s.db.create_token("rc").unwrap();
+    let rc = s.db.create_token("rc").await.unwrap();
     assert_eq!(
         post(rc, "/api/v1/clusters/reset?confirm=true").await,
         403,
@@ -643,9 +640,9 @@ async fn tokens_have_scopes_expiry_and_revocation_and_every_mutation_is_audited(
     let j: serde_json::Value = s.get_json(s.url(&format!("/api/v1/jobs/{id}"))).await;
     assert!(j["principal"].as_str().unwrap().starts_with("token:test#"), "{j}");
     // Revoked: refused on the very next request.
-    assert_eq!(s.db.revoke_token("reader").unwrap(), 1);
+    assert_eq!(s.db.revoke_token("reader").await.unwrap(), 1);
     assert_eq!(get(reader).await, 401);
-    let rows = s.db.tokens().unwrap();
+    let rows = s.db.tokens().await.unwrap();
     let rc = rows.iter().find(|t| t.name == "rc").unwrap();
     assert_eq!(Scope::join(&rc.scopes), "read,create");
     assert!(rows.iter().find(|t| t.name == "reader").unwrap().revoked.is_some());
@@ -670,7 +667,7 @@ async fn tokens_have_scopes_expiry_and_revocation_and_every_mutation_is_audited(
     assert_eq!(r.status(), 403);
     let id = api::tls::CertIdentity::of_pem_file(&crt).unwrap();
     assert_eq!((id.name.as_str(), id.scopes.as_slice()), ("ro", &[Scope::Read][..]));
-    s.db.revoke_cert(&id.fingerprint, &id.name).unwrap();
+    s.db.revoke_cert(&id.fingerprint, &id.name).await.unwrap();
     let c = reqwest::Client::builder()
         .tls_certs_only([s.ca()])
         .identity(reqwest::Identity::from_pem(&pem).unwrap())
@@ -679,7 +676,7 @@ async fn tokens_have_scopes_expiry_and_revocation_and_every_mutation_is_audited(
     assert_eq!(c.get(s.url("/api/v1/jobs")).send().await.unwrap().status(), 401);
 
     // The audit log: each mutation and each refusal, with its principal.
-    let log = s.db.audit_log().unwrap();
+    let log = s.db.audit_log().await.unwrap();
     let seen = |p: &str, status: i64| log.iter().any(|a| a.principal.starts_with(p) && a.status == status);
     assert!(
         seen("token:reader#", 403) && seen("-", 401) && seen("token:test#", 202) && seen("cert:ro", 403),
@@ -700,7 +697,7 @@ fn id_of(log: &[kubexm_server::jobdb::AuditRow]) -> i64 {
 async fn another_principal_or_other_hosts_cannot_take_a_cluster_name() {
     let s = Server::start().await;
     assert_eq!(s.post(&EXAMPLE).await.status(), 202);
-    let b = s.db.create_token("b").unwrap();
+    let b = s.db.create_token("b").await.unwrap();
     let post_as = |token: String, body: String| {
         let req = s
             .client()
@@ -719,6 +716,7 @@ async fn another_principal_or_other_hosts_cannot_take_a_cluster_name() {
     // An admin may act on any cluster (the operator's hand).
     let admin =
         s.db.create_token_scoped("admin", &[kubexm_server::jobdb::Scope::Admin], None)
+            .await
             .unwrap();
     assert_eq!(post_as(admin, EXAMPLE.clone()).await.status(), 202);
     // B's own name is B's; B may not cancel A's job.
@@ -726,8 +724,8 @@ async fn another_principal_or_other_hosts_cannot_take_a_cluster_name() {
         post_as(b.clone(), EXAMPLE.replace("name: demo", "name: demo-b")).await.status(),
         202
     );
-    assert_eq!(s.db.list().unwrap().len(), 3);
-    let first = s.db.list().unwrap().iter().map(|j| j.id).min().unwrap();
+    assert_eq!(s.db.list().await.unwrap().len(), 3);
+    let first = s.db.list().await.unwrap().iter().map(|j| j.id).min().unwrap();
     let r = s
         .client()
         .post(s.url(&format!("/api/v1/jobs/{first}/cancel")))
@@ -746,7 +744,7 @@ async fn another_principal_or_other_hosts_cannot_take_a_cluster_name() {
 async fn a_cluster_installed_outside_the_api_is_not_bound_to_a_request() {
     let dir = tempfile::tempdir().unwrap();
     let (digest, _) = held_bundle(dir.path());
-    let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).unwrap());
+    let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).await.unwrap());
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("demo.kubeconfig"), "").unwrap();
@@ -764,10 +762,13 @@ async fn a_cluster_installed_outside_the_api_is_not_bound_to_a_request() {
             .body(EXAMPLE.clone())
             .send()
     };
-    let r = post(db.create_token("x").unwrap()).await.unwrap();
+    let r = post(db.create_token("x").await.unwrap()).await.unwrap();
     assert_eq!(r.status(), 409);
     assert!(r.text().await.unwrap().contains("already exists on the server's machine"));
-    let admin = db.create_token_scoped("a", &[kubexm_server::jobdb::Scope::Admin], None).unwrap();
+    let admin = db
+        .create_token_scoped("a", &[kubexm_server::jobdb::Scope::Admin], None)
+        .await
+        .unwrap();
     assert_eq!(post(admin).await.unwrap().status(), 202);
     handle.shutdown();
 }
@@ -796,12 +797,8 @@ async fn a_bad_row_is_listed_with_its_error_and_skipped_and_health_reports_the_d
     // A worker claims it, fails it with the reason, and is still there.
     let db = s.db.clone();
     let (state, jobs) = (s.dir.path().join("state.db"), s.dir.path().join("jobs"));
-    let ran = tokio::task::spawn_blocking(move || {
-        let o = kubexm_server::worker::WorkerOptions::here(state, jobs);
-        kubexm_server::worker::serve(&db, &o, Arc::new(std::sync::atomic::AtomicBool::new(false)), true)
-    })
-    .await
-    .unwrap();
+    let o = kubexm_server::worker::WorkerOptions::here(state, jobs);
+    let ran = kubexm_server::worker::serve(&db, &o, Arc::new(std::sync::atomic::AtomicBool::new(false)), true).await;
     assert!(ran.is_ok(), "{ran:?}");
     let h: serde_json::Value = s.client().get(s.url("/healthz")).send().await.unwrap().json().await.unwrap();
     assert_eq!(

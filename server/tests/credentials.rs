@@ -70,7 +70,7 @@ spec:
 }
 
 /// Runs one facts job with `config` (stored as `origin`) on a worker; its end.
-fn run(db: &Arc<JobDb>, dir: &std::path::Path, config: String, origin: Origin) -> kubexm_server::jobdb::Job {
+async fn run(db: &Arc<JobDb>, dir: &std::path::Path, config: String, origin: Origin) -> kubexm_server::jobdb::Job {
     let id = db
         .create(&NewJob {
             cluster: "victim".into(),
@@ -81,11 +81,12 @@ fn run(db: &Arc<JobDb>, dir: &std::path::Path, config: String, origin: Origin) -
             origin,
             principal: None,
         })
+        .await
         .unwrap();
     let mut o = WorkerOptions::here(dir.join("state.db"), dir.join("jobs"));
     o.credential_key = dir.join("credential.key");
-    worker::serve(db, &o, Arc::new(AtomicBool::new(false)), true).unwrap();
-    db.get(id).unwrap().unwrap()
+    worker::serve(db, &o, Arc::new(AtomicBool::new(false)), true).await.unwrap();
+    db.get(id).await.unwrap().unwrap()
 }
 
 /// Every row of every table of a SQLite database, as text.
@@ -115,11 +116,11 @@ fn every_table(db: &std::path::Path) -> String {
     out
 }
 
-#[test]
-fn a_request_reads_nothing_on_the_worker_and_reaches_no_unpinned_or_disallowed_host() {
+#[tokio::test]
+async fn a_request_reads_nothing_on_the_worker_and_reaches_no_unpinned_or_disallowed_host() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let db = Arc::new(JobDb::open(&d.join("jobs.db")).unwrap());
+    let db = Arc::new(JobDb::open(&d.join("jobs.db")).await.unwrap());
     let trap = Trap::start();
     // Secrets of the worker's machine a hostile config names.
     let secret = "s3cret-of-the-worker";
@@ -132,7 +133,7 @@ fn a_request_reads_nothing_on_the_worker_and_reaches_no_unpinned_or_disallowed_h
         "{agent: true}".to_string(),
     ] {
         // A row that skipped the API's validation (a shared database).
-        let j = run(&db, d, config(trap.port, &auth), Origin::Request);
+        let j = run(&db, d, config(trap.port, &auth), Origin::Request).await;
         assert_eq!(j.status, Status::Failed, "{auth}");
         assert!(j.error.as_deref().unwrap().contains("a request may not"), "{auth}: {j:?}");
     }
@@ -151,13 +152,16 @@ fn a_request_reads_nothing_on_the_worker_and_reaches_no_unpinned_or_disallowed_h
         NewSecret::Password { file: password.clone() },
         &["127.0.0.1/32".into()],
     )
+    .await
     .unwrap();
-    credentials::create(&db, &key, "far", NewSecret::Password { file: password }, &["10.0.0.0/8".into()]).unwrap();
+    credentials::create(&db, &key, "far", NewSecret::Password { file: password }, &["10.0.0.0/8".into()])
+        .await
+        .unwrap();
     // Outside its allow-list: refused before any connection.
-    let j = run(&db, d, config(trap.port, "{credential: far}"), Origin::Request);
+    let j = run(&db, d, config(trap.port, "{credential: far}"), Origin::Request).await;
     assert!(j.error.as_deref().unwrap().contains("may not be offered to 127.0.0.1"), "{j:?}");
     // No pinned host key: never connected to.
-    let j = run(&db, d, config(trap.port, "{credential: ops}"), Origin::Request);
+    let j = run(&db, d, config(trap.port, "{credential: ops}"), Origin::Request).await;
     assert!(j.error.as_deref().unwrap().contains("no host key is pinned"), "{j:?}");
     assert_eq!(trap.connections.load(Ordering::SeqCst), 0, "an unpinned host was connected to");
     // Pinned: connected to, and the key exchange fails (the key differs): no secret sent.
@@ -165,8 +169,9 @@ fn a_request_reads_nothing_on_the_worker_and_reaches_no_unpinned_or_disallowed_h
         &format!("127.0.0.1:{}", trap.port),
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
     )
+    .await
     .unwrap();
-    let j = run(&db, d, config(trap.port, "{credential: ops}"), Origin::Request);
+    let j = run(&db, d, config(trap.port, "{credential: ops}"), Origin::Request).await;
     assert_eq!(j.status, Status::Failed);
     assert!(trap.connections.load(Ordering::SeqCst) > 0);
     let got = String::from_utf8_lossy(&trap.received.lock().unwrap()).to_string();
@@ -179,7 +184,7 @@ fn a_request_reads_nothing_on_the_worker_and_reaches_no_unpinned_or_disallowed_h
     for s in [secret, "the-ssh-password", path_var.as_str()] {
         assert!(!text.contains(s), "{s} is in jobs.db");
     }
-    for c in db.credentials().unwrap() {
+    for c in db.credentials().await.unwrap() {
         let json = serde_json::to_string(&c).unwrap();
         assert!(!json.contains("sealed") && !json.contains("the-ssh-password"), "{json}");
         assert!(!c.sealed.contains("the-ssh-password"));
@@ -188,15 +193,15 @@ fn a_request_reads_nothing_on_the_worker_and_reaches_no_unpinned_or_disallowed_h
 
 /// An operator's own job on a database of this machine keeps reading the
 /// files its config names (the operator typed it).
-#[test]
-fn an_operators_job_on_a_local_database_reads_its_files() {
+#[tokio::test]
+async fn an_operators_job_on_a_local_database_reads_its_files() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let db = Arc::new(JobDb::open(&d.join("jobs.db")).unwrap());
+    let db = Arc::new(JobDb::open(&d.join("jobs.db")).await.unwrap());
     let trap = Trap::start();
     std::fs::write(d.join("pw"), "local-pw").unwrap();
     let auth = format!("{{password: {{fromFile: {}}}}}", d.join("pw").display());
-    let j = run(&db, d, config(trap.port, &auth), Origin::Operator);
+    let j = run(&db, d, config(trap.port, &auth), Origin::Operator).await;
     assert_eq!(j.status, Status::Failed);
     assert!(!j.error.as_deref().unwrap().contains("a request may not"), "{j:?}");
     assert!(trap.connections.load(Ordering::SeqCst) > 0, "the operator's host was not tried");
@@ -208,8 +213,8 @@ fn an_operators_job_on_a_local_database_reads_its_files() {
 async fn the_api_refuses_worker_files_variables_keys_and_the_agent_at_their_positions() {
     let dir = tempfile::tempdir().unwrap();
     let (digest, _) = held_bundle(dir.path());
-    let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).unwrap());
-    let token = db.create_token("t").unwrap();
+    let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).await.unwrap());
+    let token = db.create_token("t").await.unwrap();
     let handle = axum_server::Handle::new();
     let o = kubexm_server::api::ApiOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -261,18 +266,18 @@ async fn the_api_refuses_worker_files_variables_keys_and_the_agent_at_their_posi
     for e in v["errors"].as_array().unwrap() {
         assert!(e["line"].as_u64().unwrap() > 0, "{e}");
     }
-    assert!(db.list().unwrap().is_empty(), "a job was stored");
+    assert!(db.list().await.unwrap().is_empty(), "a job was stored");
     handle.shutdown();
 }
 
 /// Issue 24, item 4: a cancel stops a job whose 40 hosts never answer
 /// within 2 s (it held the only worker about 100 s), and more hosts than a
 /// cluster may have are refused before any is contacted.
-#[test]
-fn a_cancel_stops_the_connect_phase_at_once() {
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_stops_the_connect_phase_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let db = Arc::new(JobDb::open(&d.join("jobs.db")).unwrap());
+    let db = Arc::new(JobDb::open(&d.join("jobs.db")).await.unwrap());
     // 40 hosts that accept and never say a word, on loopback only.
     let mut listeners = Vec::new();
     let mut hosts = String::new();
@@ -299,26 +304,27 @@ fn a_cancel_stops_the_connect_phase_at_once() {
             origin: Origin::Operator,
             principal: None,
         })
+        .await
         .unwrap();
     let runner = {
         let (db, d) = (db.clone(), d.to_path_buf());
-        std::thread::spawn(move || {
+        tokio::spawn(async move {
             let mut o = WorkerOptions::here(d.join("state.db"), d.join("jobs"));
             o.lease = std::time::Duration::from_secs(3);
-            worker::serve(&db, &o, Arc::new(AtomicBool::new(false)), true).unwrap();
+            worker::serve(&db, &o, Arc::new(AtomicBool::new(false)), true).await.unwrap();
         })
     };
-    while db.get(id).unwrap().unwrap().status != Status::Processing {
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    while db.get(id).await.unwrap().unwrap().status != Status::Processing {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let asked = std::time::Instant::now();
-    db.request_cancel(id).unwrap();
-    runner.join().unwrap();
+    db.request_cancel(id).await.unwrap();
+    runner.await.unwrap();
     let took = asked.elapsed();
     eprintln!("cancelled while connecting to 40 mute hosts: the worker was free after {took:?}");
     assert!(took < std::time::Duration::from_secs(2), "{took:?}");
-    let j = db.get(id).unwrap().unwrap();
+    let j = db.get(id).await.unwrap().unwrap();
     assert_eq!(j.status, Status::Cancelled, "{j:?}");
     drop(listeners);
 }

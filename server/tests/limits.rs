@@ -58,7 +58,7 @@ fn health(addr: std::net::SocketAddr) -> Duration {
 async fn two_thousand_idle_connections_leave_the_health_check_fast_and_memory_small() {
     raise_nofile();
     let dir = tempfile::tempdir().unwrap();
-    let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).unwrap());
+    let db = Arc::new(JobDb::open(&dir.path().join("jobs.db")).await.unwrap());
     let health_addr = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()

@@ -37,8 +37,8 @@ fn kubexm(db: &std::path::Path) -> Command {
     c
 }
 
-#[test]
-fn every_answer_conforms_to_the_committed_openapi_document() {
+#[tokio::test]
+async fn every_answer_conforms_to_the_committed_openapi_document() {
     let Some(st) = schemathesis() else {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
@@ -53,7 +53,7 @@ fn every_answer_conforms_to_the_committed_openapi_document() {
     let db = d.join("jobs.db");
     // Two jobs that exist and have ended (a followed log of one ends at once).
     {
-        let jobs = kubexm_server::jobdb::JobDb::open(&db).unwrap();
+        let jobs = kubexm_server::jobdb::JobDb::open(&db).await.unwrap();
         for _ in 0..2 {
             let id = jobs
                 .create(&kubexm_server::jobdb::NewJob {
@@ -65,8 +65,9 @@ fn every_answer_conforms_to_the_committed_openapi_document() {
                     origin: kubexm_server::jobdb::Origin::Request,
                     principal: None,
                 })
+                .await
                 .unwrap();
-            jobs.request_cancel(id).unwrap();
+            jobs.request_cancel(id).await.unwrap();
         }
     }
     let out = kubexm(&db)

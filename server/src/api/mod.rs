@@ -108,7 +108,7 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
-/// Runs `f` (a database call) off the async threads.
+/// Runs `f` (a config's validation: CPU work) off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f).await.map_err(internal)?
 }
@@ -170,11 +170,9 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
 /// does not answer, or the embedded worker is restarting).
 fn health_routes<S: Clone + Send + Sync + 'static>(app: Arc<App>) -> Router<S> {
     let check = |app: Arc<App>| async move {
-        let db = app.db.clone();
-        let database = match tokio::task::spawn_blocking(move || db.ping()).await {
-            Ok(Ok(())) => "ok".to_string(),
-            Ok(Err(e)) => format!("error: {}", crate::text::line(&e.to_string())),
-            Err(e) => format!("error: {e}"),
+        let database = match app.db.ping().await {
+            Ok(()) => "ok".to_string(),
+            Err(e) => format!("error: {}", crate::text::line(&e.to_string())),
         };
         let (worker, error) = match &app.o.worker {
             None => ("none".to_string(), None),
@@ -295,9 +293,8 @@ async fn authenticate(State(app): State<Arc<App>>, mut req: Request, next: Next)
     let audit = |principal: String, job: Option<i64>, status: StatusCode| {
         let (db, method, path) = (app.db.clone(), method.to_string(), path.clone());
         async move {
-            let r = tokio::task::spawn_blocking(move || db.audit(&principal, &method, &path, job, status.as_u16())).await;
-            if !matches!(r, Ok(Ok(()))) {
-                tracing::error!("the audit log could not be written: {r:?}");
+            if let Err(e) = db.audit(&principal, &method, &path, job, status.as_u16()).await {
+                tracing::error!("the audit log could not be written: {e}");
             }
         }
     };
@@ -351,8 +348,7 @@ async fn authenticate(State(app): State<Arc<App>>, mut req: Request, next: Next)
 async fn identify(app: &Arc<App>, cert: Option<tls::CertIdentity>, bearer: Option<String>) -> Result<Principal, ApiError> {
     let unauthorized = |m: &str| ApiError(StatusCode::UNAUTHORIZED, m.to_string());
     if let Some(c) = cert {
-        let (db, fp) = (app.db.clone(), c.fingerprint.clone());
-        if blocking(move || db.cert_revoked(&fp).map_err(internal)).await? {
+        if app.db.cert_revoked(&c.fingerprint).await.map_err(internal)? {
             return Err(unauthorized("this client certificate is revoked"));
         }
         return Ok(Principal {
@@ -365,8 +361,7 @@ async fn identify(app: &Arc<App>, cert: Option<tls::CertIdentity>, bearer: Optio
                 "no credentials: send `Authorization: Bearer <token>` (`kubexm token create` makes one) or a client certificate from this server's CA",
             )
         })?;
-    let db = app.db.clone();
-    match blocking(move || db.token(&token).map_err(internal)).await? {
+    match app.db.token(&token).await.map_err(internal)? {
         Some(t) if t.valid(crate::jobdb::now_ms()) => Ok(Principal {
             name: format!("token:{}#{}", t.name, t.id),
             scopes: t.scopes,
@@ -396,8 +391,9 @@ async fn create_cluster(
 ) -> Result<Response, ApiError> {
     body_type(&headers)?;
     let _turn = app.validating.acquire().await.map_err(internal)?;
-    let app = app.clone();
-    blocking(move || {
+    let a = app.clone();
+    let (cluster, text, digest) = blocking(move || {
+        let app = a;
         let bad = |m: String| ApiError(StatusCode::BAD_REQUEST, m);
         let digest = match q.bundle {
             Some(d) => d,
@@ -423,16 +419,15 @@ async fn create_cluster(
         let bundle = bundles::find(&app.o.bundles, &digest).map_err(|e| bad(e.to_string()))?;
         let catalog = app.catalog(&bundle)?;
         let text = utf8(&body)?;
-        created(ops::create_cluster_text(
-            &app.db,
-            &text,
-            "cluster.yaml",
-            &catalog,
-            &digest,
-            who.requester(app.o.root.as_deref()),
-        ))
+        Ok((ops::validate_text(&text, "cluster.yaml", Some(&catalog)), text, digest))
     })
-    .await
+    .await?;
+    let cluster = match cluster {
+        Ok(c) => c,
+        Err(e) => return created(Err(e)),
+    };
+    let who = who.requester(app.o.root.as_deref());
+    created(ops::create_cluster_text(&app.db, &cluster, &text, "cluster.yaml", &digest, who).await)
 }
 
 /// A request body is cluster.yaml as `application/yaml` or `application/json`.
@@ -521,18 +516,17 @@ async fn hosts_job(
     who: Principal,
 ) -> Result<Response, ApiError> {
     let _turn = app.validating.acquire().await.map_err(internal)?;
-    let app = app.clone();
-    blocking(move || {
-        created(ops::create_hosts_job_text(
-            &app.db,
-            &utf8(&body)?,
-            "cluster.yaml",
-            kind,
-            options,
-            who.requester(app.o.root.as_deref()),
-        ))
+    let (cluster, text) = blocking(move || {
+        let text = utf8(&body)?;
+        Ok((ops::validate_text(&text, "cluster.yaml", None), text))
     })
-    .await
+    .await?;
+    let cluster = match cluster {
+        Ok(c) => c,
+        Err(e) => return created(Err(e)),
+    };
+    let who = who.requester(app.o.root.as_deref());
+    created(ops::create_hosts_job_text(&app.db, &cluster, &text, "cluster.yaml", kind, options, who).await)
 }
 
 impl App {
@@ -555,12 +549,12 @@ fn not_found(id: i64) -> ApiError {
 }
 
 async fn jobs(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
-    let jobs = blocking(move || app.db.list().map_err(internal)).await?;
+    let jobs = app.db.list().await.map_err(internal)?;
     Ok(axum::Json(json!({"jobs": jobs})).into_response())
 }
 
 async fn job(State(app): State<Arc<App>>, UrlPath(id): UrlPath<i64>) -> Result<Response, ApiError> {
-    let j = blocking(move || app.db.get(id).map_err(internal)).await?.ok_or(not_found(id))?;
+    let j = app.db.get(id).await.map_err(internal)?.ok_or(not_found(id))?;
     Ok(axum::Json(j).into_response())
 }
 
@@ -569,21 +563,18 @@ async fn cancel(
     UrlPath(id): UrlPath<i64>,
     Extension(who): Extension<Principal>,
 ) -> Result<Response, ApiError> {
-    let s = blocking(move || {
-        let j = app.db.get(id).map_err(internal)?.ok_or(not_found(id))?;
-        // A principal cancels its own jobs (an admin any).
-        if !who.scopes.contains(&Scope::Admin) && j.principal.as_deref() != Some(who.name.as_str()) {
-            return Err(ApiError(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "job {id} was created by another principal; {} may cancel only its own jobs",
-                    who.name
-                ),
-            ));
-        }
-        app.db.request_cancel(id).map_err(internal)?.ok_or(not_found(id))
-    })
-    .await?;
+    let j = app.db.get(id).await.map_err(internal)?.ok_or(not_found(id))?;
+    // A principal cancels its own jobs (an admin any).
+    if !who.scopes.contains(&Scope::Admin) && j.principal.as_deref() != Some(who.name.as_str()) {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            format!(
+                "job {id} was created by another principal; {} may cancel only its own jobs",
+                who.name
+            ),
+        ));
+    }
+    let s = app.db.request_cancel(id).await.map_err(internal)?.ok_or(not_found(id))?;
     Ok(axum::Json(json!({"id": id, "status": s})).into_response())
 }
 
@@ -605,8 +596,7 @@ async fn logs(
     Query(q): Query<LogQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let db = app.db.clone();
-    blocking(move || db.get(id).map_err(internal)).await?.ok_or(not_found(id))?;
+    app.db.get(id).await.map_err(internal)?.ok_or(not_found(id))?;
     if q.from.is_some_and(|f| f < 0) {
         return Err(ApiError(StatusCode::BAD_REQUEST, "from: a log sequence number, 0 or more".into()));
     }
@@ -640,20 +630,13 @@ async fn logs(
             if c.done {
                 return None;
             }
-            let (db, id, after) = (c.db.clone(), c.id, c.after);
             // The status first: once final, the lines read next are all there are.
-            let read = tokio::task::spawn_blocking(move || -> Result<_, crate::jobdb::JobDbError> {
-                let j = db.get(id)?;
-                Ok((j, db.logs(id, after)?))
-            })
-            .await;
-            let (j, lines): (_, Vec<LogLine>) = match read {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    c.queue.push_back(Event::default().event("error").data(e.to_string()));
-                    c.done = true;
-                    continue;
-                }
+            let read = async {
+                let j = c.db.get(c.id).await?;
+                Ok::<_, crate::jobdb::JobDbError>((j, c.db.logs(c.id, c.after).await?))
+            };
+            let (j, lines): (_, Vec<LogLine>) = match read.await {
+                Ok(r) => r,
                 Err(e) => {
                     c.queue.push_back(Event::default().event("error").data(e.to_string()));
                     c.done = true;

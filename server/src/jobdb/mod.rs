@@ -12,27 +12,40 @@
 //!
 //! The same database on PostgreSQL ([`pg`]) serves workers on several
 //! machines: `--db postgres://user@host/db`.
+//!
+//! [`JobDb`] is a thin handle over one async [`Backend`]: [`sqlite`] runs
+//! its blocking calls on tokio's blocking threads, [`pg`] is sqlx on the
+//! caller's runtime. What both run as written (tokens, audit, credentials,
+//! host keys, workers) is SQL text in `$1` form through
+//! [`Backend::execute`] and [`Backend::query`]; what differs (claims,
+//! fencing, the Blocked status) is a method of each backend.
 
 pub mod log_bounds;
 mod pg;
 mod principals;
+mod sql;
+mod sqlite;
 mod trust;
+pub mod writer;
 
 pub use principals::{AuditRow, Scope, TokenRow};
 pub use trust::{CredentialKind, CredentialRow, HostKeyRow};
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
+
+use sql::{Cell, Param};
 
 /// Where the job database lives unless told otherwise.
 pub const JOBS_DB: &str = "/var/lib/kubexm/jobs.db";
 
 /// The schema, one migration per version (`PRAGMA user_version`).
-const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     "CREATE TABLE jobs (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         cluster TEXT NOT NULL,
@@ -156,7 +169,7 @@ pub struct NewJob {
 /// and pinned host keys.
 pub use kubexm_bom::config::Origin;
 
-fn origin_str(o: Origin) -> &'static str {
+pub(crate) fn origin_str(o: Origin) -> &'static str {
     match o {
         Origin::Operator => "operator",
         Origin::Request => "request",
@@ -209,25 +222,6 @@ pub(crate) trait JobRow {
     fn flag(&self, i: usize) -> Result<bool, Self::Error>;
 }
 
-impl JobRow for rusqlite::Row<'_> {
-    type Error = rusqlite::Error;
-    fn text(&self, i: usize) -> rusqlite::Result<String> {
-        self.get(i)
-    }
-    fn maybe_text(&self, i: usize) -> rusqlite::Result<Option<String>> {
-        self.get(i)
-    }
-    fn int(&self, i: usize) -> rusqlite::Result<i64> {
-        self.get(i)
-    }
-    fn maybe_int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
-        self.get(i)
-    }
-    fn flag(&self, i: usize) -> rusqlite::Result<bool> {
-        Ok(self.get::<_, i64>(i)? != 0)
-    }
-}
-
 impl Job {
     /// A row that could not be read, listed as Failed with `why`.
     pub(crate) fn unreadable(id: i64, why: &dyn std::fmt::Display) -> Job {
@@ -252,7 +246,7 @@ impl Job {
         }
     }
 
-    fn from_row<R: JobRow>(r: &R) -> Result<Job, R::Error> {
+    pub(crate) fn from_row<R: JobRow>(r: &R) -> Result<Job, R::Error> {
         Ok(Job {
             id: r.int(0)?,
             cluster: r.text(1)?,
@@ -291,14 +285,47 @@ pub struct Claim {
     pub attempt: i64,
 }
 
-pub struct JobDb {
-    backend: Backend,
-    path: String,
+/// A backend call's future: boxed, so [`Backend`] stays object safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A backend call's result.
+pub(crate) type Res<'a, T> = BoxFuture<'a, Result<T, JobDbError>>;
+
+/// Where jobs are stored: SQLite ([`sqlite`]) or PostgreSQL ([`pg`]). Text
+/// from requests and hosts arrives here already bounded and escaped.
+pub(crate) trait Backend: Send + Sync {
+    /// Whether other machines may share the database.
+    fn shared(&self) -> bool;
+    /// Where the files of jobs run here go.
+    fn jobs_dir(&self) -> PathBuf;
+    /// Waits up to `max` for a new or given-back job.
+    fn wait_for_work(&self, max: Duration) -> BoxFuture<'_, ()>;
+    /// Runs one statement of SQL both backends share (`$1`, `$2`, ...);
+    /// the rows it changed.
+    fn execute<'a>(&'a self, sql: &'a str, params: Vec<Param>) -> Res<'a, u64>;
+    /// Runs statements of shared SQL in one transaction; the rows each changed.
+    fn execute_all(&self, statements: Vec<(String, Vec<Param>)>) -> Res<'_, Vec<u64>>;
+    /// The rows of one query of shared SQL.
+    fn query<'a>(&'a self, sql: &'a str, params: Vec<Param>) -> Res<'a, Vec<Vec<Cell>>>;
+    fn create<'a>(&'a self, job: &'a NewJob) -> Res<'a, i64>;
+    fn get(&self, id: i64) -> Res<'_, Option<Job>>;
+    fn list(&self) -> Res<'_, Vec<Job>>;
+    fn logs(&self, job: i64, after: i64) -> Res<'_, Vec<LogLine>>;
+    fn request_cancel(&self, id: i64) -> Res<'_, Option<Status>>;
+    fn claim<'a>(&'a self, worker: &'a str, machine: &'a str, lease_ms: i64, only: Option<i64>) -> Res<'a, Option<Claim>>;
+    /// Extends the lease; whether a cancel was asked for.
+    fn renew(&self, claim: Claim, lease_ms: i64) -> Res<'_, bool>;
+    fn append<'a>(&'a self, claim: Claim, lines: &'a [String], current_step: Option<&'a str>) -> Res<'a, ()>;
+    fn finish<'a>(&'a self, claim: Claim, status: Status, error: Option<&'a str>) -> Res<'a, ()>;
+    fn release(&self, claim: Claim) -> Res<'_, ()>;
 }
 
-enum Backend {
-    Sqlite(Mutex<Connection>),
-    Postgres(pg::Pg),
+/// The job database: a handle over its backend, cheap to clone.
+#[derive(Clone)]
+pub struct JobDb {
+    backend: Arc<dyn Backend>,
+    /// The file, or the URL without its password, for messages.
+    path: String,
 }
 
 /// Whether `db` names a PostgreSQL database rather than a SQLite file.
@@ -314,66 +341,19 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-const COLUMNS: &str = "id, cluster, kind, status, current_step, error, created, started, finished, worker, attempt, \
-                       cancel_requested, config, config_name, options, origin, principal";
-
 impl JobDb {
     /// Opens (creating and migrating) the database at `path`.
-    pub fn open(path: &Path) -> Result<JobDb, JobDbError> {
+    pub async fn open(path: &Path) -> Result<JobDb, JobDbError> {
         if is_postgres(path) {
             let url = path.to_string_lossy().to_string();
             return Ok(JobDb {
-                backend: Backend::Postgres(pg::Pg::open(&url)?),
+                backend: Arc::new(pg::Pg::open(&url).await?),
                 path: pg::redact(&url),
             });
         }
-        let p = path.display().to_string();
-        let sql = |source| JobDbError::Sql { path: p.clone(), source };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs_err::create_dir_all(dir).map_err(|e| JobDbError::Invalid {
-                path: p.clone(),
-                what: e.to_string(),
-            })?;
-        }
-        // Configs and logs are for the operators: 0600 before the first byte.
-        if !path.exists() {
-            use std::os::unix::fs::OpenOptionsExt;
-            let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
-        } else if let Ok(m) = std::fs::metadata(path) {
-            // A database made by an earlier kubexm: its owner only, from now on.
-            use std::os::unix::fs::PermissionsExt;
-            if m.permissions().mode() & 0o077 != 0 {
-                let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-            }
-        }
-        let mut conn = Connection::open(path).map_err(sql)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(sql)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql)?;
-        // Concurrent starts migrate once: the version is read and raised
-        // inside one write transaction.
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(sql)?;
-        let version = usize::try_from(version).unwrap_or(usize::MAX);
-        if version > MIGRATIONS.len() {
-            return Err(JobDbError::Invalid {
-                path: p,
-                what: format!(
-                    "schema version {version} is newer than this kubexm knows ({}); use the kubexm that wrote it",
-                    MIGRATIONS.len()
-                ),
-            });
-        }
-        for (i, m) in MIGRATIONS.iter().enumerate().skip(version) {
-            tx.execute_batch(m).map_err(sql)?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(sql)?;
-        }
-        tx.commit().map_err(sql)?;
         Ok(JobDb {
-            backend: Backend::Sqlite(Mutex::new(conn)),
-            path: p,
+            backend: Arc::new(sqlite::Sqlite::open(path).await?),
+            path: path.display().to_string(),
         })
     }
 
@@ -384,180 +364,82 @@ impl JobDb {
     /// Whether other machines may share this database (PostgreSQL): then
     /// every job follows a request's rules, whoever created it.
     pub fn shared(&self) -> bool {
-        matches!(self.backend, Backend::Postgres(_))
+        self.backend.shared()
     }
 
     /// Where the files of jobs run here go (`<dir>/<id>/`): beside a SQLite
     /// database, or `/var/lib/kubexm/jobs` for PostgreSQL.
     pub fn jobs_dir(&self) -> PathBuf {
-        match &self.backend {
-            Backend::Postgres(_) => PathBuf::from("/var/lib/kubexm/jobs"),
-            Backend::Sqlite(_) => Path::new(&self.path)
-                .parent()
-                .map(|p| p.join("jobs"))
-                .unwrap_or_else(|| PathBuf::from("jobs")),
-        }
+        self.backend.jobs_dir()
     }
 
     /// Waits up to `max` for work: a `NOTIFY` of a new job on PostgreSQL,
     /// the time itself on SQLite.
-    pub fn wait_for_work(&self, max: std::time::Duration) {
-        match &self.backend {
-            Backend::Postgres(pg) => pg.wait_for_work(max),
-            Backend::Sqlite(_) => std::thread::sleep(max),
-        }
+    pub async fn wait_for_work(&self, max: Duration) {
+        self.backend.wait_for_work(max).await
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> Result<T, JobDbError> {
-        let Backend::Sqlite(conn) = &self.backend else {
-            return Err(JobDbError::Invalid {
-                path: self.path.clone(),
-                what: "not a SQLite database".into(),
-            });
-        };
-        let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut c).map_err(|source| JobDbError::Sql {
+    /// An error of this database saying `what`.
+    fn invalid(&self, what: impl std::fmt::Display) -> JobDbError {
+        JobDbError::Invalid {
             path: self.path.clone(),
-            source,
-        })
+            what: what.to_string(),
+        }
     }
 
     /// Stores a job as Pending; returns its id.
-    pub fn create(&self, job: &NewJob) -> Result<i64, JobDbError> {
+    pub async fn create(&self, job: &NewJob) -> Result<i64, JobDbError> {
         if job.config.contains('\0') || job.config_name.contains('\0') {
-            return Err(JobDbError::Invalid {
-                path: self.path.clone(),
-                what: "the job's config holds a NUL byte; nothing was stored".into(),
-            });
+            return Err(self.invalid("the job's config holds a NUL byte; nothing was stored"));
         }
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.create(job);
-        }
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created, origin, principal) VALUES (?1, ?2, 'Pending', ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![job.cluster, job.kind, job.config, job.config_name, job.options.to_string(), now_ms(), origin_str(job.origin), job.principal],
-            )?;
-            Ok(c.last_insert_rowid())
-        })
+        self.backend.create(job).await
     }
 
-    fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
-        Job::from_row(r)
-    }
-
-    pub fn get(&self, id: i64) -> Result<Option<Job>, JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.get(id);
-        }
-        self.with(|c| {
-            c.query_row(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"), [id], Self::row)
-                .optional()
-        })
+    pub async fn get(&self, id: i64) -> Result<Option<Job>, JobDbError> {
+        self.backend.get(id).await
     }
 
     /// Every job, newest first; a row that cannot be read is listed as
     /// Failed with why (one bad row never hides the others).
-    pub fn list(&self) -> Result<Vec<Job>, JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.list();
-        }
-        self.with(|c| {
-            let mut st = c.prepare(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id DESC"))?;
-            st.query_map([], |r| {
-                Ok(Self::row(r).unwrap_or_else(|e| Job::unreadable(r.get(0).unwrap_or(-1), &e)))
-            })?
-            .collect()
-        })
+    pub async fn list(&self) -> Result<Vec<Job>, JobDbError> {
+        self.backend.list().await
     }
 
     /// Whether the database answers a query.
-    pub fn ping(&self) -> Result<(), JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.run(async { sqlx::query("SELECT 1").execute(&pg.pool).await.map(|_| ()) });
-        }
-        self.with(|c| c.query_row("SELECT 1", [], |_| Ok(())))
+    pub async fn ping(&self) -> Result<(), JobDbError> {
+        self.backend.query("SELECT 1", Vec::new()).await.map(|_| ())
     }
 
     /// A job's log lines after `after` (0: from the first), in order.
-    pub fn logs(&self, job: i64, after: i64) -> Result<Vec<LogLine>, JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.logs(job, after);
-        }
-        self.with(|c| {
-            let mut st = c.prepare("SELECT seq, at, line FROM job_logs WHERE job = ?1 AND seq > ?2 ORDER BY seq")?;
-            st.query_map(params![job, after], |r| {
-                Ok(LogLine {
-                    seq: r.get(0)?,
-                    at: r.get(1)?,
-                    line: r.get(2)?,
-                })
-            })?
-            .collect()
-        })
+    pub async fn logs(&self, job: i64, after: i64) -> Result<Vec<LogLine>, JobDbError> {
+        self.backend.logs(job, after).await
     }
 
     /// Asks a job to stop: one not started yet, or whose worker died, is
     /// Cancelled at once; a running one stops scheduling steps when its
     /// worker sees the request.
     /// Returns the job's status afterwards (`None`: no such job).
-    pub fn request_cancel(&self, id: i64) -> Result<Option<Status>, JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.request_cancel(id);
-        }
-        self.with(|c| {
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            tx.execute(
-                "UPDATE jobs SET status = 'Cancelled', finished = ?2, current_step = NULL WHERE id = ?1 AND status IN ('Pending', 'Blocked')",
-                params![id, now_ms()],
-            )?;
-            // A running job whose worker died (its lease ran out) ends now;
-            // the claim attempt moves on, so that worker's writes are refused.
-            tx.execute(
-                "UPDATE jobs SET status = 'Cancelled', finished = ?2, current_step = NULL, lease_until = NULL, attempt = attempt + 1
-                 WHERE id = ?1 AND status = 'Processing' AND lease_until < ?2",
-                params![id, now_ms()],
-            )?;
-            tx.execute(
-                "UPDATE jobs SET cancel_requested = 1 WHERE id = ?1 AND status = 'Processing'",
-                [id],
-            )?;
-            let s: Option<String> = tx.query_row("SELECT status FROM jobs WHERE id = ?1", [id], |r| r.get(0)).optional()?;
-            tx.commit()?;
-            Ok(s.and_then(|s| Status::parse(&s)))
-        })
+    pub async fn request_cancel(&self, id: i64) -> Result<Option<Status>, JobDbError> {
+        self.backend.request_cancel(id).await
     }
 
     /// Records that `worker` on `machine` is alive (for `--detach`).
-    pub fn heartbeat(&self, worker: &str, machine: &str) -> Result<(), JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.heartbeat(worker, machine);
-        }
-        self.with(|c| {
-            c.execute(
-                "INSERT INTO workers (name, machine, seen) VALUES (?1, ?2, ?3) ON CONFLICT(name) DO UPDATE SET seen = ?3",
-                params![worker, machine, now_ms()],
-            )?;
-            Ok(())
-        })
+    pub async fn heartbeat(&self, worker: &str, machine: &str) -> Result<(), JobDbError> {
+        let sql = "INSERT INTO workers (name, machine, seen) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE SET seen = excluded.seen";
+        let params = vec![worker.into(), machine.into(), now_ms().into()];
+        self.backend.execute(sql, params).await.map(|_| ())
     }
 
     /// Workers seen within `within_ms`.
-    pub fn live_workers(&self, within_ms: i64) -> Result<Vec<String>, JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.live_workers(within_ms);
-        }
-        self.with(|c| {
-            let mut st = c.prepare("SELECT name FROM workers WHERE seen >= ?1 ORDER BY name")?;
-            st.query_map([now_ms() - within_ms], |r| r.get(0))?.collect()
-        })
+    pub async fn live_workers(&self, within_ms: i64) -> Result<Vec<String>, JobDbError> {
+        let sql = "SELECT name FROM workers WHERE seen >= $1 ORDER BY name";
+        let rows = self.backend.query(sql, vec![(now_ms() - within_ms).into()]).await?;
+        rows.iter().map(|r| self.text(r, 0)).collect()
     }
 
-    pub fn forget_worker(&self, worker: &str) -> Result<(), JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.forget_worker(worker);
-        }
-        self.with(|c| c.execute("DELETE FROM workers WHERE name = ?1", [worker]).map(|_| ()))
+    pub async fn forget_worker(&self, worker: &str) -> Result<(), JobDbError> {
+        let sql = "DELETE FROM workers WHERE name = $1";
+        self.backend.execute(sql, vec![worker.into()]).await.map(|_| ())
     }
 
     /// Claims the oldest runnable job (`only`: that job only) for `worker`
@@ -566,161 +448,45 @@ impl JobDb {
     /// and whose jobs run on this machine (or no machine yet: this one is
     /// recorded). Pending jobs of busy clusters are marked Blocked, and
     /// Blocked ones of free clusters Pending again.
-    pub fn claim(&self, worker: &str, machine: &str, lease_ms: i64, only: Option<i64>) -> Result<Option<Claim>, JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.claim(worker, machine, lease_ms, only);
-        }
-        self.with(|c| {
-            let now = now_ms();
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let busy = "SELECT cluster FROM jobs WHERE status = 'Processing' AND lease_until >= ?1";
-            tx.execute(
-                &format!("UPDATE jobs SET status = 'Blocked' WHERE status = 'Pending' AND cluster IN ({busy})"),
-                [now],
-            )?;
-            tx.execute(
-                &format!("UPDATE jobs SET status = 'Pending' WHERE status = 'Blocked' AND cluster NOT IN ({busy})"),
-                [now],
-            )?;
-            let found: Option<(i64, String, i64)> = tx
-                .query_row(
-                    &format!(
-                        "SELECT j.id, j.cluster, j.attempt FROM jobs j LEFT JOIN clusters k ON k.name = j.cluster
-                         WHERE (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < ?1))
-                           AND (k.machine IS NULL OR k.machine = ?2)
-                           AND (?3 IS NULL OR j.id = ?3)
-                           AND j.cluster NOT IN ({busy})
-                         ORDER BY j.id LIMIT 1"
-                    ),
-                    params![now, machine, only],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()?;
-            let Some((id, cluster, attempt)) = found else {
-                tx.commit()?;
-                return Ok(None);
-            };
-            let attempt = attempt + 1;
-            tx.execute(
-                "UPDATE jobs SET status = 'Processing', worker = ?2, attempt = ?3, lease_until = ?4,
-                   started = COALESCE(started, ?5) WHERE id = ?1",
-                params![id, worker, attempt, now + lease_ms, now],
-            )?;
-            tx.execute(
-                "INSERT INTO clusters (name, machine) VALUES (?1, ?2) ON CONFLICT(name) DO NOTHING",
-                params![cluster, machine],
-            )?;
-            tx.commit()?;
-            Ok(Some(Claim { job: id, attempt }))
-        })
-    }
-
-    /// Runs `f` on the job's row only while `claim` still holds it.
-    fn fenced(&self, claim: Claim, f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>) -> Result<(), JobDbError> {
-        let held = self.with(|c| {
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let held: bool = tx
-                .query_row(
-                    "SELECT 1 FROM jobs WHERE id = ?1 AND attempt = ?2 AND status = 'Processing'",
-                    params![claim.job, claim.attempt],
-                    |_| Ok(()),
-                )
-                .optional()?
-                .is_some();
-            if held {
-                f(&tx)?;
-            }
-            tx.commit()?;
-            Ok(held)
-        })?;
-        if held {
-            Ok(())
-        } else {
-            Err(JobDbError::Fenced {
-                job: claim.job,
-                attempt: claim.attempt,
-            })
-        }
+    pub async fn claim(&self, worker: &str, machine: &str, lease_ms: i64, only: Option<i64>) -> Result<Option<Claim>, JobDbError> {
+        self.backend.claim(worker, machine, lease_ms, only).await
     }
 
     /// Extends the lease; returns whether a cancel was asked for.
-    pub fn renew(&self, claim: Claim, lease_ms: i64) -> Result<bool, JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.renew(claim, lease_ms);
-        }
-        self.fenced(claim, |tx| {
-            tx.execute(
-                "UPDATE jobs SET lease_until = ?2 WHERE id = ?1",
-                params![claim.job, now_ms() + lease_ms],
-            )
-            .map(|_| ())
-        })?;
-        Ok(self.get(claim.job)?.is_some_and(|j| j.cancel_requested))
+    pub async fn renew(&self, claim: Claim, lease_ms: i64) -> Result<bool, JobDbError> {
+        self.backend.renew(claim, lease_ms).await
     }
 
     /// Appends log lines (numbered after the job's last) and, if given, the
     /// current step.
-    pub fn append(&self, claim: Claim, lines: &[String], current_step: Option<&str>) -> Result<(), JobDbError> {
+    pub async fn append(&self, claim: Claim, lines: &[String], current_step: Option<&str>) -> Result<(), JobDbError> {
         // Text from a request or a host: never a NUL or a control character,
         // and bounded (log_bounds).
         let lines: Vec<String> = lines.iter().map(|l| log_bounds::line(l)).collect();
-        let lines = lines.as_slice();
         let current_step = current_step.map(crate::text::line);
-        let current_step = current_step.as_deref();
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.append(claim, lines, current_step);
-        }
-        self.fenced(claim, |tx| {
-            let last: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM job_logs WHERE job = ?1", [claim.job], |r| {
-                r.get(0)
-            })?;
-            let now = now_ms();
-            let mut st = tx.prepare_cached("INSERT INTO job_logs (job, seq, at, line) VALUES (?1, ?2, ?3, ?4)")?;
-            for (i, l) in log_bounds::capped(last, lines).iter().enumerate() {
-                st.execute(params![claim.job, last + 1 + i as i64, now, l])?;
-            }
-            if let Some(s) = current_step {
-                tx.execute("UPDATE jobs SET current_step = ?2 WHERE id = ?1", params![claim.job, s])?;
-            }
-            Ok(())
-        })
+        self.backend.append(claim, &lines, current_step.as_deref()).await
     }
 
     /// Ends the job with `status` (and `error` when it failed).
-    pub fn finish(&self, claim: Claim, status: Status, error: Option<&str>) -> Result<(), JobDbError> {
+    pub async fn finish(&self, claim: Claim, status: Status, error: Option<&str>) -> Result<(), JobDbError> {
         let error = error.map(crate::text::block);
-        let error = error.as_deref();
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.finish(claim, status, error);
-        }
-        self.fenced(claim, |tx| {
-            tx.execute(
-                "UPDATE jobs SET status = ?2, error = ?3, finished = ?4, lease_until = NULL,
-                   current_step = CASE WHEN ?2 = 'Success' THEN NULL ELSE current_step END WHERE id = ?1",
-                params![claim.job, status.as_str(), error, now_ms()],
-            )
-            .map(|_| ())
-        })
+        self.backend.finish(claim, status, error.as_deref()).await
     }
 
     /// A new API token named `name` with the scopes tokens had before
     /// scopes existed (`read,create`), never expiring; shown once.
-    pub fn create_token(&self, name: &str) -> Result<String, JobDbError> {
-        self.create_token_scoped(name, &[Scope::Read, Scope::Create], None)
+    pub async fn create_token(&self, name: &str) -> Result<String, JobDbError> {
+        self.create_token_scoped(name, &[Scope::Read, Scope::Create], None).await
     }
 
     /// Gives a job back unfinished (Ctrl-C of a foreground run): Pending
     /// again, so the next claim resumes it and skips the steps done.
-    pub fn release(&self, claim: Claim) -> Result<(), JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.release(claim);
-        }
-        self.fenced(claim, |tx| {
-            tx.execute(
-                "UPDATE jobs SET status = 'Pending', lease_until = NULL, worker = NULL WHERE id = ?1",
-                [claim.job],
-            )
-            .map(|_| ())
-        })
+    pub async fn release(&self, claim: Claim) -> Result<(), JobDbError> {
+        self.backend.release(claim).await
+    }
+
+    /// Column `i` of `row` as text.
+    fn text(&self, row: &[Cell], i: usize) -> Result<String, JobDbError> {
+        sql::text(row, i).map_err(|e| self.invalid(e))
     }
 }

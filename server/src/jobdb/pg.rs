@@ -6,13 +6,16 @@
 //! job of a busy cluster reads as Blocked. A new, ended or given-back job
 //! is announced with `NOTIFY kubexm_jobs`, which idle workers `LISTEN` for.
 //! Migrations run under an advisory lock: concurrent starts migrate once.
+//! Every call is plain sqlx on the caller's runtime.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Executor, Postgres, Row, Transaction, TypeInfo, ValueRef};
 
-use super::{Claim, Job, JobDbError, LogLine, NewJob, Status, now_ms};
+use super::sql::{Cell, Param};
+use super::{Backend, BoxFuture, Claim, Job, JobDbError, JobRow, LogLine, NewJob, Res, Status, now_ms};
 
 /// The schema, one migration per version (table `kubexm_schema`).
 const MIGRATIONS: &[&str] = &[
@@ -66,12 +69,10 @@ const COLUMNS: &str = "id, cluster, kind, \
     current_step, error, created, started, finished, worker, attempt, cancel_requested, config, config_name, options, origin, principal";
 
 pub(super) struct Pg {
-    // Declared before the runtime: dropped while it still runs.
-    pub(super) pool: PgPool,
+    pool: PgPool,
     /// The connection idle workers wait on for `NOTIFY kubexm_jobs`.
-    listener: std::sync::Mutex<Option<PgListener>>,
+    listener: tokio::sync::Mutex<Option<PgListener>>,
     url: String,
-    rt: tokio::runtime::Runtime,
 }
 
 /// The URL without its password or query (which may carry one), for messages.
@@ -91,6 +92,9 @@ pub(super) fn redact(url: &str) -> String {
     format!("{shown}{query}")
 }
 
+/// A transaction's work under a held claim (see [`Pg::fenced`]).
+type TxWork = Box<dyn for<'t> FnOnce(&'t mut Transaction<'static, Postgres>) -> BoxFuture<'t, Result<(), sqlx::Error>> + Send>;
+
 impl Pg {
     fn err(&self, e: sqlx::Error) -> JobDbError {
         JobDbError::Invalid {
@@ -100,17 +104,12 @@ impl Pg {
     }
 
     /// Connects to `url` and migrates.
-    pub(super) fn open(url: &str) -> Result<Pg, JobDbError> {
+    pub(super) async fn open(url: &str) -> Result<Pg, JobDbError> {
         let shown = redact(url);
         let bad = |e: &dyn std::fmt::Display| JobDbError::Invalid {
             path: shown.clone(),
             what: e.to_string(),
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| bad(&e))?;
         // A worker stopped inside a transaction (SIGSTOP, a frozen VM)
         // would hold its job's row lock and hide the job from every other
         // worker's claim: the server ends such a session after 10 s.
@@ -118,87 +117,194 @@ impl Pg {
             .parse::<sqlx::postgres::PgConnectOptions>()
             .map_err(|e| bad(&e))?
             .options([("idle_in_transaction_session_timeout", "10s")]);
-        let pool = rt
-            .block_on(
-                PgPoolOptions::new()
-                    .max_connections(8)
-                    .acquire_timeout(Duration::from_secs(30))
-                    .connect_with(options),
-            )
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options)
+            .await
             .map_err(|e| bad(&format!("{e}; is PostgreSQL running and the URL right?")))?;
         let pg = Pg {
-            rt,
             pool,
             url: shown,
-            listener: std::sync::Mutex::new(None),
+            listener: tokio::sync::Mutex::new(None),
         };
-        pg.migrate()?;
+        pg.migrate().await?;
         Ok(pg)
     }
 
-    fn migrate(&self) -> Result<(), JobDbError> {
-        self.rt
-            .block_on(async {
-                let mut tx = self.pool.begin().await?;
-                sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                    .bind(MIGRATION_LOCK)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query("CREATE TABLE IF NOT EXISTS kubexm_schema (version INTEGER NOT NULL)")
-                    .execute(&mut *tx)
-                    .await?;
-                let version: Option<i32> = sqlx::query_scalar("SELECT version FROM kubexm_schema")
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                let version = version.unwrap_or(0).max(0) as usize;
-                if version > MIGRATIONS.len() {
-                    return Ok(Some(version));
-                }
-                for m in MIGRATIONS.iter().skip(version) {
-                    sqlx::raw_sql(m).execute(&mut *tx).await?;
-                }
-                sqlx::query("DELETE FROM kubexm_schema").execute(&mut *tx).await?;
-                sqlx::query("INSERT INTO kubexm_schema (version) VALUES ($1)")
-                    .bind(MIGRATIONS.len() as i32)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok::<_, sqlx::Error>(None)
+    async fn migrate(&self) -> Result<(), JobDbError> {
+        let newer = async {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(MIGRATION_LOCK)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("CREATE TABLE IF NOT EXISTS kubexm_schema (version INTEGER NOT NULL)")
+                .execute(&mut *tx)
+                .await?;
+            let version: Option<i32> = sqlx::query_scalar("SELECT version FROM kubexm_schema")
+                .fetch_optional(&mut *tx)
+                .await?;
+            let version = version.unwrap_or(0).max(0) as usize;
+            if version > MIGRATIONS.len() {
+                return Ok(Some(version));
+            }
+            for m in MIGRATIONS.iter().skip(version) {
+                // Through the Executor trait: RawSql's own `execute` is an
+                // async fn whose future the compiler cannot prove `Send`.
+                (&mut *tx).execute(sqlx::raw_sql(m)).await?;
+            }
+            sqlx::query("DELETE FROM kubexm_schema").execute(&mut *tx).await?;
+            sqlx::query("INSERT INTO kubexm_schema (version) VALUES ($1)")
+                .bind(MIGRATIONS.len() as i32)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(None)
+        }
+        .await
+        .map_err(|e| self.err(e))?;
+        newer.map_or(Ok(()), |v| {
+            Err(JobDbError::Invalid {
+                path: self.url.clone(),
+                what: format!(
+                    "schema version {v} is newer than this kubexm knows ({}); use the kubexm that wrote it",
+                    MIGRATIONS.len()
+                ),
             })
-            .map_err(|e| self.err(e))?
-            .map_or(Ok(()), |v| {
-                Err(JobDbError::Invalid {
-                    path: self.url.clone(),
-                    what: format!(
-                        "schema version {v} is newer than this kubexm knows ({}); use the kubexm that wrote it",
-                        MIGRATIONS.len()
-                    ),
+        })
+    }
+
+    /// `f`'s result, its sqlx error named with the (redacted) URL.
+    fn run<'a, T: Send + 'a>(&'a self, f: impl Future<Output = Result<T, sqlx::Error>> + Send + 'a) -> Res<'a, T> {
+        Box::pin(async move { f.await.map_err(|e| self.err(e)) })
+    }
+
+    /// Runs `f` on the job's row only while `claim` still holds it (the row
+    /// locked for the transaction).
+    fn fenced(&self, claim: Claim, f: TxWork) -> Res<'_, ()> {
+        Box::pin(async move {
+            let held = self
+                .run(async {
+                    let mut tx = self.pool.begin().await?;
+                    let held: Option<i64> =
+                        sqlx::query_scalar("SELECT id FROM jobs WHERE id = $1 AND attempt = $2 AND status = 'Processing' FOR UPDATE")
+                            .bind(claim.job)
+                            .bind(claim.attempt)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    if held.is_some() {
+                        f(&mut tx).await?;
+                    }
+                    tx.commit().await?;
+                    Ok(held.is_some())
                 })
-            })
+                .await?;
+            if held {
+                Ok(())
+            } else {
+                Err(JobDbError::Fenced {
+                    job: claim.job,
+                    attempt: claim.attempt,
+                })
+            }
+        })
     }
+}
 
-    /// Runs one query on the store's own runtime. Called from inside
-    /// another runtime (the engine emits its events from its scheduler
-    /// task), `block_on` would panic there: the query then runs on a
-    /// scoped thread, blocking the caller as SQLite's writes do.
-    pub(super) fn run<T: Send>(&self, f: impl Future<Output = Result<T, sqlx::Error>> + Send) -> Result<T, JobDbError> {
-        let r = if tokio::runtime::Handle::try_current().is_ok() {
-            std::thread::scope(|s| match s.spawn(|| self.rt.block_on(f)).join() {
-                Ok(r) => r,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-        } else {
-            self.rt.block_on(f)
+/// Binds shared SQL's parameters.
+fn bind<'q>(
+    mut q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    params: Vec<Param>,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    for p in params {
+        q = match p {
+            Param::Int(v) => q.bind(v),
+            Param::Text(v) => q.bind(v),
         };
-        r.map_err(|e| self.err(e))
+    }
+    q
+}
+
+/// A row of shared SQL, its cells by their column's type.
+fn cells(r: &PgRow) -> Result<Vec<Cell>, sqlx::Error> {
+    (0..r.len())
+        .map(|i| {
+            let raw = r.try_get_raw(i)?;
+            if raw.is_null() {
+                return Ok(Cell::Null);
+            }
+            let kind = raw.type_info().name().to_string();
+            Ok(match kind.as_str() {
+                "INT8" => Cell::Int(r.try_get(i)?),
+                "INT4" => Cell::Int(r.try_get::<i32, _>(i)?.into()),
+                "INT2" => Cell::Int(r.try_get::<i16, _>(i)?.into()),
+                "BOOL" => Cell::Int(r.try_get::<bool, _>(i)?.into()),
+                _ => Cell::Text(r.try_get(i)?),
+            })
+        })
+        .collect()
+}
+
+impl Backend for Pg {
+    fn shared(&self) -> bool {
+        true
     }
 
-    fn row(r: &PgRow) -> Result<Job, sqlx::Error> {
-        Job::from_row(r)
+    fn jobs_dir(&self) -> PathBuf {
+        PathBuf::from("/var/lib/kubexm/jobs")
     }
 
-    pub(super) fn create(&self, job: &NewJob) -> Result<i64, JobDbError> {
-        self.run(async {
+    /// Waits up to `max` for a `NOTIFY kubexm_jobs` (a new or released job).
+    fn wait_for_work(&self, max: Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let mut slot = self.listener.lock().await;
+            let listener = match slot.take() {
+                Some(l) => Some(l),
+                None => {
+                    async {
+                        let mut l = PgListener::connect_with(&self.pool).await.ok()?;
+                        l.listen("kubexm_jobs").await.ok()?;
+                        Some(l)
+                    }
+                    .await
+                }
+            };
+            let Some(mut l) = listener else {
+                tokio::time::sleep(max).await;
+                return;
+            };
+            if tokio::time::timeout(max, l.recv()).await.map_or(true, |r| r.is_ok()) {
+                *slot = Some(l);
+            }
+        })
+    }
+
+    fn execute<'a>(&'a self, sql: &'a str, params: Vec<Param>) -> Res<'a, u64> {
+        self.run(async move { bind(sqlx::query(sql), params).execute(&self.pool).await.map(|r| r.rows_affected()) })
+    }
+
+    fn execute_all(&self, statements: Vec<(String, Vec<Param>)>) -> Res<'_, Vec<u64>> {
+        self.run(async move {
+            let mut tx = self.pool.begin().await?;
+            let mut changed = Vec::new();
+            for (sql, params) in &statements {
+                changed.push(bind(sqlx::query(sql), params.clone()).execute(&mut *tx).await?.rows_affected());
+            }
+            tx.commit().await?;
+            Ok(changed)
+        })
+    }
+
+    fn query<'a>(&'a self, sql: &'a str, params: Vec<Param>) -> Res<'a, Vec<Vec<Cell>>> {
+        self.run(async move {
+            let rows = bind(sqlx::query(sql), params).fetch_all(&self.pool).await?;
+            rows.iter().map(cells).collect()
+        })
+    }
+
+    fn create<'a>(&'a self, job: &'a NewJob) -> Res<'a, i64> {
+        self.run(async move {
             let mut tx = self.pool.begin().await?;
             let id: i64 = sqlx::query_scalar(
                 "INSERT INTO jobs (cluster, kind, status, config, config_name, options, created, origin, principal)
@@ -220,30 +326,30 @@ impl Pg {
         })
     }
 
-    pub(super) fn get(&self, id: i64) -> Result<Option<Job>, JobDbError> {
-        self.run(async {
+    fn get(&self, id: i64) -> Res<'_, Option<Job>> {
+        self.run(async move {
             let r = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id = $1"))
                 .bind(id)
                 .fetch_optional(&self.pool)
                 .await?;
-            r.as_ref().map(Self::row).transpose()
+            r.as_ref().map(Job::from_row).transpose()
         })
     }
 
-    pub(super) fn list(&self) -> Result<Vec<Job>, JobDbError> {
-        self.run(async {
+    fn list(&self) -> Res<'_, Vec<Job>> {
+        self.run(async move {
             let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id DESC"))
                 .fetch_all(&self.pool)
                 .await?;
             Ok(rows
                 .iter()
-                .map(|r| Self::row(r).unwrap_or_else(|e| Job::unreadable(r.try_get(0).unwrap_or(-1), &e)))
+                .map(|r| Job::from_row(r).unwrap_or_else(|e| Job::unreadable(r.try_get(0).unwrap_or(-1), &e)))
                 .collect())
         })
     }
 
-    pub(super) fn logs(&self, job: i64, after: i64) -> Result<Vec<LogLine>, JobDbError> {
-        self.run(async {
+    fn logs(&self, job: i64, after: i64) -> Res<'_, Vec<LogLine>> {
+        self.run(async move {
             let rows = sqlx::query("SELECT seq, at, line FROM job_logs WHERE job = $1 AND seq > $2 ORDER BY seq")
                 .bind(job)
                 .bind(after)
@@ -261,8 +367,8 @@ impl Pg {
         })
     }
 
-    pub(super) fn request_cancel(&self, id: i64) -> Result<Option<Status>, JobDbError> {
-        self.run(async {
+    fn request_cancel(&self, id: i64) -> Res<'_, Option<Status>> {
+        self.run(async move {
             let mut tx = self.pool.begin().await?;
             sqlx::query(
                 "UPDATE jobs SET status = 'Cancelled', finished = $2, current_step = NULL WHERE id = $1 AND status IN ('Pending', 'Blocked')",
@@ -292,41 +398,8 @@ impl Pg {
         })
     }
 
-    pub(super) fn heartbeat(&self, worker: &str, machine: &str) -> Result<(), JobDbError> {
-        self.run(async {
-            sqlx::query(
-                "INSERT INTO workers (name, machine, seen) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE SET seen = EXCLUDED.seen",
-            )
-            .bind(worker)
-            .bind(machine)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-        })
-    }
-
-    pub(super) fn live_workers(&self, within_ms: i64) -> Result<Vec<String>, JobDbError> {
-        self.run(async {
-            sqlx::query_scalar("SELECT name FROM workers WHERE seen >= $1 ORDER BY name")
-                .bind(now_ms() - within_ms)
-                .fetch_all(&self.pool)
-                .await
-        })
-    }
-
-    pub(super) fn forget_worker(&self, worker: &str) -> Result<(), JobDbError> {
-        self.run(async {
-            sqlx::query("DELETE FROM workers WHERE name = $1")
-                .bind(worker)
-                .execute(&self.pool)
-                .await
-                .map(|_| ())
-        })
-    }
-
-    pub(super) fn claim(&self, worker: &str, machine: &str, lease_ms: i64, only: Option<i64>) -> Result<Option<Claim>, JobDbError> {
-        self.run(async {
+    fn claim<'a>(&'a self, worker: &'a str, machine: &'a str, lease_ms: i64, only: Option<i64>) -> Res<'a, Option<Claim>> {
+        self.run(async move {
             let now = now_ms();
             let busy = "SELECT cluster FROM jobs WHERE status = 'Processing' AND lease_until >= $1";
             let mut tx = self.pool.begin().await?;
@@ -387,139 +460,92 @@ impl Pg {
         })
     }
 
-    /// Runs `f` on the job's row only while `claim` still holds it (the row
-    /// locked for the transaction).
-    fn fenced<F>(&self, claim: Claim, f: F) -> Result<(), JobDbError>
-    where
-        F: for<'t> FnOnce(&'t mut Transaction<'static, Postgres>) -> futures_util::future::BoxFuture<'t, Result<(), sqlx::Error>> + Send,
-    {
-        let held = self.run(async {
-            let mut tx = self.pool.begin().await?;
-            let held: Option<i64> =
-                sqlx::query_scalar("SELECT id FROM jobs WHERE id = $1 AND attempt = $2 AND status = 'Processing' FOR UPDATE")
-                    .bind(claim.job)
-                    .bind(claim.attempt)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            if held.is_some() {
-                f(&mut tx).await?;
-            }
-            tx.commit().await?;
-            Ok(held.is_some())
-        })?;
-        if held {
-            Ok(())
-        } else {
-            Err(JobDbError::Fenced {
-                job: claim.job,
-                attempt: claim.attempt,
-            })
-        }
+    fn renew(&self, claim: Claim, lease_ms: i64) -> Res<'_, bool> {
+        Box::pin(async move {
+            let work: TxWork = Box::new(move |tx| {
+                Box::pin(async move {
+                    sqlx::query("UPDATE jobs SET lease_until = $2 WHERE id = $1")
+                        .bind(claim.job)
+                        .bind(now_ms() + lease_ms)
+                        .execute(&mut **tx)
+                        .await
+                        .map(|_| ())
+                })
+            });
+            self.fenced(claim, work).await?;
+            Ok(self.get(claim.job).await?.is_some_and(|j| j.cancel_requested))
+        })
     }
 
-    pub(super) fn renew(&self, claim: Claim, lease_ms: i64) -> Result<bool, JobDbError> {
-        self.fenced(claim, |tx| {
-            Box::pin(async move {
-                sqlx::query("UPDATE jobs SET lease_until = $2 WHERE id = $1")
-                    .bind(claim.job)
-                    .bind(now_ms() + lease_ms)
-                    .execute(&mut **tx)
-                    .await
-                    .map(|_| ())
-            })
-        })?;
-        Ok(self.get(claim.job)?.is_some_and(|j| j.cancel_requested))
-    }
-
-    pub(super) fn append(&self, claim: Claim, lines: &[String], current_step: Option<&str>) -> Result<(), JobDbError> {
+    fn append<'a>(&'a self, claim: Claim, lines: &'a [String], current_step: Option<&'a str>) -> Res<'a, ()> {
         let lines = lines.to_vec();
         let step = current_step.map(str::to_string);
-        self.fenced(claim, move |tx| {
-            Box::pin(async move {
-                let last: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM job_logs WHERE job = $1")
-                    .bind(claim.job)
-                    .fetch_one(&mut **tx)
-                    .await?;
-                let now = now_ms();
-                for (i, l) in super::log_bounds::capped(last, &lines).iter().enumerate() {
-                    sqlx::query("INSERT INTO job_logs (job, seq, at, line) VALUES ($1, $2, $3, $4)")
+        self.fenced(
+            claim,
+            Box::new(move |tx| {
+                Box::pin(async move {
+                    let last: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM job_logs WHERE job = $1")
                         .bind(claim.job)
-                        .bind(last + 1 + i as i64)
-                        .bind(now)
-                        .bind(l.as_ref())
-                        .execute(&mut **tx)
+                        .fetch_one(&mut **tx)
                         .await?;
-                }
-                if let Some(s) = step {
-                    sqlx::query("UPDATE jobs SET current_step = $2 WHERE id = $1")
-                        .bind(claim.job)
-                        .bind(s)
-                        .execute(&mut **tx)
-                        .await?;
-                }
-                Ok(())
-            })
-        })
+                    let now = now_ms();
+                    for (i, l) in super::log_bounds::capped(last, &lines).iter().enumerate() {
+                        sqlx::query("INSERT INTO job_logs (job, seq, at, line) VALUES ($1, $2, $3, $4)")
+                            .bind(claim.job)
+                            .bind(last + 1 + i as i64)
+                            .bind(now)
+                            .bind(l.as_ref())
+                            .execute(&mut **tx)
+                            .await?;
+                    }
+                    if let Some(s) = step {
+                        sqlx::query("UPDATE jobs SET current_step = $2 WHERE id = $1")
+                            .bind(claim.job)
+                            .bind(s)
+                            .execute(&mut **tx)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            }),
+        )
     }
 
-    pub(super) fn finish(&self, claim: Claim, status: Status, error: Option<&str>) -> Result<(), JobDbError> {
+    fn finish<'a>(&'a self, claim: Claim, status: Status, error: Option<&'a str>) -> Res<'a, ()> {
         let error = error.map(str::to_string);
-        self.fenced(claim, move |tx| {
-            Box::pin(async move {
-                sqlx::query(
-                    "UPDATE jobs SET status = $2, error = $3, finished = $4, lease_until = NULL,
-                       current_step = CASE WHEN $2 = 'Success' THEN NULL ELSE current_step END WHERE id = $1",
-                )
-                .bind(claim.job)
-                .bind(status.as_str())
-                .bind(error)
-                .bind(now_ms())
-                .execute(&mut **tx)
-                .await?;
-                notify(tx).await
-            })
-        })
-    }
-
-    pub(super) fn release(&self, claim: Claim) -> Result<(), JobDbError> {
-        self.fenced(claim, |tx| {
-            Box::pin(async move {
-                sqlx::query("UPDATE jobs SET status = 'Pending', lease_until = NULL, worker = NULL WHERE id = $1")
+        self.fenced(
+            claim,
+            Box::new(move |tx| {
+                Box::pin(async move {
+                    sqlx::query(
+                        "UPDATE jobs SET status = $2, error = $3, finished = $4, lease_until = NULL,
+                           current_step = CASE WHEN $2 = 'Success' THEN NULL ELSE current_step END WHERE id = $1",
+                    )
                     .bind(claim.job)
+                    .bind(status.as_str())
+                    .bind(error)
+                    .bind(now_ms())
                     .execute(&mut **tx)
                     .await?;
-                notify(tx).await
-            })
-        })
+                    notify(tx).await
+                })
+            }),
+        )
     }
 
-    /// Waits up to `max` for a `NOTIFY kubexm_jobs` (a new or released job).
-    pub(super) fn wait_for_work(&self, max: Duration) {
-        let mut slot = self.listener.lock().unwrap_or_else(|e| e.into_inner());
-        let listener = self.rt.block_on(async {
-            match slot.take() {
-                Some(l) => Some(l),
-                None => {
-                    let mut l = PgListener::connect_with(&self.pool).await.ok()?;
-                    l.listen("kubexm_jobs").await.ok()?;
-                    Some(l)
-                }
-            }
-        });
-        let Some(mut l) = listener else {
-            std::thread::sleep(max);
-            return;
-        };
-        let ok = self
-            .rt
-            .block_on(async { tokio::time::timeout(max, l.recv()).await.map_or(true, |r| r.is_ok()) });
-        if ok {
-            *slot = Some(l);
-        } else {
-            // Dropping a listener needs the runtime it was made in.
-            let _in = self.rt.enter();
-            drop(l);
-        }
+    fn release(&self, claim: Claim) -> Res<'_, ()> {
+        self.fenced(
+            claim,
+            Box::new(move |tx| {
+                Box::pin(async move {
+                    sqlx::query("UPDATE jobs SET status = 'Pending', lease_until = NULL, worker = NULL WHERE id = $1")
+                        .bind(claim.job)
+                        .execute(&mut **tx)
+                        .await?;
+                    notify(tx).await
+                })
+            }),
+        )
     }
 }
 
@@ -530,12 +556,17 @@ async fn notify(tx: &mut Transaction<'static, Postgres>) -> Result<(), sqlx::Err
 
 impl Drop for Pg {
     fn drop(&mut self) {
-        let _in = self.rt.enter();
-        self.listener.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // A listener's drop spawns its UNLISTEN on the current runtime; with
+        // none (a handle dropped after its runtime ended) it is let go as is.
+        if tokio::runtime::Handle::try_current().is_err()
+            && let Some(l) = self.listener.get_mut().take()
+        {
+            std::mem::forget(l);
+        }
     }
 }
 
-impl super::JobRow for PgRow {
+impl JobRow for PgRow {
     type Error = sqlx::Error;
     fn text(&self, i: usize) -> Result<String, sqlx::Error> {
         self.try_get(i)

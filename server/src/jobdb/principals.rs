@@ -2,10 +2,10 @@
 //! expiry and a revocation (only their sha256 is kept), and the append-only
 //! audit log of every mutating request and every refusal.
 
-use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::{Backend, JobDb, JobDbError, now_ms};
+use super::sql::{self, Cell};
+use super::{JobDb, JobDbError, now_ms};
 
 /// What a principal may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -102,175 +102,107 @@ pub struct AuditRow {
     pub status: i64,
 }
 
-type RawToken = (i64, String, String, i64, Option<i64>, Option<i64>);
-type RawAudit = (i64, i64, String, String, String, Option<i64>, i64);
+const TOKEN_COLUMNS: &str = "id, name, scopes, created, expires, revoked";
 
-fn token_row(r: RawToken) -> TokenRow {
-    TokenRow {
-        id: r.0,
-        name: r.1,
-        scopes: Scope::parse_list(&r.2).unwrap_or_default(),
-        created: r.3,
-        expires: r.4,
-        revoked: r.5,
-    }
+fn token_row(r: &[Cell]) -> Result<TokenRow, String> {
+    Ok(TokenRow {
+        id: sql::int(r, 0)?,
+        name: sql::text(r, 1)?,
+        scopes: Scope::parse_list(&sql::text(r, 2)?).unwrap_or_default(),
+        created: sql::int(r, 3)?,
+        expires: sql::maybe_int(r, 4)?,
+        revoked: sql::maybe_int(r, 5)?,
+    })
 }
 
-const TOKEN_COLUMNS: &str = "id, name, scopes, created, expires, revoked";
+fn audit_row(r: &[Cell]) -> Result<AuditRow, String> {
+    Ok(AuditRow {
+        id: sql::int(r, 0)?,
+        at: sql::int(r, 1)?,
+        principal: sql::text(r, 2)?,
+        method: sql::text(r, 3)?,
+        route: sql::text(r, 4)?,
+        job: sql::maybe_int(r, 5)?,
+        status: sql::int(r, 6)?,
+    })
+}
 
 impl JobDb {
     /// A new token named `name` with `scopes`, valid until `expires` (ms
     /// since the epoch) if given; returns the token, shown once.
-    pub fn create_token_scoped(&self, name: &str, scopes: &[Scope], expires: Option<i64>) -> Result<String, JobDbError> {
+    pub async fn create_token_scoped(&self, name: &str, scopes: &[Scope], expires: Option<i64>) -> Result<String, JobDbError> {
         let token = format!(
             "kxm_{}",
-            hex::encode(kubexm_installer::kube_pki::random_bytes(32).map_err(|e| JobDbError::Invalid {
-                path: self.path.clone(),
-                what: format!("reading /dev/urandom: {e}"),
-            })?)
+            hex::encode(kubexm_installer::kube_pki::random_bytes(32).map_err(|e| self.invalid(format!("reading /dev/urandom: {e}")))?)
         );
         let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
-        let (scopes, now) = (Scope::join(scopes), now_ms());
         let sql = "INSERT INTO tokens (name, sha256, created, scopes, expires) VALUES ($1, $2, $3, $4, $5)";
-        if let Backend::Postgres(pg) = &self.backend {
-            pg.run(async {
-                sqlx::query(sql)
-                    .bind(name)
-                    .bind(&hash)
-                    .bind(now)
-                    .bind(&scopes)
-                    .bind(expires)
-                    .execute(&pg.pool)
-                    .await
-                    .map(|_| ())
-            })?;
-        } else {
-            self.with(|c| {
-                c.execute(&sql.replace('$', "?"), params![name, hash, now, scopes, expires])
-                    .map(|_| ())
-            })?;
-        }
+        let params = vec![
+            name.into(),
+            hash.into(),
+            now_ms().into(),
+            Scope::join(scopes).into(),
+            expires.into(),
+        ];
+        self.backend.execute(sql, params).await?;
         Ok(token)
     }
 
     /// The token `token`, if it is one (valid or not: see [`TokenRow::valid`]).
-    pub fn token(&self, token: &str) -> Result<Option<TokenRow>, JobDbError> {
+    pub async fn token(&self, token: &str) -> Result<Option<TokenRow>, JobDbError> {
         let hash = kubexm_bundle::digest::sha256_hex(token.as_bytes());
         let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE sha256 = $1");
-        let row: Option<RawToken> = if let Backend::Postgres(pg) = &self.backend {
-            pg.run(async { sqlx::query_as(&sql).bind(&hash).fetch_optional(&pg.pool).await })?
-        } else {
-            self.with(|c| {
-                c.query_row(&sql.replace('$', "?"), [&hash], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
-                })
-                .optional()
-            })?
-        };
-        Ok(row.map(token_row))
+        let rows = self.backend.query(&sql, vec![hash.into()]).await?;
+        rows.first().map(|r| token_row(r).map_err(|e| self.invalid(e))).transpose()
     }
 
     /// Every token, oldest first (never their values).
-    pub fn tokens(&self) -> Result<Vec<TokenRow>, JobDbError> {
+    pub async fn tokens(&self) -> Result<Vec<TokenRow>, JobDbError> {
         let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY id");
-        let rows: Vec<RawToken> = if let Backend::Postgres(pg) = &self.backend {
-            pg.run(async { sqlx::query_as(&sql).fetch_all(&pg.pool).await })?
-        } else {
-            self.with(|c| {
-                let mut st = c.prepare(&sql)?;
-                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
-                    .collect()
-            })?
-        };
-        Ok(rows.into_iter().map(token_row).collect())
+        let rows = self.backend.query(&sql, Vec::new()).await?;
+        rows.iter().map(|r| token_row(r).map_err(|e| self.invalid(e))).collect()
     }
 
     /// Revokes the tokens with id or name `which`; how many were.
-    pub fn revoke_token(&self, which: &str) -> Result<u64, JobDbError> {
+    pub async fn revoke_token(&self, which: &str) -> Result<u64, JobDbError> {
         let id: i64 = which.parse().unwrap_or(-1);
-        let now = now_ms();
         let sql = "UPDATE tokens SET revoked = $1 WHERE revoked IS NULL AND (id = $2 OR name = $3)";
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.run(async {
-                sqlx::query(sql)
-                    .bind(now)
-                    .bind(id)
-                    .bind(which)
-                    .execute(&pg.pool)
-                    .await
-                    .map(|r| r.rows_affected())
-            });
-        }
-        self.with(|c| c.execute(&sql.replace('$', "?"), params![now, id, which]).map(|n| n as u64))
+        self.backend.execute(sql, vec![now_ms().into(), id.into(), which.into()]).await
     }
 
     /// Appends one audited request.
-    pub fn audit(&self, principal: &str, method: &str, route: &str, job: Option<i64>, status: u16) -> Result<(), JobDbError> {
+    pub async fn audit(&self, principal: &str, method: &str, route: &str, job: Option<i64>, status: u16) -> Result<(), JobDbError> {
         let (principal, route) = (crate::text::line(principal), crate::text::line(route));
-        let now = now_ms();
         let sql = "INSERT INTO audit (at, principal, method, route, job, status) VALUES ($1, $2, $3, $4, $5, $6)";
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.run(async {
-                sqlx::query(sql)
-                    .bind(now)
-                    .bind(principal.as_ref())
-                    .bind(method)
-                    .bind(route.as_ref())
-                    .bind(job)
-                    .bind(status as i32)
-                    .execute(&pg.pool)
-                    .await
-                    .map(|_| ())
-            });
-        }
-        self.with(|c| {
-            c.execute(&sql.replace('$', "?"), params![now, principal, method, route, job, status as i64])
-                .map(|_| ())
-        })
+        let params = vec![
+            now_ms().into(),
+            principal.as_ref().into(),
+            method.into(),
+            route.as_ref().into(),
+            job.into(),
+            i64::from(status).into(),
+        ];
+        self.backend.execute(sql, params).await.map(|_| ())
     }
 
     /// The audit log, oldest first.
-    pub fn audit_log(&self) -> Result<Vec<AuditRow>, JobDbError> {
+    pub async fn audit_log(&self) -> Result<Vec<AuditRow>, JobDbError> {
         let sql = "SELECT id, at, principal, method, route, job, CAST(status AS BIGINT) FROM audit ORDER BY id";
-        let rows: Vec<RawAudit> = if let Backend::Postgres(pg) = &self.backend {
-            pg.run(async { sqlx::query_as(sql).fetch_all(&pg.pool).await })?
-        } else {
-            self.with(|c| {
-                let mut st = c.prepare(sql)?;
-                st.query_map([], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
-                })?
-                .collect()
-            })?
-        };
-        Ok(rows
-            .into_iter()
-            .map(|r| AuditRow {
-                id: r.0,
-                at: r.1,
-                principal: r.2,
-                method: r.3,
-                route: r.4,
-                job: r.5,
-                status: r.6,
-            })
-            .collect())
+        let rows = self.backend.query(sql, Vec::new()).await?;
+        rows.iter().map(|r| audit_row(r).map_err(|e| self.invalid(e))).collect()
     }
 
     /// Revokes the client certificate with sha256 `fingerprint` (of its DER).
-    pub fn revoke_cert(&self, fingerprint: &str, name: &str) -> Result<(), JobDbError> {
+    pub async fn revoke_cert(&self, fingerprint: &str, name: &str) -> Result<(), JobDbError> {
         self.upsert("revoked_certs", &["fingerprint", "name", "at"], &[fingerprint, name])
+            .await
     }
 
     /// Whether the client certificate with sha256 `fingerprint` is revoked.
-    pub fn cert_revoked(&self, fingerprint: &str) -> Result<bool, JobDbError> {
-        let sql = "SELECT COUNT(*) FROM revoked_certs WHERE fingerprint = $1";
-        let n: i64 = if let Backend::Postgres(pg) = &self.backend {
-            pg.run(async { sqlx::query_scalar(sql).bind(fingerprint).fetch_one(&pg.pool).await })?
-        } else {
-            self.with(|c| c.query_row(&sql.replace('$', "?"), [fingerprint], |r| r.get(0)))?
-        };
-        Ok(n > 0)
+    pub async fn cert_revoked(&self, fingerprint: &str) -> Result<bool, JobDbError> {
+        self.count("SELECT COUNT(*) FROM revoked_certs WHERE fingerprint = $1", fingerprint)
+            .await
+            .map(|n| n > 0)
     }
 
     /// Binds cluster `name` to `principal` and `hosts` (addresses) at its
@@ -279,7 +211,7 @@ impl JobDb {
     /// job on this machine) only records a binding that is missing. A name
     /// with no binding that `exists` already (installed outside the job
     /// database, on the server's machine) is not bound to a request.
-    pub fn bind_cluster(
+    pub async fn bind_cluster(
         &self,
         name: &str,
         principal: &str,
@@ -287,7 +219,7 @@ impl JobDb {
         check: bool,
         exists: bool,
     ) -> Result<Result<(), String>, JobDbError> {
-        if check && exists && !self.cluster_bound(name)? {
+        if check && exists && !self.cluster_bound(name).await? {
             return Ok(Err(format!(
                 "cluster {name} already exists on the server's machine (installed outside the API); a token with the admin scope may act on it"
             )));
@@ -295,26 +227,15 @@ impl JobDb {
         let mut sorted = hosts.to_vec();
         sorted.sort();
         sorted.dedup();
-        let (joined, now) = (sorted.join(","), now_ms());
         let insert = "INSERT INTO cluster_owners (name, principal, hosts, created) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING";
+        let params = vec![name.into(), principal.into(), sorted.join(",").into(), now_ms().into()];
+        self.backend.execute(insert, params).await?;
         let select = "SELECT principal, hosts FROM cluster_owners WHERE name = $1";
-        let (owner, recorded): (String, String) = if let Backend::Postgres(pg) = &self.backend {
-            pg.run(async {
-                sqlx::query(insert)
-                    .bind(name)
-                    .bind(principal)
-                    .bind(&joined)
-                    .bind(now)
-                    .execute(&pg.pool)
-                    .await?;
-                sqlx::query_as(select).bind(name).fetch_one(&pg.pool).await
-            })?
-        } else {
-            self.with(|c| {
-                c.execute(&insert.replace('$', "?"), params![name, principal, joined, now])?;
-                c.query_row(&select.replace('$', "?"), [name], |r| Ok((r.get(0)?, r.get(1)?)))
-            })?
-        };
+        let rows = self.backend.query(select, vec![name.into()]).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| self.invalid(format!("cluster {name}: its binding vanished")))?;
+        let (owner, recorded) = (self.text(row, 0)?, self.text(row, 1)?);
         if !check {
             return Ok(Ok(()));
         }
@@ -338,39 +259,31 @@ impl JobDb {
     /// Deletes finished jobs that ended before `before` (ms since the
     /// epoch), with their log lines, and audit entries older than that;
     /// how many jobs.
-    pub fn prune(&self, before: i64) -> Result<u64, JobDbError> {
+    pub async fn prune(&self, before: i64) -> Result<u64, JobDbError> {
         let ended = "status IN ('Success', 'Failed', 'Cancelled') AND finished < $1";
-        let logs = format!("DELETE FROM job_logs WHERE job IN (SELECT id FROM jobs WHERE {ended})");
-        let jobs = format!("DELETE FROM jobs WHERE {ended}");
-        let audit = "DELETE FROM audit WHERE at < $1";
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.run(async {
-                let mut tx = pg.pool.begin().await?;
-                sqlx::query(&logs).bind(before).execute(&mut *tx).await?;
-                sqlx::query(audit).bind(before).execute(&mut *tx).await?;
-                let n = sqlx::query(&jobs).bind(before).execute(&mut *tx).await?.rows_affected();
-                tx.commit().await?;
-                Ok(n)
-            });
-        }
-        self.with(|c| {
-            let tx = c.transaction()?;
-            tx.execute(&logs.replace('$', "?"), [before])?;
-            tx.execute(&audit.replace('$', "?"), [before])?;
-            let n = tx.execute(&jobs.replace('$', "?"), [before])?;
-            tx.commit()?;
-            Ok(n as u64)
-        })
+        let statements = vec![
+            (
+                format!("DELETE FROM job_logs WHERE job IN (SELECT id FROM jobs WHERE {ended})"),
+                vec![before.into()],
+            ),
+            ("DELETE FROM audit WHERE at < $1".to_string(), vec![before.into()]),
+            (format!("DELETE FROM jobs WHERE {ended}"), vec![before.into()]),
+        ];
+        let changed = self.backend.execute_all(statements).await?;
+        Ok(changed.last().copied().unwrap_or(0))
     }
 
     /// Whether cluster `name` has a binding.
-    fn cluster_bound(&self, name: &str) -> Result<bool, JobDbError> {
-        let sql = "SELECT COUNT(*) FROM cluster_owners WHERE name = $1";
-        let n: i64 = if let Backend::Postgres(pg) = &self.backend {
-            pg.run(async { sqlx::query_scalar(sql).bind(name).fetch_one(&pg.pool).await })?
-        } else {
-            self.with(|c| c.query_row(&sql.replace('$', "?"), [name], |r| r.get(0)))?
-        };
-        Ok(n > 0)
+    async fn cluster_bound(&self, name: &str) -> Result<bool, JobDbError> {
+        self.count("SELECT COUNT(*) FROM cluster_owners WHERE name = $1", name)
+            .await
+            .map(|n| n > 0)
+    }
+
+    /// The one integer `sql` (with one text parameter) reads.
+    async fn count(&self, sql: &str, value: &str) -> Result<i64, JobDbError> {
+        let rows = self.backend.query(sql, vec![value.into()]).await?;
+        let row = rows.first().map(Vec::as_slice).unwrap_or_default();
+        sql::int(row, 0).map_err(|e| self.invalid(e))
     }
 }

@@ -3,10 +3,10 @@
 //! [`crate::credentials`]) with the addresses each may be offered to, and
 //! the host keys an operator pinned. Neither is ever listed with a secret.
 
-use rusqlite::OptionalExtension;
 use serde::Serialize;
 
-use super::{Backend, JobDb, JobDbError, now_ms};
+use super::sql::{self, Cell, Param};
+use super::{JobDb, JobDbError, now_ms};
 
 /// SQLite's migration 3: job origins and principals, credentials, host
 /// keys, token scopes, expiry and revocation (tokens from before keep
@@ -111,136 +111,100 @@ pub struct HostKeyRow {
     pub added: i64,
 }
 
-type Raw = (String, String, String, String, i64);
+fn credential(r: &[Cell]) -> Result<CredentialRow, String> {
+    Ok(CredentialRow {
+        name: sql::text(r, 0)?,
+        kind: CredentialKind::parse(&sql::text(r, 1)?),
+        hosts: sql::text(r, 2)?.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect(),
+        sealed: sql::text(r, 3)?,
+        created: sql::int(r, 4)?,
+    })
+}
 
-fn credential(r: Raw) -> CredentialRow {
-    CredentialRow {
-        name: r.0,
-        kind: CredentialKind::parse(&r.1),
-        hosts: r.2.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect(),
-        sealed: r.3,
-        created: r.4,
-    }
+fn host_key(r: &[Cell]) -> Result<HostKeyRow, String> {
+    Ok(HostKeyRow {
+        endpoint: sql::text(r, 0)?,
+        key: sql::text(r, 1)?,
+        added: sql::int(r, 2)?,
+    })
 }
 
 impl JobDb {
     /// Stores (or replaces) the credential `name`.
-    pub fn put_credential(&self, name: &str, kind: CredentialKind, hosts: &[String], sealed: &str) -> Result<(), JobDbError> {
+    pub async fn put_credential(&self, name: &str, kind: CredentialKind, hosts: &[String], sealed: &str) -> Result<(), JobDbError> {
         let hosts = hosts.join(",");
         self.upsert(
             "credentials",
             &["name", "kind", "hosts", "sealed", "created"],
             &[name, kind.as_str(), &hosts, sealed],
         )
+        .await
     }
 
     /// Inserts a row of text `values` and the time as the last column,
     /// replacing the row with the same first column.
-    pub(super) fn upsert(&self, table: &str, columns: &[&str], values: &[&str]) -> Result<(), JobDbError> {
-        let now = now_ms();
+    pub(super) async fn upsert(&self, table: &str, columns: &[&str], values: &[&str]) -> Result<(), JobDbError> {
         let marks: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
-        let insert = format!("INSERT INTO {table} ({}) VALUES ({})", columns.join(", "), marks.join(", "));
-        if let Backend::Postgres(pg) = &self.backend {
-            let set: Vec<String> = columns[1..].iter().zip(&marks[1..]).map(|(c, m)| format!("{c} = {m}")).collect();
-            let sql = format!("{insert} ON CONFLICT ({}) DO UPDATE SET {}", columns[0], set.join(", "));
-            return pg.run(async {
-                let mut q = sqlx::query(&sql);
-                for v in values {
-                    q = q.bind(*v);
-                }
-                q.bind(now).execute(&pg.pool).await.map(|_| ())
-            });
-        }
-        let sql = insert.replacen("INSERT", "INSERT OR REPLACE", 1).replace('$', "?");
-        self.with(|c| {
-            let mut p: Vec<&dyn rusqlite::ToSql> = values.iter().map(|v| v as &dyn rusqlite::ToSql).collect();
-            p.push(&now);
-            c.execute(&sql, p.as_slice()).map(|_| ())
-        })
+        let set: Vec<String> = columns[1..].iter().zip(&marks[1..]).map(|(c, m)| format!("{c} = {m}")).collect();
+        let sql = format!(
+            "INSERT INTO {table} ({}) VALUES ({}) ON CONFLICT ({}) DO UPDATE SET {}",
+            columns.join(", "),
+            marks.join(", "),
+            columns[0],
+            set.join(", ")
+        );
+        let mut params: Vec<Param> = values.iter().map(|v| (*v).into()).collect();
+        params.push(now_ms().into());
+        self.backend.execute(&sql, params).await.map(|_| ())
     }
 
     /// The credential `name`, if there is one.
-    pub fn credential(&self, name: &str) -> Result<Option<CredentialRow>, JobDbError> {
-        Ok(self.credentials_where(Some(name))?.into_iter().next())
+    pub async fn credential(&self, name: &str) -> Result<Option<CredentialRow>, JobDbError> {
+        Ok(self.credentials_where(Some(name)).await?.into_iter().next())
     }
 
     /// Every credential, by name (their secrets stay sealed).
-    pub fn credentials(&self) -> Result<Vec<CredentialRow>, JobDbError> {
-        self.credentials_where(None)
+    pub async fn credentials(&self) -> Result<Vec<CredentialRow>, JobDbError> {
+        self.credentials_where(None).await
     }
 
-    fn credentials_where(&self, name: Option<&str>) -> Result<Vec<CredentialRow>, JobDbError> {
-        let sql = "SELECT name, kind, hosts, sealed, created FROM credentials WHERE ($1 IS NULL OR name = $1) ORDER BY name";
-        let rows: Vec<Raw> = if let Backend::Postgres(pg) = &self.backend {
-            pg.run(async {
-                sqlx::query_as::<_, Raw>(&sql.replace("$1 IS NULL", "$1::TEXT IS NULL"))
-                    .bind(name)
-                    .fetch_all(&pg.pool)
-                    .await
-            })?
-        } else {
-            self.with(|c| {
-                let mut st = c.prepare(&sql.replace('$', "?"))?;
-                st.query_map([name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
-                    .collect()
-            })?
-        };
-        Ok(rows.into_iter().map(credential).collect())
+    async fn credentials_where(&self, name: Option<&str>) -> Result<Vec<CredentialRow>, JobDbError> {
+        let sql = "SELECT name, kind, hosts, sealed, created FROM credentials WHERE (CAST($1 AS TEXT) IS NULL OR name = $1) ORDER BY name";
+        let rows = self.backend.query(sql, vec![name.into()]).await?;
+        rows.iter().map(|r| credential(r).map_err(|e| self.invalid(e))).collect()
     }
 
     /// Deletes the credential `name`; whether there was one.
-    pub fn delete_credential(&self, name: &str) -> Result<bool, JobDbError> {
-        self.delete("credentials", "name", name)
+    pub async fn delete_credential(&self, name: &str) -> Result<bool, JobDbError> {
+        self.delete("credentials", "name", name).await
     }
 
     /// Pins `key` for `endpoint` (`address:port`), replacing an older pin.
-    pub fn pin_host_key(&self, endpoint: &str, key: &str) -> Result<(), JobDbError> {
-        self.upsert("host_keys", &["endpoint", "key", "added"], &[endpoint, key])
+    pub async fn pin_host_key(&self, endpoint: &str, key: &str) -> Result<(), JobDbError> {
+        self.upsert("host_keys", &["endpoint", "key", "added"], &[endpoint, key]).await
     }
 
     /// The key pinned for `endpoint`, if one is.
-    pub fn host_key(&self, endpoint: &str) -> Result<Option<String>, JobDbError> {
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.run(async {
-                sqlx::query_scalar("SELECT key FROM host_keys WHERE endpoint = $1")
-                    .bind(endpoint)
-                    .fetch_optional(&pg.pool)
-                    .await
-            });
-        }
-        self.with(|c| {
-            c.query_row("SELECT key FROM host_keys WHERE endpoint = ?1", [endpoint], |r| r.get(0))
-                .optional()
-        })
+    pub async fn host_key(&self, endpoint: &str) -> Result<Option<String>, JobDbError> {
+        let sql = "SELECT key FROM host_keys WHERE endpoint = $1";
+        let rows = self.backend.query(sql, vec![endpoint.into()]).await?;
+        rows.first().map(|r| self.text(r, 0)).transpose()
     }
 
     /// Every pinned host key.
-    pub fn host_keys(&self) -> Result<Vec<HostKeyRow>, JobDbError> {
+    pub async fn host_keys(&self) -> Result<Vec<HostKeyRow>, JobDbError> {
         let sql = "SELECT endpoint, key, added FROM host_keys ORDER BY endpoint";
-        let rows: Vec<(String, String, i64)> = if let Backend::Postgres(pg) = &self.backend {
-            pg.run(async { sqlx::query_as(sql).fetch_all(&pg.pool).await })?
-        } else {
-            self.with(|c| {
-                let mut st = c.prepare(sql)?;
-                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect()
-            })?
-        };
-        Ok(rows
-            .into_iter()
-            .map(|(endpoint, key, added)| HostKeyRow { endpoint, key, added })
-            .collect())
+        let rows = self.backend.query(sql, Vec::new()).await?;
+        rows.iter().map(|r| host_key(r).map_err(|e| self.invalid(e))).collect()
     }
 
     /// Unpins `endpoint`; whether it was pinned.
-    pub fn delete_host_key(&self, endpoint: &str) -> Result<bool, JobDbError> {
-        self.delete("host_keys", "endpoint", endpoint)
+    pub async fn delete_host_key(&self, endpoint: &str) -> Result<bool, JobDbError> {
+        self.delete("host_keys", "endpoint", endpoint).await
     }
 
-    fn delete(&self, table: &str, column: &str, value: &str) -> Result<bool, JobDbError> {
+    async fn delete(&self, table: &str, column: &str, value: &str) -> Result<bool, JobDbError> {
         let sql = format!("DELETE FROM {table} WHERE {column} = $1");
-        if let Backend::Postgres(pg) = &self.backend {
-            return pg.run(async { sqlx::query(&sql).bind(value).execute(&pg.pool).await.map(|r| r.rows_affected() > 0) });
-        }
-        self.with(|c| c.execute(&sql.replace('$', "?"), [value]).map(|n| n > 0))
+        self.backend.execute(&sql, vec![value.into()]).await.map(|n| n > 0)
     }
 }

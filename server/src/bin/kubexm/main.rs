@@ -23,7 +23,11 @@ use print::*;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     kubexm_cli::init_logging(cli.verbose);
-    kubexm_cli::exit(run(cli), exit_codes::kind)
+    let done = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt.block_on(run(cli)),
+        Err(e) => Err(classified(Class::Io, anyhow::anyhow!("starting the async runtime: {e}"))),
+    };
+    kubexm_cli::exit(done, exit_codes::kind)
 }
 
 /// Set on the first Ctrl-C; the second ends the process.
@@ -51,13 +55,15 @@ fn jobs_dir(db: &JobDb) -> PathBuf {
     db.jobs_dir()
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let open = |path: &std::path::Path| -> anyhow::Result<Arc<JobDb>> {
-        refuse_password_in_url(path)?;
-        Ok(Arc::new(JobDb::open(path).map_err(|e| classified(Class::Io, e))?))
-    };
+/// The job database at `path`, opened.
+async fn open(path: &std::path::Path) -> anyhow::Result<Arc<JobDb>> {
+    refuse_password_in_url(path)?;
+    Ok(Arc::new(JobDb::open(path).await.map_err(|e| classified(Class::Io, e))?))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Token { what } => token(&*open(&cli.db)?, what),
+        Command::Token { what } => token(&*open(&cli.db).await?, what).await,
         Command::ClientCert {
             what:
                 ClientCertCmd::Create {
@@ -82,7 +88,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             what: ClientCertCmd::Revoke { cert },
         } => {
             let id = api::tls::CertIdentity::of_pem_file(&cert).map_err(|e| classified(Class::Usage, e))?;
-            open(&cli.db)?.revoke_cert(&id.fingerprint, &id.name)?;
+            open(&cli.db).await?.revoke_cert(&id.fingerprint, &id.name).await?;
             eprintln!("client certificate {} (sha256 {}) revoked", id.name, id.fingerprint);
             Ok(())
         }
@@ -111,21 +117,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Credential { what } => credential(&*open(&cli.db)?, &key_path(&cli.db, cli.credential_key), what),
-        Command::HostKey { what } => host_key(&*open(&cli.db)?, what),
+        Command::Credential { what } => credential(&*open(&cli.db).await?, &key_path(&cli.db, cli.credential_key), what).await,
+        Command::HostKey { what } => host_key(&*open(&cli.db).await?, what).await,
         Command::ApiServer(a) => {
             let key = key_path(&cli.db, cli.credential_key);
-            api_server(open(&cli.db)?, a, key)
+            api_server(open(&cli.db).await?, a, key).await
         }
         Command::Worker(w) => {
-            let db = open(&cli.db)?;
+            let db = open(&cli.db).await?;
             let mut o = worker::WorkerOptions::here(w.state, jobs_dir(&db));
             o.credential_key = key_path(&cli.db, cli.credential_key);
             o.retain = retention(w.retain_days);
             o.lease = std::time::Duration::from_secs(w.lease_seconds.max(3));
             o.install = w.install.worker();
             eprintln!("kubexm worker {} on {}: claiming jobs", o.name, db.path().display());
-            let ran = worker::serve(&db, &o, quit_flag(), w.once)?;
+            let ran = worker::serve(&db, &o, quit_flag(), w.once).await?;
             eprintln!("kubexm worker {}: ran {ran} job(s)", o.name);
             Ok(())
         }
@@ -135,8 +141,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .or_else(|| std::env::var_os("KUBEXM_CONFIG").map(PathBuf::from))
                 .or_else(|| Some(PathBuf::from(client::CLIENT_CONFIG)).filter(|p| p.exists()));
             match config {
-                Some(c) => remote(&client::ClientConfig::load(&c).map_err(|e| classified(Class::Usage, e))?, command),
-                None => local(open(&cli.db)?, command, key_path(&cli.db, cli.credential_key)),
+                Some(c) => remote(&client::ClientConfig::load(&c).map_err(|e| classified(Class::Usage, e))?, command).await,
+                None => local(open(&cli.db).await?, command, key_path(&cli.db, cli.credential_key)).await,
             }
         }
     }
@@ -144,7 +150,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `kubexm api-server`: serves until SIGINT or SIGTERM; the embedded worker
 /// then starts no new step and gives its job back.
-fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyhow::Result<()> {
+async fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyhow::Result<()> {
     if !a.no_worker && a.install.advertise.is_none() {
         return Err(classified(
             Class::Usage,
@@ -189,9 +195,8 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
         w.retain = retention(a.retain_days);
         let (db, quit) = (db.clone(), quit.clone());
         // Started again with backoff whenever the database fails under it.
-        std::thread::spawn(move || worker::supervise(&db, &w, quit, &health))
+        tokio::spawn(async move { worker::supervise(&db, &w, quit, &health).await })
     });
-    let rt = tokio::runtime::Runtime::new()?;
     let q = quit.clone();
     let stop = async move {
         let term = async {
@@ -218,16 +223,14 @@ fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -> anyh
     );
     let handle = axum_server::Handle::new();
     let h = handle.clone();
-    let served = rt.block_on(async move {
-        tokio::spawn(async move {
-            stop.await;
-            h.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
-        });
-        api::serve(db, o, handle).await
+    tokio::spawn(async move {
+        stop.await;
+        h.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     });
+    let served = api::serve(db, o, handle).await;
     quit.store(true, Ordering::Relaxed);
     if let Some(w) = embedded {
-        w.join().map_err(|_| anyhow::anyhow!("the embedded worker panicked"))?;
+        w.await.map_err(|_| anyhow::anyhow!("the embedded worker panicked"))?;
     }
     served
 }
@@ -271,7 +274,7 @@ fn key_path(db: &std::path::Path, given: Option<PathBuf>) -> PathBuf {
 }
 
 /// `kubexm token create|list|revoke`.
-fn token(db: &JobDb, what: TokenCmd) -> anyhow::Result<()> {
+async fn token(db: &JobDb, what: TokenCmd) -> anyhow::Result<()> {
     let usage = |e: String| classified(Class::Usage, anyhow::anyhow!(e));
     match what {
         TokenCmd::Create { name, scopes, ttl } => {
@@ -280,7 +283,7 @@ fn token(db: &JobDb, what: TokenCmd) -> anyhow::Result<()> {
                 .map(|t| duration_ms(&t).map(|ms| kubexm_server::jobdb::now_ms() + ms))
                 .transpose()
                 .map_err(|e| usage(format!("--ttl: {e}")))?;
-            let token = db.create_token_scoped(&name, &scopes, expires)?;
+            let token = db.create_token_scoped(&name, &scopes, expires).await?;
             println!("{token}");
             eprintln!(
                 "token {name:?} ({}{}): shown once; {} keeps only its sha256. Put it in a file (mode 0600) named by tokenFile in the client config.",
@@ -291,7 +294,7 @@ fn token(db: &JobDb, what: TokenCmd) -> anyhow::Result<()> {
             Ok(())
         }
         TokenCmd::List { output } => {
-            let rows = db.tokens()?;
+            let rows = db.tokens().await?;
             match output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
                 Format::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
@@ -316,7 +319,7 @@ fn token(db: &JobDb, what: TokenCmd) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        TokenCmd::Revoke { token } => match db.revoke_token(&token)? {
+        TokenCmd::Revoke { token } => match db.revoke_token(&token).await? {
             0 => Err(usage(format!("no token with id or name {token:?} is valid (`kubexm token list`)"))),
             n => {
                 eprintln!("{n} token(s) revoked: refused from the next request on");
@@ -344,7 +347,7 @@ fn duration_ms(s: &str) -> Result<i64, String> {
 }
 
 /// `kubexm credential create|list|delete`.
-fn credential(db: &JobDb, key: &std::path::Path, what: CredentialCmd) -> anyhow::Result<()> {
+async fn credential(db: &JobDb, key: &std::path::Path, what: CredentialCmd) -> anyhow::Result<()> {
     match what {
         CredentialCmd::Create {
             name,
@@ -362,7 +365,9 @@ fn credential(db: &JobDb, key: &std::path::Path, what: CredentialCmd) -> anyhow:
                 (None, None) => unreachable!("clap requires one"),
             };
             let seal = credentials::SealKey::load_or_create(key).map_err(|e| classified(Class::Io, e))?;
-            let kind = credentials::create(db, &seal, &name, secret, &hosts).map_err(|e| classified(Class::Usage, e))?;
+            let kind = credentials::create(db, &seal, &name, secret, &hosts)
+                .await
+                .map_err(|e| classified(Class::Usage, e))?;
             eprintln!(
                 "credential {name} ({}) sealed with {} and stored; offered only to {}. Workers open it with a copy of that key (mode 0600).",
                 kind.as_str(),
@@ -372,7 +377,7 @@ fn credential(db: &JobDb, key: &std::path::Path, what: CredentialCmd) -> anyhow:
             Ok(())
         }
         CredentialCmd::List { output } => {
-            let rows = db.credentials()?;
+            let rows = db.credentials().await?;
             match output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
                 Format::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
@@ -385,7 +390,7 @@ fn credential(db: &JobDb, key: &std::path::Path, what: CredentialCmd) -> anyhow:
             }
             Ok(())
         }
-        CredentialCmd::Delete { name } => match db.delete_credential(&name)? {
+        CredentialCmd::Delete { name } => match db.delete_credential(&name).await? {
             true => {
                 eprintln!("credential {name} deleted");
                 Ok(())
@@ -396,7 +401,7 @@ fn credential(db: &JobDb, key: &std::path::Path, what: CredentialCmd) -> anyhow:
 }
 
 /// `kubexm host-key add|scan|list|delete`.
-fn host_key(db: &JobDb, what: HostKeyCmd) -> anyhow::Result<()> {
+async fn host_key(db: &JobDb, what: HostKeyCmd) -> anyhow::Result<()> {
     let usage = |e: anyhow::Error| classified(Class::Usage, e);
     match what {
         HostKeyCmd::Add { endpoint, key } => {
@@ -404,24 +409,19 @@ fn host_key(db: &JobDb, what: HostKeyCmd) -> anyhow::Result<()> {
                 credentials::endpoint(&endpoint).map_err(usage)?,
                 credentials::normalize_host_key(&key).map_err(usage)?,
             );
-            db.pin_host_key(&endpoint, &key)?;
+            db.pin_host_key(&endpoint, &key).await?;
             eprintln!("{endpoint}: {key} pinned");
             Ok(())
         }
         HostKeyCmd::Scan { endpoint, yes } => {
             let endpoint = credentials::endpoint(&endpoint).map_err(usage)?;
             let (addr, port) = endpoint.rsplit_once(':').unwrap_or((&endpoint, "22"));
-            let rt = tokio::runtime::Runtime::new()?;
-            let key = rt
-                .block_on(kubexm_installer::engine::ssh::scan(
-                    addr,
-                    port.parse()?,
-                    std::time::Duration::from_secs(10),
-                ))
+            let key = kubexm_installer::engine::ssh::scan(addr, port.parse()?, std::time::Duration::from_secs(10))
+                .await
                 .map_err(|e| classified(Class::Host, e))?;
             println!("{endpoint} {key}");
             if yes {
-                db.pin_host_key(&endpoint, &key)?;
+                db.pin_host_key(&endpoint, &key).await?;
                 eprintln!("pinned: requests' jobs connect to {endpoint} only while it offers this key");
             } else {
                 eprintln!(
@@ -431,7 +431,7 @@ fn host_key(db: &JobDb, what: HostKeyCmd) -> anyhow::Result<()> {
             Ok(())
         }
         HostKeyCmd::List { output } => {
-            let rows = db.host_keys()?;
+            let rows = db.host_keys().await?;
             match output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
                 Format::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
@@ -445,7 +445,7 @@ fn host_key(db: &JobDb, what: HostKeyCmd) -> anyhow::Result<()> {
         }
         HostKeyCmd::Delete { endpoint } => {
             let endpoint = credentials::endpoint(&endpoint).map_err(usage)?;
-            match db.delete_host_key(&endpoint)? {
+            match db.delete_host_key(&endpoint).await? {
                 true => {
                     eprintln!("{endpoint}: unpinned");
                     Ok(())
@@ -466,7 +466,7 @@ fn bundle_file(given: &str, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
 }
 
 /// create, get and cancel against the local job database.
-fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result<()> {
+async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result<()> {
     let quit = quit_flag();
     match command {
         Command::Create { what: Create::Cluster(c) } => {
@@ -487,7 +487,7 @@ fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result<()> {
                     anyhow::anyhow!("pass --advertise ADDR: the address hosts reach the worker's machine at"),
                 ));
             };
-            let live = detachable(&db, c.detach)?;
+            let live = detachable(&db, c.detach).await?;
             let job = worker::InstallJob {
                 bundle: bundle_file(&c.bundle, &c.bundles)?,
                 pubkey: c.pubkey,
@@ -498,41 +498,41 @@ fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result<()> {
                 phases: c.phases,
                 kubeconfig: c.kubeconfig,
             };
-            let id = ops::create_cluster(&db, &c.file, &job)?;
-            run_created(&db, id, c.detach, &live, (c.state, key), &quit)
+            let id = ops::create_cluster(&db, &c.file, &job).await?;
+            run_created(&db, id, c.detach, &live, (c.state, key), &quit).await
         }
         Command::Create { what: Create::Facts(h) } => {
-            let live = detachable(&db, h.detach)?;
-            let id = ops::create_hosts_job(&db, &h.file, "facts", serde_json::json!({}))?;
-            run_created(&db, id, h.detach, &live, (h.state, key), &quit)
+            let live = detachable(&db, h.detach).await?;
+            let id = ops::create_hosts_job(&db, &h.file, "facts", serde_json::json!({})).await?;
+            run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
         }
         Command::Reset {
             what: ResetCmd::Cluster { job: h, yes, root },
         } => {
             confirmed(&h.file, yes)?;
-            let live = detachable(&db, h.detach)?;
+            let live = detachable(&db, h.detach).await?;
             let root = if root.is_relative() {
                 std::env::current_dir()?.join(root)
             } else {
                 root
             };
-            let id = ops::create_hosts_job(&db, &h.file, "reset", serde_json::to_value(worker::ResetJob { root: Some(root) })?)?;
-            run_created(&db, id, h.detach, &live, (h.state, key), &quit)
+            let id = ops::create_hosts_job(&db, &h.file, "reset", serde_json::to_value(worker::ResetJob { root: Some(root) })?).await?;
+            run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
         }
         Command::Get {
             what: Get::Job { id, output, follow, from },
         } => {
-            let head = ops::job(&db, id)?;
+            let head = ops::job(&db, id).await?;
             let mut logs = Vec::new();
             let mut p = JobPrinter::new(output, follow);
             p.head(&head)?;
-            let j = ops::follow(&db, id, from, follow, &quit, |l| p.line(l, &mut logs))?;
+            let j = ops::follow(&db, id, from, follow, &quit, |l| p.line(l, &mut logs)).await?;
             p.end(&j, logs)
         }
         Command::Get {
             what: Get::Jobs { output },
-        } => print_jobs(&db.list()?, output),
-        Command::Cancel { what: Cancel::Job { id } } => match db.request_cancel(id)? {
+        } => print_jobs(&db.list().await?, output),
+        Command::Cancel { what: Cancel::Job { id } } => match db.request_cancel(id).await? {
             None => Err(classified(Class::Usage, anyhow::anyhow!("no job {id} in {}", db.path().display()))),
             Some(s) => print_cancelled(id, s),
         },
@@ -541,8 +541,8 @@ fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result<()> {
 }
 
 /// The live workers; with `detach`, refused when there is none.
-fn detachable(db: &JobDb, detach: bool) -> anyhow::Result<Vec<String>> {
-    let live = db.live_workers(10_000)?;
+async fn detachable(db: &JobDb, detach: bool) -> anyhow::Result<Vec<String>> {
+    let live = db.live_workers(10_000).await?;
     if detach && live.is_empty() {
         return Err(classified(
             Class::Usage,
@@ -557,7 +557,7 @@ fn detachable(db: &JobDb, detach: bool) -> anyhow::Result<Vec<String>> {
 
 /// After a job is stored: return (`detach`), follow a running worker's run
 /// of it, or run it here as a worker for this job while its log streams.
-fn run_created(
+async fn run_created(
     db: &Arc<JobDb>,
     id: i64,
     detach: bool,
@@ -575,14 +575,15 @@ fn run_created(
     };
     if !live.is_empty() {
         // A worker runs it; follow it here.
-        let j = ops::follow(db, id, 0, true, quit, &mut print)?;
+        let j = ops::follow(db, id, 0, true, quit, &mut print).await?;
         return ops::outcome(&j);
     }
     // No worker: this process is one, for this job, while the log streams here.
     let mut o = worker::WorkerOptions::here(state, jobs_dir(db));
     o.credential_key = credential_key;
     let claim = db
-        .claim(&o.name, &o.machine, o.lease.as_millis() as i64, Some(id))?
+        .claim(&o.name, &o.machine, o.lease.as_millis() as i64, Some(id))
+        .await?
         .ok_or_else(|| {
             classified(
                 Class::Host,
@@ -593,74 +594,72 @@ fn run_created(
         })?;
     let runner = {
         let (db, quit) = (db.clone(), quit.clone());
-        std::thread::spawn(move || worker::run(&db, claim, &o, quit))
+        tokio::spawn(async move { worker::run(&db, claim, &o, quit).await })
     };
     let mut after = 0;
     while !runner.is_finished() {
         ops::follow(db, id, after, false, quit, |l| {
             print(l);
             after = l.seq;
-        })?;
-        std::thread::sleep(std::time::Duration::from_millis(250));
+        })
+        .await?;
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-    runner.join().map_err(|_| anyhow::anyhow!("the job's worker thread panicked"))??;
+    runner.await.map_err(|_| anyhow::anyhow!("the job's worker task panicked"))??;
     let never = Arc::new(AtomicBool::new(false));
-    let j = ops::follow(db, id, after, false, &never, print)?;
+    let j = ops::follow(db, id, after, false, &never, print).await?;
     ops::outcome(&j)
 }
 
 /// create, get and cancel against the API server the client config names.
-fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Result<()> {
+async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Result<()> {
     let c = client::Client::new(config).map_err(|e| classified(Class::Usage, e))?;
-    let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async {
-        match command {
-            Command::Create { what: Create::Cluster(cc) } => {
-                if !cc.bundle.starts_with("sha256:") {
-                    return Err(classified(
-                        Class::Usage,
-                        anyhow::anyhow!(
-                            "{}: with an API server ({}), name the bundle by digest: `kubexm bundle add FILE --pubkey KEY` on the server prints it",
-                            cc.bundle,
-                            config.server
-                        ),
-                    ));
-                }
-                let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
-                let id = c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?;
-                follow_created(&c, id, cc.detach).await
+    match command {
+        Command::Create { what: Create::Cluster(cc) } => {
+            if !cc.bundle.starts_with("sha256:") {
+                return Err(classified(
+                    Class::Usage,
+                    anyhow::anyhow!(
+                        "{}: with an API server ({}), name the bundle by digest: `kubexm bundle add FILE --pubkey KEY` on the server prints it",
+                        cc.bundle,
+                        config.server
+                    ),
+                ));
             }
-            Command::Create { what: Create::Facts(h) } => {
-                let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
-                let id = c.create_facts(text).await.map_err(api)?;
-                follow_created(&c, id, h.detach).await
-            }
-            Command::Reset {
-                what: ResetCmd::Cluster { job: h, yes, .. },
-            } => {
-                confirmed(&h.file, yes)?;
-                let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
-                let id = c.create_reset(text).await.map_err(api)?;
-                follow_created(&c, id, h.detach).await
-            }
-            Command::Get {
-                what: Get::Job { id, output, follow, from },
-            } => {
-                let head = c.job(id).await.map_err(api)?;
-                let mut logs = Vec::new();
-                let mut p = JobPrinter::new(output, follow);
-                p.head(&head)?;
-                c.follow(id, from, follow, |l| p.line(l, &mut logs)).await.map_err(api)?;
-                let j = if follow { c.job(id).await.map_err(api)? } else { head };
-                p.end(&j, logs)
-            }
-            Command::Get {
-                what: Get::Jobs { output },
-            } => print_jobs(&c.jobs().await.map_err(api)?, output),
-            Command::Cancel { what: Cancel::Job { id } } => print_cancelled(id, c.cancel(id).await.map_err(api)?),
-            _ => Ok(()),
+            let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
+            let id = c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?;
+            follow_created(&c, id, cc.detach).await
         }
-    })
+        Command::Create { what: Create::Facts(h) } => {
+            let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
+            let id = c.create_facts(text).await.map_err(api)?;
+            follow_created(&c, id, h.detach).await
+        }
+        Command::Reset {
+            what: ResetCmd::Cluster { job: h, yes, .. },
+        } => {
+            confirmed(&h.file, yes)?;
+            let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
+            let id = c.create_reset(text).await.map_err(api)?;
+            follow_created(&c, id, h.detach).await
+        }
+        Command::Get {
+            what: Get::Job { id, output, follow, from },
+        } => {
+            let head = c.job(id).await.map_err(api)?;
+            let mut logs = Vec::new();
+            let mut p = JobPrinter::new(output, follow);
+            p.head(&head)?;
+            c.follow(id, from, follow, |l| p.line(l, &mut logs)).await.map_err(api)?;
+            let j = if follow { c.job(id).await.map_err(api)? } else { head };
+            p.end(&j, logs)
+        }
+        Command::Get {
+            what: Get::Jobs { output },
+        } => print_jobs(&c.jobs().await.map_err(api)?, output),
+        Command::Cancel { what: Cancel::Job { id } } => print_cancelled(id, c.cancel(id).await.map_err(api)?),
+        _ => Ok(()),
+    }
 }
 
 /// A reset is stored only when confirmed.
