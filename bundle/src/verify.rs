@@ -482,6 +482,12 @@ pub fn check_members(bundle: &Path, sink: &mut dyn Sink) -> Result<BundleManifes
 
 /// Reads only `bundle.yaml` (no signature check, nothing decompressed past it).
 pub fn read_manifest(bundle: &Path) -> Result<BundleManifest, VerifyError> {
+    read_manifest_digest(bundle).map(|(m, _)| m)
+}
+
+/// A bundle's manifest and its digest (`sha256:<hex>` of `bundle.yaml`,
+/// the id it is unpacked and held under), nothing unpacked.
+pub fn read_manifest_digest(bundle: &Path) -> Result<(BundleManifest, String), VerifyError> {
     struct ManifestOnly;
     impl Sink for ManifestOnly {
         fn start(&mut self, _: &str) -> io::Result<bool> {
@@ -491,7 +497,7 @@ pub fn read_manifest(bundle: &Path) -> Result<BundleManifest, VerifyError> {
             Ok(())
         }
     }
-    read_bundle(bundle, None, &mut ManifestOnly).map(|v| v.manifest)
+    read_bundle(bundle, None, &mut ManifestOnly).map(|v| (v.manifest, format!("sha256:{}", crate::digest::sha256_hex(v.text.as_bytes()))))
 }
 
 /// A member's path, refused unless it is relative and stays inside the bundle.

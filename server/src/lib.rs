@@ -9,6 +9,7 @@ pub mod api;
 pub mod bundles;
 pub mod client;
 pub mod credentials;
+pub mod job_request;
 pub mod jobdb;
 pub mod ops;
 pub mod testing;

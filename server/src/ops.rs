@@ -1,5 +1,5 @@
-//! The job operations every trigger shares (today the `kubexm` CLI; the API
-//! server later): create a job from a validated request, read one, follow
+//! The job operations every trigger shares (the `kubexm` CLI and the API
+//! server): store a job asking a validated, typed request, read one, follow
 //! its log, cancel it. None prints.
 
 use std::path::Path;
@@ -10,18 +10,43 @@ use std::time::Duration;
 use kubexm_installer::ops::error::{OpError, op};
 
 use crate::jobdb::{Job, JobDb, LogLine, NewJob, Origin};
-use crate::worker::{ApiInstallJob, InstallJob};
+use kubexm_installer::ops::request::{InstallRequest, Request};
+use kubexm_installer::pipelines::Phase;
 
-/// `create cluster`: `file` validated against the bundle's catalog (the
-/// same errors, with line and column, as an install or `kubexm-bundle
-/// validate`), then stored as a Pending install job. Nothing is stored when
-/// it is invalid.
-pub async fn create_cluster(db: &JobDb, file: &Path, job: &InstallJob) -> anyhow::Result<i64> {
-    let (_, cluster) =
-        kubexm_installer::ops::session::validate(&kubexm_installer::ops::session::Config::File(file.to_path_buf()), &job.bundle)?;
+use crate::job_request::{self, Local};
+
+/// `create cluster`: `file` validated against the catalog of the bundle
+/// `local` names (the same errors, with line and column, as an install or
+/// `kubexm-bundle validate`), then stored as a Pending install request of
+/// that bundle's digest, `local` saying where it runs. Nothing is stored
+/// when it is invalid.
+pub async fn create_cluster(db: &JobDb, file: &Path, phases: Vec<Phase>, local: Local) -> anyhow::Result<i64> {
+    let local = local.absolute()?;
+    let Some(bundle) = local.bundle.as_deref() else {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
+        ));
+    };
+    let (_, digest, cluster) =
+        kubexm_installer::ops::session::validate(&kubexm_installer::ops::session::Config::File(file.to_path_buf()), bundle)?;
+    let request = Request::Install(InstallRequest { bundle: digest, phases });
+    store_operators(db, file, &cluster, &request, Some(&local)).await
+}
+
+/// Stores the operator's job asking `request` of the cluster of `file`.
+async fn store_operators(
+    db: &JobDb,
+    file: &Path,
+    cluster: &kubexm_bom::config::Cluster,
+    request: &Request,
+    local: Option<&Local>,
+) -> anyhow::Result<i64> {
     let text = fs_err::read_to_string(file)?;
     let origin = origin_of(db, &text, file)?;
-    store(db, &cluster, text, file.display().to_string(), job, origin).await
+    let options = job_request::options(request, local);
+    let name = file.display().to_string();
+    Ok(store_job(db, cluster, text, name, request.kind(), options, By::operator(origin)).await?)
 }
 
 /// Who a job the operator creates here counts as written by: the operator,
@@ -66,20 +91,11 @@ pub async fn create_cluster_text(
     digest: &str,
     who: Requester<'_>,
 ) -> Result<i64, CreateError> {
-    let options = serde_json::to_value(ApiInstallJob {
-        bundle_digest: digest.to_string(),
-    })
-    .map_err(|e| CreateError::Store(e.into()))?;
-    store_job(
-        db,
-        cluster,
-        text.to_string(),
-        name.to_string(),
-        "install",
-        options,
-        By::request(who),
-    )
-    .await
+    let request = Request::Install(InstallRequest {
+        bundle: digest.to_string(),
+        phases: Vec::new(),
+    });
+    create_hosts_job_text(db, cluster, text, name, &request, who).await
 }
 
 /// Who a stored job is by: its origin, principal, and whether it may act
@@ -136,63 +152,36 @@ pub enum CreateError {
     Store(anyhow::Error),
 }
 
-async fn store(
-    db: &JobDb,
-    cluster: &kubexm_bom::config::Cluster,
-    text: String,
-    name: String,
-    job: &InstallJob,
-    origin: Origin,
-) -> anyhow::Result<i64> {
-    let mut job = job.clone();
-    // The worker may run elsewhere in the file system's view: absolute paths.
-    for p in [
-        Some(&mut job.bundle),
-        job.pubkey.as_mut(),
-        Some(&mut job.root),
-        job.kubeconfig.as_mut(),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        if p.is_relative() {
-            *p = std::env::current_dir()?.join(&*p);
-        }
-    }
-    Ok(store_job(
-        db,
-        cluster,
-        text,
-        name,
-        "install",
-        serde_json::to_value(&job)?,
-        By::operator(origin),
-    )
-    .await?)
-}
-
 /// A facts or reset job for the hosts of `file` (validated as those
 /// operations read it: no catalog needed). Nothing is stored when it is invalid.
-pub async fn create_hosts_job(db: &JobDb, file: &Path, kind: &str, options: serde_json::Value) -> anyhow::Result<i64> {
+pub async fn create_hosts_job(db: &JobDb, file: &Path, request: &Request, local: Option<Local>) -> anyhow::Result<i64> {
     let cluster = kubexm_bom::config::load_file_hosts(file)?;
-    let text = fs_err::read_to_string(file)?;
-    let origin = origin_of(db, &text, file)?;
-    Ok(store_job(db, &cluster, text, file.display().to_string(), kind, options, By::operator(origin)).await?)
+    let local = local.map(Local::absolute).transpose()?;
+    store_operators(db, file, &cluster, request, local.as_ref()).await
 }
 
-/// A facts or reset job from config text (the API), `cluster` its
-/// validation ([`validate_text`] without a catalog, as [`create_hosts_job`]
-/// validates a file).
+/// A job asking `request` from config text (the API), `cluster` its
+/// validation ([`validate_text`]: without a catalog for facts and reset, as
+/// [`create_hosts_job`] validates a file).
 pub async fn create_hosts_job_text(
     db: &JobDb,
     cluster: &kubexm_bom::config::Cluster,
     text: &str,
     name: &str,
-    kind: &str,
-    options: serde_json::Value,
+    request: &Request,
     who: Requester<'_>,
 ) -> Result<i64, CreateError> {
-    store_job(db, cluster, text.to_string(), name.to_string(), kind, options, By::request(who)).await
+    let options = job_request::options(request, None);
+    store_job(
+        db,
+        cluster,
+        text.to_string(),
+        name.to_string(),
+        request.kind(),
+        options,
+        By::request(who),
+    )
+    .await
 }
 
 async fn store_job(

@@ -124,3 +124,66 @@ impl Postgres {
         }
     }
 }
+
+/// Jobs as the version before typed requests stored them (job database
+/// schema 3 on SQLite, 2 on PostgreSQL): an API install, an operator's
+/// install, a reset with and without the operator's root, facts.
+pub fn jobs_before_requests() -> Vec<crate::jobdb::NewJob> {
+    let digest = format!("sha256:{}", "c".repeat(64));
+    [
+        ("install", serde_json::json!({ "bundle_digest": digest })),
+        (
+            "install",
+            serde_json::json!({"bundle": "/srv/k.tar.zst", "pubkey": "/srv/k.pub", "allow_unsigned": false,
+                "advertise": "10.0.0.9", "serve_port": 5443, "root": "/var/lib/kubexm", "phases": ["etcd"], "kubeconfig": null}),
+        ),
+        ("reset", serde_json::json!({ "root": "/var/lib/kubexm-a" })),
+        ("reset", serde_json::json!({ "root": null })),
+        ("facts", serde_json::json!({})),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (kind, options))| crate::jobdb::NewJob {
+        cluster: format!("c{i}"),
+        kind: kind.into(),
+        config: "kind: Cluster\n".into(),
+        config_name: "cluster.yaml".into(),
+        options,
+        origin: crate::jobdb::Origin::Request,
+        principal: None,
+    })
+    .collect()
+}
+
+/// What [`jobs_before_requests`] must read as once migrated: the API
+/// install asks for its digest, the resets and facts read (the operator's
+/// root kept as `local`), and the operator's install, which named no
+/// digest, keeps its flags under `local` and reads as an error naming the
+/// missing bundle.
+pub fn check_migrated_requests(jobs: &[crate::jobdb::Job]) -> Result<(), String> {
+    use crate::job_request::read;
+    use kubexm_installer::ops::request::{HostsRequest, Request};
+    let by = |c: &str| jobs.iter().find(|j| j.cluster == c).ok_or(format!("job of {c} is gone"));
+    let (api, _) = read("install", &by("c0")?.options).map_err(|e| format!("the API install: {e}"))?;
+    if api.bundle() != Some(format!("sha256:{}", "c".repeat(64)).as_str()) {
+        return Err(format!("the API install asks for {api:?}"));
+    }
+    let operator = by("c1")?;
+    let err = read("install", &operator.options)
+        .err()
+        .ok_or("the operator's install without a digest read")?;
+    if !err.to_string().contains("bundle") || operator.options["local"]["advertise"] != "10.0.0.9" {
+        return Err(format!("the operator's install: {err}; {}", operator.options));
+    }
+    let reset = read("reset", &by("c2")?.options).map_err(|e| e.to_string())?;
+    if reset.0 != Request::Reset(HostsRequest::default()) || reset.1.and_then(|l| l.root) != Some("/var/lib/kubexm-a".into()) {
+        return Err(format!("the operator's reset: {}", by("c2")?.options));
+    }
+    for (c, kind) in [("c3", "reset"), ("c4", "facts")] {
+        let (_, local) = read(kind, &by(c)?.options).map_err(|e| format!("{kind}: {e}"))?;
+        if local.is_some() {
+            return Err(format!("{kind} gained a local part: {}", by(c)?.options));
+        }
+    }
+    Ok(())
+}

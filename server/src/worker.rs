@@ -12,57 +12,16 @@ use std::time::Duration;
 
 use kubexm_installer::engine::events::{Event, EventSink, Numbered};
 use kubexm_installer::ops;
-use serde::{Deserialize, Serialize};
+use kubexm_installer::ops::request::Request;
+
+use crate::job_request::Local;
 
 use crate::jobdb::writer::{LogSender, LogWriter};
 use crate::jobdb::{Claim, JobDb, JobDbError, Status};
 
-/// What an install job needs besides its config: the install's flags,
-/// given to `kubexm create cluster`. Never a secret: hosts' passwords and
-/// keys are read by the worker from the files or environment the config names.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct InstallJob {
-    pub bundle: PathBuf,
-    pub pubkey: Option<PathBuf>,
-    #[serde(default)]
-    pub allow_unsigned: bool,
-    pub advertise: std::net::IpAddr,
-    pub serve_port: u16,
-    pub root: PathBuf,
-    #[serde(default)]
-    pub phases: Vec<String>,
-    pub kubeconfig: Option<PathBuf>,
-}
-
-/// An install job created through the API: only the bundle, by digest.
-/// The install's options (advertise address, public key, serve port,
-/// root) and the bundle's file are the claiming worker's ([`WorkerInstall`]).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApiInstallJob {
-    pub bundle_digest: String,
-}
-
-/// An install job's options: given to `kubexm create cluster` on the
-/// worker's machine, or through the API.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum InstallRequest {
-    Local(InstallJob),
-    Api(ApiInstallJob),
-}
-
-/// What a reset job needs besides its config: the installer's state root
-/// on the worker's machine (the cluster's PKI is forgotten there too);
-/// none (an API job): the worker's `--root`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ResetJob {
-    #[serde(default)]
-    pub root: Option<PathBuf>,
-}
-
-/// The install options a worker applies to the jobs created through the
-/// API (its flags, or the API server's for its embedded worker).
+/// Where a worker runs the jobs that do not say (those created through the
+/// API, and what the operator's flags left out): its flags, or the API
+/// server's for its embedded worker.
 #[derive(Debug, Clone)]
 pub struct WorkerInstall {
     /// The bundles held by digest (`kubexm bundle add` on this machine).
@@ -91,29 +50,45 @@ impl Default for WorkerInstall {
 }
 
 impl WorkerInstall {
-    /// The full options of an API install job on this worker.
-    fn complete(&self, job: i64, api: &ApiInstallJob) -> anyhow::Result<InstallJob> {
-        let Some(advertise) = self.advertise else {
+    /// The settings job `id` runs with here: `local` (the operator's flags)
+    /// over this worker's own; an install needs the address hosts reach
+    /// this machine at.
+    fn settings(&self, id: i64, request: &Request, local: &Local, engine: ops::EngineSettings) -> anyhow::Result<ops::session::Settings> {
+        let advertise = local.advertise.or(self.advertise);
+        let install = matches!(request, Request::Install(_));
+        if install && advertise.is_none() {
             anyhow::bail!(
-                "job {job} was created through the API and installs with this worker's options, but this worker has no --advertise: \
+                "job {id} was created through the API and installs with this worker's options, but this worker has no --advertise: \
                  start `kubexm worker` (or the API server's embedded worker) with --advertise ADDR --pubkey FILE and create the job again"
             );
-        };
-        let bundle = crate::bundles::find(&self.bundles, &api.bundle_digest).map_err(|e| {
+        }
+        Ok(ops::session::Settings {
+            engine,
+            root: local.root.clone().unwrap_or_else(|| self.root.clone()),
+            // The operator's job carries its own key (none: --allow-unsigned).
+            pubkey: if local.bundle.is_some() {
+                local.pubkey.clone()
+            } else {
+                self.pubkey.clone()
+            },
+            advertise,
+            serve_port: local.serve_port.unwrap_or(self.serve_port),
+            kubeconfig: local.kubeconfig.clone(),
+            installer: None,
+        })
+    }
+
+    /// The file of the bundle job `id` asks for: the operator's, or the
+    /// one held here under its digest.
+    fn bundle(&self, id: i64, digest: &str, local: &Local) -> anyhow::Result<PathBuf> {
+        if let Some(b) = &local.bundle {
+            return Ok(b.clone());
+        }
+        crate::bundles::find(&self.bundles, digest).map_err(|e| {
             anyhow::anyhow!(
-                "job {job}: {e}; hold it on this worker's machine too: `kubexm bundle add FILE --pubkey KEY --bundles {}`",
+                "job {id}: {e}; hold it on this worker's machine too: `kubexm bundle add FILE --pubkey KEY --bundles {}`",
                 self.bundles.display()
             )
-        })?;
-        Ok(InstallJob {
-            bundle,
-            allow_unsigned: self.pubkey.is_none(),
-            pubkey: self.pubkey.clone(),
-            advertise,
-            serve_port: self.serve_port,
-            root: self.root.clone(),
-            phases: Vec::new(),
-            kubeconfig: None,
         })
     }
 }
@@ -405,8 +380,9 @@ async fn trust(db: &JobDb, job: &crate::jobdb::Job, o: &WorkerOptions) -> kubexm
     }
 }
 
-/// The job's operation, as the CLI would run it: a session opened on the
-/// job's config text (no file written), its report as the job's last lines.
+/// The job's operation, as the CLI would run it: its request run on a
+/// session opened on the job's config text (no file written); the report
+/// becomes the job's last lines.
 fn operate(
     job: &crate::jobdb::Job,
     o: &WorkerOptions,
@@ -414,6 +390,19 @@ fn operate(
     stop: Arc<AtomicBool>,
     trust: kubexm_installer::engine::trust::Trust,
 ) -> anyhow::Result<String> {
+    if !["install", "reset", "facts"].contains(&job.kind.as_str()) {
+        return Err(ops::error::op(
+            ops::error::OpError::Unsupported,
+            anyhow::anyhow!("job kind {} is not supported yet by this worker", crate::text::line(&job.kind)),
+        ));
+    }
+    let (request, local) = crate::job_request::read(&job.kind, &job.options).map_err(|e| {
+        anyhow::anyhow!(
+            "job {}: its request cannot be read ({e}); was it written by another kubexm version? Create the job again with this one",
+            job.id
+        )
+    })?;
+    let local = local.unwrap_or_default();
     let engine = ops::EngineSettings {
         state: o.state.clone(),
         accept_new_host_key: false,
@@ -424,61 +413,17 @@ fn operate(
         connect_timeout: o.connect_timeout,
         connect_attempts: o.connect_attempts,
     };
+    let mut settings = o.install.settings(job.id, &request, &local, engine)?;
+    let bundle = request.bundle().map(|d| o.install.bundle(job.id, d, &local)).transpose()?;
+    if bundle.is_some() {
+        settings.installer = Some(installer_binary()?);
+    }
     let config = ops::session::Config::Text {
         name: job.config_name.clone(),
         text: job.config.clone(),
     };
-    let mut settings = ops::session::Settings {
-        root: o.install.root.clone(),
-        ..ops::session::Settings::engine_only(engine)
-    };
-    match job.kind.as_str() {
-        "install" => {
-            let request = serde_json::from_value(job.options.clone()).map_err(|e| {
-                anyhow::anyhow!(
-                    "job {}: its options are neither a local install's nor an API job's ({e}); \
-                     was it written by another kubexm version? Create the job again with this one",
-                    job.id
-                )
-            })?;
-            let (j, expect_digest) = match request {
-                InstallRequest::Local(j) => (j, None),
-                InstallRequest::Api(a) => (o.install.complete(job.id, &a)?, Some(a.bundle_digest)),
-            };
-            settings.root = j.root;
-            settings.pubkey = j.pubkey;
-            settings.advertise = Some(j.advertise);
-            settings.serve_port = j.serve_port;
-            settings.kubeconfig = j.kubeconfig;
-            settings.installer = Some(installer_binary()?);
-            let session = ops::session::Session::open(&config, Some(&j.bundle), None, settings)?;
-            let opts = ops::install::InstallOptions {
-                phases: kubexm_installer::pipelines::install::parse(&j.phases).map_err(|e| {
-                    kubexm_installer::ops::error::op(kubexm_installer::ops::error::OpError::Usage, anyhow::anyhow!("job {}: {e}", job.id))
-                })?,
-                dry_run: false,
-                server_dry_run: false,
-                expect_digest,
-            };
-            Ok(ops::install::install(&session, &opts)?.to_string())
-        }
-        "facts" => {
-            let mut session = ops::session::Session::open(&config, None, None, settings)?;
-            let request = ops::request::Request::Facts(Default::default());
-            Ok(ops::request::run(&mut session, &request)?.to_string())
-        }
-        "reset" => {
-            let j: ResetJob = serde_json::from_value(job.options.clone())?;
-            settings.root = j.root.unwrap_or_else(|| o.install.root.clone());
-            let mut session = ops::session::Session::open(&config, None, None, settings)?;
-            let request = ops::request::Request::Reset(Default::default());
-            Ok(ops::request::run(&mut session, &request)?.to_string())
-        }
-        other => Err(kubexm_installer::ops::error::op(
-            kubexm_installer::ops::error::OpError::Unsupported,
-            anyhow::anyhow!("job kind {other} is not supported yet by this worker"),
-        )),
-    }
+    let mut session = ops::session::Session::open(&config, bundle.as_deref(), None, settings)?;
+    Ok(ops::request::run(&mut session, &request)?.to_string())
 }
 
 /// The kubexm-install binary beside this one: an install puts it on the

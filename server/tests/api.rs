@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use kubexm_server::api::{self, ApiOptions};
 use kubexm_server::jobdb::{JobDb, Status};
-use kubexm_server::worker::ApiInstallJob;
 
 mod common;
 
@@ -127,8 +126,9 @@ async fn a_valid_config_is_stored_as_a_pending_job_and_answers_202() {
     assert_eq!(j.config, *EXAMPLE);
     // Only the bundle is the job's, by digest: the claiming worker's own
     // options and copy of the bundle complete it.
-    let job: ApiInstallJob = serde_json::from_value(j.options).unwrap();
-    assert_eq!(job.bundle_digest, s.digest);
+    let (request, local) = kubexm_server::job_request::read(&j.kind, &j.options).unwrap();
+    assert_eq!(request.bundle(), Some(s.digest.as_str()));
+    assert_eq!(local, None, "an API job names a path of the worker's machine");
     let got: serde_json::Value = s.get_json(s.url(&format!("/api/v1/jobs/{id}"))).await;
     assert_eq!(got["status"], "Pending");
     assert_eq!(got["id"], id);

@@ -32,6 +32,26 @@ async fn migrations_run_once_and_a_newer_schema_is_refused() {
     assert!(err.contains("schema version 99 is newer"), "{err}");
 }
 
+/// Issue 26: jobs stored before typed requests are rewritten by migration
+/// 4 and read as requests (or, the operator's installs without a digest,
+/// as an error naming what is missing).
+#[tokio::test]
+async fn jobs_stored_before_typed_requests_are_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("jobs.db");
+    let db = JobDb::open(&p).await.unwrap();
+    for j in kubexm_server::testing::jobs_before_requests() {
+        db.create(&j).await.unwrap();
+    }
+    drop(db);
+    rusqlite::Connection::open(&p)
+        .unwrap()
+        .pragma_update(None, "user_version", 3)
+        .unwrap();
+    let db = JobDb::open(&p).await.unwrap();
+    kubexm_server::testing::check_migrated_requests(&db.list().await.unwrap()).unwrap();
+}
+
 #[tokio::test]
 async fn one_job_per_cluster_runs_and_the_others_wait_blocked() {
     let dir = tempfile::tempdir().unwrap();

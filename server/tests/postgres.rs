@@ -42,6 +42,22 @@ fn job(cluster: &str) -> NewJob {
     }
 }
 
+/// Issue 26: jobs stored before typed requests are rewritten by migration 3.
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_stored_before_typed_requests_are_migrated() {
+    let Some(pg) = start() else { return };
+    let db = open(&pg).await;
+    for j in kubexm_server::testing::jobs_before_requests() {
+        db.create(&j).await.unwrap();
+    }
+    drop(db);
+    let pool = sqlx::PgPool::connect(&pg.url).await.unwrap();
+    sqlx::query("UPDATE kubexm_schema SET version = 2").execute(&pool).await.unwrap();
+    pool.close().await;
+    let db = open(&pg).await;
+    kubexm_server::testing::check_migrated_requests(&db.list().await.unwrap()).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_starts_migrate_once() {
     let Some(pg) = start() else { return };
@@ -59,7 +75,7 @@ async fn concurrent_starts_migrate_once() {
         .args(["-tAc", "SELECT count(*), max(version) FROM kubexm_schema"])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1|2");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1|3");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -102,6 +102,8 @@ impl Settings {
 pub struct OpenBundle {
     pub path: PathBuf,
     pub manifest: BundleManifest,
+    /// `sha256:<hex>` of its `bundle.yaml`.
+    pub digest: String,
     pub catalog: Catalog,
 }
 
@@ -130,8 +132,8 @@ pub struct Session {
 /// bundle.yaml, read without unpacking anything): what an install, and a
 /// job that will run one, checks first. The config's own errors come first
 /// even without a readable bundle (only its versions need the catalog).
-pub fn validate(config: &Config, bundle: &Path) -> anyhow::Result<(BundleManifest, Cluster)> {
-    let early = match kubexm_bundle::verify::read_manifest(bundle) {
+pub fn validate(config: &Config, bundle: &Path) -> anyhow::Result<(BundleManifest, String, Cluster)> {
+    let (early, digest) = match kubexm_bundle::verify::read_manifest_digest(bundle) {
         Ok(m) => m,
         Err(e) => {
             config.load_hosts()?;
@@ -139,7 +141,7 @@ pub fn validate(config: &Config, bundle: &Path) -> anyhow::Result<(BundleManifes
         }
     };
     let cluster = config.load(&super::lock_catalog(&early, bundle)?)?;
-    Ok((early, cluster))
+    Ok((early, digest, cluster))
 }
 
 impl Session {
@@ -150,11 +152,12 @@ impl Session {
     pub fn open(config: &Config, bundle: Option<&Path>, store: Option<Arc<dyn Store>>, settings: Settings) -> anyhow::Result<Session> {
         let (cluster, bundle) = match bundle {
             Some(path) => {
-                let (manifest, cluster) = validate(config, path)?;
+                let (manifest, digest, cluster) = validate(config, path)?;
                 let catalog = super::lock_catalog(&manifest, path)?;
                 let bundle = OpenBundle {
                     path: path.to_path_buf(),
                     manifest,
+                    digest,
                     catalog,
                 };
                 (cluster, Some(bundle))

@@ -35,7 +35,7 @@ use serde_json::json;
 use crate::bundles;
 use crate::jobdb::{JobDb, LogLine, Scope};
 use crate::ops::{self, CreateError};
-use crate::worker::ResetJob;
+use kubexm_installer::ops::request::Request as OpRequest;
 use tls::ClientCertificate;
 
 /// The OpenAPI document of this API, as committed.
@@ -481,7 +481,7 @@ async fn create_facts(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     body_type(&headers)?;
-    hosts_job(app, body, ("facts", json!({})), who).await
+    hosts_job(app, body, OpRequest::Facts(Default::default()), who).await
 }
 
 #[derive(Deserialize)]
@@ -504,17 +504,11 @@ async fn create_reset(
             "a reset deletes the cluster on its hosts, etcd data included; nothing was stored. Ask again with ?confirm=true".into(),
         ));
     }
-    let options = serde_json::to_value(ResetJob { root: None }).map_err(internal)?;
-    hosts_job(app, body, ("reset", options), who).await
+    hosts_job(app, body, OpRequest::Reset(Default::default()), who).await
 }
 
 /// A facts or reset job for the hosts of the body's config.
-async fn hosts_job(
-    app: Arc<App>,
-    body: Bytes,
-    (kind, options): (&'static str, serde_json::Value),
-    who: Principal,
-) -> Result<Response, ApiError> {
+async fn hosts_job(app: Arc<App>, body: Bytes, request: OpRequest, who: Principal) -> Result<Response, ApiError> {
     let _turn = app.validating.acquire().await.map_err(internal)?;
     let (cluster, text) = blocking(move || {
         let text = utf8(&body)?;
@@ -526,7 +520,7 @@ async fn hosts_job(
         Err(e) => return created(Err(e)),
     };
     let who = who.requester(app.o.root.as_deref());
-    created(ops::create_hosts_job_text(&app.db, &cluster, &text, "cluster.yaml", kind, options, who).await)
+    created(ops::create_hosts_job_text(&app.db, &cluster, &text, "cluster.yaml", &request, who).await)
 }
 
 impl App {

@@ -84,7 +84,23 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 3: who wrote a job's config (jobs from before are requests: the
     // stricter rules), named credentials (sealed) and pinned host keys.
     trust::MIGRATION,
+    // 4: a job's options are its typed request (`job_request`).
+    REQUESTS,
 ];
+
+/// Migration 4 (SQLite): job options of the version before rewritten as
+/// requests. An API install's `{"bundle_digest": D}` becomes `{"bundle": D}`;
+/// the operator's install flags move under `local` (those jobs named no
+/// bundle digest: one still pending fails, saying to create it again); a
+/// reset's `root` moves under `local`.
+const REQUESTS: &str = "UPDATE jobs SET options = json_object('bundle', json_extract(options, '$.bundle_digest'))
+        WHERE kind = 'install' AND json_valid(options) AND json_type(options, '$.bundle_digest') = 'text';
+    UPDATE jobs SET options = json_object('phases', json(coalesce(json_extract(options, '$.phases'), '[]')), 'local', json(options))
+        WHERE kind = 'install' AND json_valid(options) AND json_type(options, '$.advertise') IS NOT NULL;
+    UPDATE jobs SET options = json_object('local', json_object('root', json_extract(options, '$.root')))
+        WHERE kind = 'reset' AND json_valid(options) AND json_type(options, '$.root') = 'text';
+    UPDATE jobs SET options = '{}'
+        WHERE kind = 'reset' AND json_valid(options) AND json_type(options, '$.root') = 'null';";
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobDbError {

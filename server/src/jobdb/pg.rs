@@ -55,7 +55,20 @@ const MIGRATIONS: &[&str] = &[
         created BIGINT NOT NULL
     );",
     super::trust::MIGRATION_PG,
+    // 3: a job's options are its typed request, as SQLite's migration 4.
+    REQUESTS,
 ];
+
+/// Job options of the version before rewritten as requests (see SQLite's
+/// migration 4 in `jobdb/mod.rs`).
+const REQUESTS: &str = "UPDATE jobs SET options = jsonb_build_object('bundle', options::jsonb->>'bundle_digest')::text
+        WHERE kind = 'install' AND jsonb_typeof(options::jsonb->'bundle_digest') = 'string';
+    UPDATE jobs SET options = jsonb_build_object('phases', coalesce(options::jsonb->'phases', '[]'::jsonb), 'local', options::jsonb)::text
+        WHERE kind = 'install' AND jsonb_exists(options::jsonb, 'advertise');
+    UPDATE jobs SET options = jsonb_build_object('local', jsonb_build_object('root', options::jsonb->'root'))::text
+        WHERE kind = 'reset' AND jsonb_typeof(options::jsonb->'root') = 'string';
+    UPDATE jobs SET options = '{}'
+        WHERE kind = 'reset' AND jsonb_typeof(options::jsonb->'root') = 'null';";
 
 /// The advisory lock key migrations run under.
 const MIGRATION_LOCK: i64 = 0x6b75_6265_786d; // "kubexm"

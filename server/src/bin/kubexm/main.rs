@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use kubexm_cli::{Class, classified};
+use kubexm_installer::ops::request::Request;
 use kubexm_server::jobdb::{JobDb, LogLine, Scope};
 use kubexm_server::{api, bundles, client, credentials, ops, worker};
 
@@ -488,22 +489,23 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
                 ));
             };
             let live = detachable(&db, c.detach).await?;
-            let job = worker::InstallJob {
-                bundle: bundle_file(&c.bundle, &c.bundles)?,
+            let phases = kubexm_installer::pipelines::install::parse(&c.phases)
+                .map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
+            let local = kubexm_server::job_request::Local {
+                bundle: Some(bundle_file(&c.bundle, &c.bundles)?),
                 pubkey: c.pubkey,
                 allow_unsigned: c.allow_unsigned,
-                advertise,
-                serve_port: c.serve_port,
-                root: c.root,
-                phases: c.phases,
+                advertise: Some(advertise),
+                serve_port: Some(c.serve_port),
+                root: Some(c.root),
                 kubeconfig: c.kubeconfig,
             };
-            let id = ops::create_cluster(&db, &c.file, &job).await?;
+            let id = ops::create_cluster(&db, &c.file, phases, local).await?;
             run_created(&db, id, c.detach, &live, (c.state, key), &quit).await
         }
         Command::Create { what: Create::Facts(h) } => {
             let live = detachable(&db, h.detach).await?;
-            let id = ops::create_hosts_job(&db, &h.file, "facts", serde_json::json!({})).await?;
+            let id = ops::create_hosts_job(&db, &h.file, &Request::Facts(Default::default()), None).await?;
             run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
         }
         Command::Reset {
@@ -511,12 +513,11 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
         } => {
             confirmed(&h.file, yes)?;
             let live = detachable(&db, h.detach).await?;
-            let root = if root.is_relative() {
-                std::env::current_dir()?.join(root)
-            } else {
-                root
+            let local = kubexm_server::job_request::Local {
+                root: Some(root),
+                ..Default::default()
             };
-            let id = ops::create_hosts_job(&db, &h.file, "reset", serde_json::to_value(worker::ResetJob { root: Some(root) })?).await?;
+            let id = ops::create_hosts_job(&db, &h.file, &Request::Reset(Default::default()), Some(local)).await?;
             run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
         }
         Command::Get {
