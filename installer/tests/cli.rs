@@ -68,6 +68,29 @@ fn facts_dry_run_prints_the_plan_and_touches_no_host() {
     assert!(std::fs::read_to_string(dot).unwrap().starts_with("digraph plan {"));
 }
 
+/// Issue 26: a host named unreachable is left out of the reset's plan; a
+/// name that is not a host of the config is refused (exit 2), naming them.
+#[test]
+fn reset_plans_without_a_host_named_unreachable_and_refuses_an_unknown_one() {
+    let ha = format!("{}/../examples/ha.yaml", manifest_dir());
+    let run = |unreachable: &str| {
+        Command::cargo_bin("kubexm-install")
+            .unwrap()
+            .args(["reset", "-f", &ha, "--unreachable", unreachable])
+            .output()
+            .unwrap()
+    };
+    let out = run("worker1");
+    let (plan, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(plan.contains("  worker2: reset/reset/reset") && !plan.contains("worker1"), "{plan}");
+    assert!(err.contains("on 7 host(s)"), "{err}");
+    let out = run("nosuch");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unreachable host nosuch is not a host of cluster prod (its hosts: lb1"), "{err}");
+}
+
 /// The package's folder, read when the test runs: a test binary reused from a
 /// checkout elsewhere (a shared CARGO_TARGET_DIR) must not point there.
 fn manifest_dir() -> String {

@@ -191,6 +191,9 @@ pub enum Command {
     Facts {
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: PathBuf,
+        /// Hosts known to be down, comma-separated: never contacted, left out of the job.
+        #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+        unreachable: Vec<String>,
         #[command(flatten)]
         engine: EngineArgs,
         /// Print the plan and touch no host.
@@ -229,6 +232,9 @@ pub enum Command {
         /// Really reset: this deletes the cluster, including its etcd data.
         #[arg(long)]
         yes: bool,
+        /// Hosts known to be down, comma-separated: never contacted, left out of the job.
+        #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+        unreachable: Vec<String>,
         /// The installer's state root (the admin kubeconfig written there is removed).
         #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
         root: PathBuf,

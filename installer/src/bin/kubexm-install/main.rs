@@ -120,12 +120,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Facts {
             file,
+            unreachable,
             engine,
             dry_run,
             graph,
             output,
         } => {
-            let session = hosts_session(file, &engine, kubexm_installer::ROOT.into())?;
+            let session = hosts_session(file, &engine, kubexm_installer::ROOT.into(), &unreachable)?;
             let report = ops::facts::facts(&session, &ops::facts::FactsOptions { dry_run, graph })?;
             print_facts(report, output)
         }
@@ -147,7 +148,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             print_packages(ops::packages::packages(&opts)?)
         }
-        Command::Reset { file, yes, root, engine } => print_reset(ops::reset::reset(&hosts_session(file, &engine, root)?, yes)?),
+        Command::Reset {
+            file,
+            yes,
+            unreachable,
+            root,
+            engine,
+        } => print_reset(ops::reset::reset(&hosts_session(file, &engine, root, &unreachable)?, yes)?),
         Command::Status { job, state } => {
             print!("{}", ops::status::status(&state, job)?);
             Ok(())
@@ -220,13 +227,21 @@ impl EngineArgs {
     }
 }
 
-/// A session over the hosts of `file` (no bundle): facts and reset.
-fn hosts_session(file: std::path::PathBuf, engine: &EngineArgs, root: std::path::PathBuf) -> anyhow::Result<Session> {
+/// A session over the hosts of `file` (no bundle), those named
+/// `unreachable` left out: facts and reset.
+fn hosts_session(
+    file: std::path::PathBuf,
+    engine: &EngineArgs,
+    root: std::path::PathBuf,
+    unreachable: &[String],
+) -> anyhow::Result<Session> {
     let settings = Settings {
         root,
         ..Settings::engine_only(engine.settings())
     };
-    Session::open(&Config::File(file), None, None, settings)
+    let mut session = Session::open(&Config::File(file), None, None, settings)?;
+    session.unreachable(unreachable)?;
+    Ok(session)
 }
 
 /// The install: one operation, its report printed.

@@ -285,6 +285,9 @@ pub(crate) struct HostsJob {
     /// The engine's state database, for a job run here.
     #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
     pub(crate) state: PathBuf,
+    /// Hosts known to be down, comma-separated: never contacted, left out of the job.
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+    pub(crate) unreachable: Vec<String>,
 }
 
 #[derive(Subcommand)]

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use kubexm_cli::{Class, classified};
-use kubexm_installer::ops::request::Request;
+use kubexm_installer::ops::request::{HostsRequest, Request};
 use kubexm_server::jobdb::{JobDb, LogLine, Scope};
 use kubexm_server::{api, bundles, client, credentials, ops, worker};
 
@@ -466,6 +466,19 @@ fn bundle_file(given: &str, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// `--unreachable` is not sent to an API server yet: refused, not dropped.
+fn remote_unreachable(h: &args::HostsJob) -> anyhow::Result<()> {
+    if h.unreachable.is_empty() {
+        return Ok(());
+    }
+    Err(classified(
+        Class::Unsupported,
+        anyhow::anyhow!(
+            "--unreachable is not supported yet with an API server (the API takes only the config); run the job on the worker's machine without a client config"
+        ),
+    ))
+}
+
 /// create, get and cancel against the local job database.
 async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result<()> {
     let quit = quit_flag();
@@ -505,7 +518,10 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
         }
         Command::Create { what: Create::Facts(h) } => {
             let live = detachable(&db, h.detach).await?;
-            let id = ops::create_hosts_job(&db, &h.file, &Request::Facts(Default::default()), None).await?;
+            let request = Request::Facts(HostsRequest {
+                unreachable: h.unreachable.clone(),
+            });
+            let id = ops::create_hosts_job(&db, &h.file, &request, None).await?;
             run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
         }
         Command::Reset {
@@ -517,7 +533,10 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
                 root: Some(root),
                 ..Default::default()
             };
-            let id = ops::create_hosts_job(&db, &h.file, &Request::Reset(Default::default()), Some(local)).await?;
+            let request = Request::Reset(HostsRequest {
+                unreachable: h.unreachable.clone(),
+            });
+            let id = ops::create_hosts_job(&db, &h.file, &request, Some(local)).await?;
             run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
         }
         Command::Get {
@@ -632,6 +651,7 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
             follow_created(&c, id, cc.detach).await
         }
         Command::Create { what: Create::Facts(h) } => {
+            remote_unreachable(&h)?;
             let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
             let id = c.create_facts(text).await.map_err(api)?;
             follow_created(&c, id, h.detach).await
@@ -640,6 +660,7 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
             what: ResetCmd::Cluster { job: h, yes, .. },
         } => {
             confirmed(&h.file, yes)?;
+            remote_unreachable(&h)?;
             let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
             let id = c.create_reset(text).await.map_err(api)?;
             follow_created(&c, id, h.detach).await
