@@ -11,7 +11,6 @@ use kubexm_installer::ops::error::{OpError, op};
 
 use crate::jobdb::{Job, JobDb, LogLine, NewJob, Origin};
 use kubexm_installer::ops::request::{InstallRequest, Request};
-use kubexm_installer::pipelines::Phase;
 
 use crate::job_request::{self, Local};
 
@@ -20,7 +19,7 @@ use crate::job_request::{self, Local};
 /// `kubexm-bundle validate`), then stored as a Pending install request of
 /// that bundle's digest, `local` saying where it runs. Nothing is stored
 /// when it is invalid.
-pub async fn create_cluster(db: &JobDb, file: &Path, phases: Vec<Phase>, local: Local) -> anyhow::Result<i64> {
+pub async fn create_cluster(db: &JobDb, file: &Path, phases: &[String], local: Local) -> anyhow::Result<i64> {
     let local = local.absolute()?;
     let Some(bundle) = local.bundle.as_deref() else {
         return Err(op(
@@ -30,6 +29,7 @@ pub async fn create_cluster(db: &JobDb, file: &Path, phases: Vec<Phase>, local: 
     };
     let (_, digest, cluster) =
         kubexm_installer::ops::session::validate(&kubexm_installer::ops::session::Config::File(file.to_path_buf()), bundle)?;
+    let phases = kubexm_installer::pipelines::install::parse(phases).map_err(|e| op(OpError::Usage, anyhow::anyhow!("--phases: {e}")))?;
     let request = Request::Install(InstallRequest { bundle: digest, phases });
     store_operators(db, file, &cluster, &request, Some(&local)).await
 }
@@ -156,6 +156,7 @@ pub enum CreateError {
 /// operations read it: no catalog needed). Nothing is stored when it is invalid.
 pub async fn create_hosts_job(db: &JobDb, file: &Path, request: &Request, local: Option<Local>) -> anyhow::Result<i64> {
     let cluster = kubexm_bom::config::load_file_hosts(file)?;
+    kubexm_installer::ops::session::check_hosts(&cluster, request.unreachable())?;
     let local = local.map(Local::absolute).transpose()?;
     store_operators(db, file, &cluster, request, local.as_ref()).await
 }

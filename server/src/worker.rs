@@ -82,6 +82,12 @@ impl WorkerInstall {
     /// one held here under its digest.
     fn bundle(&self, id: i64, digest: &str, local: &Local) -> anyhow::Result<PathBuf> {
         if let Some(b) = &local.bundle {
+            if local.pubkey.is_none() && !local.allow_unsigned {
+                anyhow::bail!(
+                    "job {id}: its bundle {} names no public key and was not created with --allow-unsigned; create it again",
+                    b.display()
+                );
+            }
             return Ok(b.clone());
         }
         crate::bundles::find(&self.bundles, digest).map_err(|e| {
@@ -103,10 +109,11 @@ pub struct WorkerOptions {
     pub lease: Duration,
     /// The engine's state database (step results, pinned host keys).
     pub state: PathBuf,
-    /// Where job configs are written for the operation (`<dir>/<id>/`).
+    /// Where an earlier kubexm wrote each job's config (`<dir>/<id>/`);
+    /// nothing is written there now, and a finished job's leftover is removed.
     pub jobs_dir: PathBuf,
     pub concurrency: usize,
-    /// The options of install jobs created through the API.
+    /// Where the jobs that do not say run (API jobs; what the operator's flags left out).
     pub install: WorkerInstall,
     /// The key that opens the database's credentials (a 0600 file).
     pub credential_key: PathBuf,
@@ -268,7 +275,7 @@ pub async fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<Ato
     writer.close().await;
     done.store(true, Ordering::Relaxed);
     let _ = lease.await;
-    // The config's copy for the operation is not kept (the database has it).
+    // A copy of the config an earlier kubexm wrote for this job is not kept.
     let _ = fs_err::remove_dir_all(o.jobs_dir.join(claim.job.to_string()));
     if fenced.load(Ordering::Relaxed) {
         return Ok(Ended::Fenced);

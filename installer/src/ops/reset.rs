@@ -32,8 +32,10 @@ impl std::fmt::Display for Reset {
 }
 
 /// Resets the session's cluster on its reachable hosts (with `yes`), or
-/// returns the plan. The cluster's kubeconfig under the settings' root is
-/// removed once every host is reset.
+/// returns the plan. Only a reset of every host is the cluster's reset (its
+/// step state forgotten, its kubeconfig under the settings' root removed);
+/// one with hosts named unreachable is recorded as `reset-hosts` and keeps
+/// both.
 pub fn reset(session: &Session, yes: bool) -> anyhow::Result<ResetReport> {
     let cluster = session.cluster();
     let hosts = session.hosts();
@@ -48,7 +50,11 @@ pub fn reset(session: &Session, yes: bool) -> anyhow::Result<ResetReport> {
             ),
         });
     }
-    let ex = session.execute("reset", run::Policy::ContinueOtherHosts, |_| Ok(pipeline))?;
+    // A reset that leaves hosts out is not the cluster's reset: the step
+    // state of the hosts it did not touch, and the kubeconfig, stay.
+    let whole = session.unreachable_hosts().is_empty();
+    let kind = if whole { "reset" } else { "reset-hosts" };
+    let ex = session.execute(kind, run::Policy::ContinueOtherHosts, |_| Ok(pipeline))?;
     if !ex.ok() {
         let errors = ex.errors();
         return Err(op(
@@ -62,7 +68,7 @@ pub fn reset(session: &Session, yes: bool) -> anyhow::Result<ResetReport> {
         ));
     }
     let kubeconfig = session.settings().root.join(format!("{}.kubeconfig", cluster.metadata.name));
-    if kubeconfig.exists() {
+    if whole && kubeconfig.exists() {
         fs_err::remove_file(&kubeconfig)?;
     }
     Ok(ResetReport::Done(Reset {

@@ -144,6 +144,22 @@ pub fn validate(config: &Config, bundle: &Path) -> anyhow::Result<(BundleManifes
     Ok((early, digest, cluster))
 }
 
+/// Refuses a host name (of `hosts`, named unreachable) that is not a host
+/// of `cluster`, naming its hosts.
+pub fn check_hosts(cluster: &Cluster, hosts: &[String]) -> anyhow::Result<()> {
+    match hosts.iter().find(|h| !cluster.spec.hosts.iter().any(|x| &x.name == *h)) {
+        None => Ok(()),
+        Some(unknown) => Err(op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "unreachable host {unknown} is not a host of cluster {} (its hosts: {})",
+                cluster.metadata.name,
+                cluster.spec.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
 impl Session {
     /// Opens the cluster of `config`: with a `bundle`, completed against the
     /// catalog its lock carries; without, checked for reaching its hosts
@@ -194,25 +210,15 @@ impl Session {
     /// Hosts the caller knows to be unreachable: never contacted, and left
     /// out of every job. A name that is not a host of the config is refused.
     pub fn unreachable(&mut self, hosts: &[String]) -> anyhow::Result<()> {
-        if let Some(unknown) = hosts.iter().find(|h| !self.cluster.spec.hosts.iter().any(|x| &x.name == *h)) {
-            return Err(op(
-                OpError::Usage,
-                anyhow::anyhow!(
-                    "unreachable host {unknown} is not a host of cluster {} (its hosts: {})",
-                    self.cluster.metadata.name,
-                    self.cluster
-                        .spec
-                        .hosts
-                        .iter()
-                        .map(|h| h.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        }
+        check_hosts(&self.cluster, hosts)?;
         self.unreachable.extend(hosts.iter().cloned());
         *self.engine.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
         Ok(())
+    }
+
+    /// The hosts named unreachable.
+    pub fn unreachable_hosts(&self) -> &BTreeSet<String> {
+        &self.unreachable
     }
 
     /// The cluster's completed config.

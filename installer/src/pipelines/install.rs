@@ -8,7 +8,7 @@
 
 use super::Phase;
 use crate::context::Context;
-use crate::engine::plan::{Module, Pipeline, Scope};
+use crate::engine::plan::{Module, Pipeline};
 use crate::phases;
 
 /// The phases, in order.
@@ -87,41 +87,24 @@ pub fn pipeline(ctx: &Context) -> anyhow::Result<Pipeline> {
     })
 }
 
-/// Orders the phases: on each host a task waits for the earlier phases'
-/// tasks on that host, and the cross-host gates hold (the control plane after
-/// etcd's health and the loadbalancers, joins after init, the CNI and addons
-/// after the control plane and workers).
-fn link(modules: &mut [(Phase, Module)]) {
+/// The install's cross-host gates: a phase's tasks wait for every host's
+/// tasks of the phases listed (the control plane after etcd's health and
+/// the loadbalancers, joins after init, the CNI and addons after the
+/// control plane and workers).
+const GATES: &[(Phase, &[Phase])] = {
     use Phase::*;
-    // (module index, task, hosts) of every task, in phase order.
-    let all: Vec<(usize, String, Vec<String>)> = modules
-        .iter()
-        .enumerate()
-        .flat_map(|(k, (_, m))| m.tasks.iter().map(move |t| (k, t.name.clone(), t.hosts.clone())))
-        .collect();
-    let phases: Vec<Phase> = modules.iter().map(|(p, _)| *p).collect();
-    let gates: &[(Phase, &[Phase])] = &[
+    &[
         (ControlPlane, &[Etcd, Loadbalancer, Registry]),
         (Workers, &[ControlPlane, Registry]),
         (Cni, &[ControlPlane, Workers]),
         (Addons, &[ControlPlane, Workers, Cni]),
         (Kubeconfig, &[ControlPlane, Workers, Cni, Addons]),
-    ];
-    for (k, (phase, m)) in modules.iter_mut().enumerate() {
-        let cross: &[Phase] = gates.iter().find(|(p, _)| p == phase).map(|(_, g)| *g).unwrap_or(&[]);
-        for t in &mut m.tasks {
-            for (j, task, hosts) in all.iter().filter(|(j, _, _)| *j < k) {
-                if t.after.iter().any(|(a, _)| a == task) {
-                    continue;
-                }
-                if cross.contains(&phases[*j]) {
-                    t.after.push((task.clone(), Scope::AllHosts));
-                } else if hosts.iter().any(|h| t.hosts.contains(h)) {
-                    t.after.push((task.clone(), Scope::SameHost));
-                }
-            }
-        }
-    }
+    ]
+};
+
+/// Orders the phases ([`super::link`] with the install's gates).
+fn link(modules: &mut [(Phase, Module)]) {
+    super::link(modules, GATES);
 }
 
 #[cfg(test)]

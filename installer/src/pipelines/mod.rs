@@ -55,3 +55,32 @@ impl std::fmt::Display for Phase {
 pub fn names(phases: &[Phase], sep: &str) -> String {
     phases.iter().map(|p| p.name()).collect::<Vec<_>>().join(sep)
 }
+
+/// Orders a pipeline's phases, given in order: on each host a task waits
+/// for the earlier phases' tasks on that host, and a phase listed in
+/// `gates` waits for every host's tasks of the phases listed with it.
+pub fn link(modules: &mut [(Phase, crate::engine::plan::Module)], gates: &[(Phase, &[Phase])]) {
+    use crate::engine::plan::Scope;
+    // (module index, task, hosts) of every task, in phase order.
+    let all: Vec<(usize, String, Vec<String>)> = modules
+        .iter()
+        .enumerate()
+        .flat_map(|(k, (_, m))| m.tasks.iter().map(move |t| (k, t.name.clone(), t.hosts.clone())))
+        .collect();
+    let phases: Vec<Phase> = modules.iter().map(|(p, _)| *p).collect();
+    for (k, (phase, m)) in modules.iter_mut().enumerate() {
+        let cross: &[Phase] = gates.iter().find(|(p, _)| p == phase).map(|(_, g)| *g).unwrap_or(&[]);
+        for t in &mut m.tasks {
+            for (j, task, hosts) in all.iter().filter(|(j, _, _)| *j < k) {
+                if t.after.iter().any(|(a, _)| a == task) {
+                    continue;
+                }
+                if cross.contains(&phases[*j]) {
+                    t.after.push((task.clone(), Scope::AllHosts));
+                } else if hosts.iter().any(|h| t.hosts.contains(h)) {
+                    t.after.push((task.clone(), Scope::SameHost));
+                }
+            }
+        }
+    }
+}

@@ -60,15 +60,20 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 /// Job options of the version before rewritten as requests (see SQLite's
-/// migration 4 in `jobdb/mod.rs`).
-const REQUESTS: &str = "UPDATE jobs SET options = jsonb_build_object('bundle', options::jsonb->>'bundle_digest')::text
-        WHERE kind = 'install' AND jsonb_typeof(options::jsonb->'bundle_digest') = 'string';
-    UPDATE jobs SET options = jsonb_build_object('phases', coalesce(options::jsonb->'phases', '[]'::jsonb), 'local', options::jsonb)::text
-        WHERE kind = 'install' AND jsonb_exists(options::jsonb, 'advertise');
-    UPDATE jobs SET options = jsonb_build_object('local', jsonb_build_object('root', options::jsonb->'root'))::text
-        WHERE kind = 'reset' AND jsonb_typeof(options::jsonb->'root') = 'string';
+/// migration 4 in `jobdb/mod.rs`); a row whose options are not JSON is left
+/// as it is (listed with its error, as SQLite's `json_valid` leaves it).
+const REQUESTS: &str = "CREATE FUNCTION pg_temp.kubexm_options(t text) RETURNS jsonb LANGUAGE plpgsql AS $$
+        BEGIN RETURN t::jsonb; EXCEPTION WHEN others THEN RETURN NULL; END $$;
+    UPDATE jobs SET options = jsonb_build_object('bundle', pg_temp.kubexm_options(options)->>'bundle_digest')::text
+        WHERE kind = 'install' AND jsonb_typeof(pg_temp.kubexm_options(options)->'bundle_digest') = 'string';
+    UPDATE jobs SET options = jsonb_build_object('phases', coalesce(pg_temp.kubexm_options(options)->'phases', '[]'::jsonb),
+            'local', pg_temp.kubexm_options(options))::text
+        WHERE kind = 'install' AND jsonb_exists(pg_temp.kubexm_options(options), 'advertise');
+    UPDATE jobs SET options = jsonb_build_object('local', jsonb_build_object('root', pg_temp.kubexm_options(options)->'root'))::text
+        WHERE kind = 'reset' AND jsonb_typeof(pg_temp.kubexm_options(options)->'root') = 'string';
     UPDATE jobs SET options = '{}'
-        WHERE kind = 'reset' AND jsonb_typeof(options::jsonb->'root') = 'null';";
+        WHERE kind = 'reset' AND jsonb_typeof(pg_temp.kubexm_options(options)->'root') = 'null';
+    DROP FUNCTION pg_temp.kubexm_options(text);";
 
 /// The advisory lock key migrations run under.
 const MIGRATION_LOCK: i64 = 0x6b75_6265_786d; // "kubexm"

@@ -502,8 +502,6 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
                 ));
             };
             let live = detachable(&db, c.detach).await?;
-            let phases = kubexm_installer::pipelines::install::parse(&c.phases)
-                .map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
             let local = kubexm_server::job_request::Local {
                 bundle: Some(bundle_file(&c.bundle, &c.bundles)?),
                 pubkey: c.pubkey,
@@ -513,7 +511,7 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
                 root: Some(c.root),
                 kubeconfig: c.kubeconfig,
             };
-            let id = ops::create_cluster(&db, &c.file, phases, local).await?;
+            let id = ops::create_cluster(&db, &c.file, &c.phases, local).await?;
             run_created(&db, id, c.detach, &live, (c.state, key), &quit).await
         }
         Command::Create { what: Create::Facts(h) } => {
