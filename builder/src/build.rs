@@ -73,10 +73,7 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
     let catalog = crate::catalog(&opts.catalogs)?;
     let cluster = crate::validate(&opts.config, &catalog)?;
     let config_bytes = fs_err::read(&opts.config)?;
-    let cli_mirrors = Mirrors::from_args(&opts.mirrors).map_err(|e| build_err(BuildError::Usage, anyhow::anyhow!("--mirror {e}")))?;
-    let mut mirrors = Mirrors::parse(cluster.spec.bundle.mirrors.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .map_err(|e| build_err(BuildError::Config, anyhow::anyhow!(e)))?;
-    mirrors.extend(cli_mirrors.clone());
+    let (cli_mirrors, mirrors) = mirrors_of(opts, &cluster)?;
     let mut bom = kubexm_bom::resolve::resolve(&cluster, &catalog, &cli_mirrors)?;
     if opts.strict_mirrors {
         strict_check(&bom, &mirrors)?;
@@ -97,104 +94,19 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let jobs = opts.jobs.max(1);
-    let (pulled, repos) = rt
-        .block_on(fetch_all(
-            &mut bom,
-            &cache,
-            &http,
-            &mirrors,
-            opts.strict_mirrors,
-            jobs,
-            on_bytes,
-            &progress,
-            &catalog,
-        ))
-        .map_err(classify)?;
+    let fetch = Fetch {
+        cache: &cache,
+        http: &http,
+        mirrors: &mirrors,
+        strict: opts.strict_mirrors,
+        jobs: opts.jobs.max(1),
+        progress: &progress,
+        catalog: &catalog,
+    };
+    let (pulled, repos) = rt.block_on(fetch.all(&mut bom, on_bytes)).map_err(classify)?;
     progress.finish();
 
-    // Assemble: every member comes from the cache, sorted by path.
-    let mut members: BTreeMap<String, PackMember> = BTreeMap::new();
-    let add_blob = |members: &mut BTreeMap<String, PackMember>, path: String, hex: &str| -> anyhow::Result<bool> {
-        if members.contains_key(&path) {
-            return Ok(false);
-        }
-        let file = cache.blob(hex);
-        let size = fs_err::metadata(&file)?.len();
-        members.insert(
-            path.clone(),
-            PackMember {
-                path,
-                source: Source::File(file),
-                size,
-                sha256: hex.to_string(),
-            },
-        );
-        Ok(true)
-    };
-    for f in &bom.files {
-        let Checksum::Sha256(hex) = &f.checksum else {
-            bail!("{} {} {}: no verified digest", f.component, f.version, f.arch)
-        };
-        add_blob(&mut members, f.path.clone(), hex)?;
-    }
-    for m in &bom.manifests {
-        add_blob(&mut members, m.path.clone(), m.sha256.as_deref().unwrap_or_default())?;
-    }
-    for c in &bom.charts {
-        add_blob(&mut members, c.path.clone(), c.sha256.as_deref().unwrap_or_default())?;
-    }
-    for r in &repos {
-        for (file, sha) in &r.debs {
-            add_blob(&mut members, format!("{}/{file}", r.path), sha)?;
-        }
-        for (name, bytes) in &r.index_files {
-            let path = format!("{}/{name}", r.path);
-            members.insert(
-                path.clone(),
-                PackMember {
-                    path,
-                    size: bytes.len() as u64,
-                    source: Source::Bytes(bytes.clone()),
-                    sha256: sha256_hex(bytes),
-                },
-            );
-        }
-    }
-    let mut index_entries = Vec::new();
-    let mut blob_count = 0;
-    for (item, p) in bom.images.iter().zip(&pulled) {
-        for b in &p.blobs {
-            if add_blob(&mut members, layout::blob_path(b), b)? {
-                blob_count += 1;
-            }
-        }
-        let desc = Descriptor {
-            media_type: p.media_type.clone(),
-            digest: p.digest.clone(),
-            size: p.size,
-            annotations: Default::default(),
-        };
-        index_entries.push((item.reference.to_string(), desc));
-    }
-    if !bom.images.is_empty() {
-        for (path, bytes) in [
-            (format!("{}/oci-layout", layout::DIR), layout::OCI_LAYOUT.as_bytes().to_vec()),
-            (format!("{}/index.json", layout::DIR), LayoutIndex::new(index_entries).to_bytes()),
-        ] {
-            let sha256 = sha256_hex(&bytes);
-            members.insert(
-                path.clone(),
-                PackMember {
-                    path,
-                    size: bytes.len() as u64,
-                    source: Source::Bytes(bytes),
-                    sha256,
-                },
-            );
-        }
-    }
-    let members: Vec<PackMember> = members.into_values().collect();
+    let (members, blob_count) = assemble(&cache, &bom, &pulled, &repos)?;
     let manifest = BundleManifest {
         api_version: API_VERSION.into(),
         kind: KIND.into(),
@@ -217,16 +129,7 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
     let size = kubexm_bundle::pack::pack(&opts.bundle, &manifest, &members, workers, &|n| pack_bar.set_position(n))?;
     pack_bar.finish_and_clear();
     tracing::info!("wrote {} ({} bytes, {} members)", opts.bundle.display(), size, members.len() + 1);
-
-    let signature = match &opts.key {
-        Some(key) => {
-            let sig = crate::sign::signature_path(&opts.bundle);
-            let comment = format!("kubexm bundle {} bundle.yaml sha256:{yaml_sha}", manifest.name);
-            crate::sign::sign(&opts.bundle, key, &comment)?;
-            Some(sig)
-        }
-        None => None,
-    };
+    let signature = sign_bundle(opts, &manifest.name, &yaml_sha)?;
     Ok(BuildSummary {
         bundle: opts.bundle.clone(),
         signature,
@@ -243,6 +146,111 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
         downloaded_bytes: downloaded.load(Ordering::Relaxed),
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// The `--mirror` flags, and every mirror the build uses (the config's
+/// `bundle.mirrors` with the flags over them).
+fn mirrors_of(opts: &BuildOptions, cluster: &kubexm_bom::config::Cluster) -> anyhow::Result<(Mirrors, Mirrors)> {
+    let cli = Mirrors::from_args(&opts.mirrors).map_err(|e| build_err(BuildError::Usage, anyhow::anyhow!("--mirror {e}")))?;
+    let mut all = Mirrors::parse(cluster.spec.bundle.mirrors.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| build_err(BuildError::Config, anyhow::anyhow!(e)))?;
+    all.extend(cli.clone());
+    Ok((cli, all))
+}
+
+/// The bundle's members, every one from the cache (or, for index files
+/// made here, from memory), sorted by path; and how many image blobs.
+fn assemble(cache: &Cache, bom: &Bom, pulled: &[Pulled], repos: &[debian::Repo]) -> anyhow::Result<(Vec<PackMember>, usize)> {
+    let mut members = Members {
+        cache,
+        by_path: BTreeMap::new(),
+    };
+    for f in &bom.files {
+        let Checksum::Sha256(hex) = &f.checksum else {
+            bail!("{} {} {}: no verified digest", f.component, f.version, f.arch)
+        };
+        members.blob(f.path.clone(), hex)?;
+    }
+    for m in &bom.manifests {
+        members.blob(m.path.clone(), m.sha256.as_deref().unwrap_or_default())?;
+    }
+    for c in &bom.charts {
+        members.blob(c.path.clone(), c.sha256.as_deref().unwrap_or_default())?;
+    }
+    for r in repos {
+        for (file, sha) in &r.debs {
+            members.blob(format!("{}/{file}", r.path), sha)?;
+        }
+        for (name, bytes) in &r.index_files {
+            members.bytes(format!("{}/{name}", r.path), bytes.clone());
+        }
+    }
+    let mut index_entries = Vec::new();
+    let mut blob_count = 0;
+    for (item, p) in bom.images.iter().zip(pulled) {
+        for b in &p.blobs {
+            if members.blob(layout::blob_path(b), b)? {
+                blob_count += 1;
+            }
+        }
+        let desc = Descriptor {
+            media_type: p.media_type.clone(),
+            digest: p.digest.clone(),
+            size: p.size,
+            annotations: Default::default(),
+        };
+        index_entries.push((item.reference.to_string(), desc));
+    }
+    if !bom.images.is_empty() {
+        members.bytes(format!("{}/oci-layout", layout::DIR), layout::OCI_LAYOUT.as_bytes().to_vec());
+        members.bytes(format!("{}/index.json", layout::DIR), LayoutIndex::new(index_entries).to_bytes());
+    }
+    Ok((members.by_path.into_values().collect(), blob_count))
+}
+
+/// Members being gathered, by path.
+struct Members<'a> {
+    cache: &'a Cache,
+    by_path: BTreeMap<String, PackMember>,
+}
+
+impl Members<'_> {
+    /// The cached blob `hex` at `path`; false when the path is already there.
+    fn blob(&mut self, path: String, hex: &str) -> anyhow::Result<bool> {
+        if self.by_path.contains_key(&path) {
+            return Ok(false);
+        }
+        let file = self.cache.blob(hex);
+        let size = fs_err::metadata(&file)?.len();
+        let member = PackMember {
+            path: path.clone(),
+            source: Source::File(file),
+            size,
+            sha256: hex.to_string(),
+        };
+        self.by_path.insert(path, member);
+        Ok(true)
+    }
+
+    /// `bytes` made here at `path`.
+    fn bytes(&mut self, path: String, bytes: Vec<u8>) {
+        let member = PackMember {
+            path: path.clone(),
+            size: bytes.len() as u64,
+            sha256: sha256_hex(&bytes),
+            source: Source::Bytes(bytes),
+        };
+        self.by_path.insert(path, member);
+    }
+}
+
+/// Signs the written bundle with `--key`, its trusted comment naming
+/// bundle.yaml's sha256; the signature's path, or none without a key.
+fn sign_bundle(opts: &BuildOptions, name: &str, yaml_sha: &str) -> anyhow::Result<Option<PathBuf>> {
+    let Some(key) = &opts.key else { return Ok(None) };
+    let comment = format!("kubexm bundle {name} bundle.yaml sha256:{yaml_sha}");
+    crate::sign::sign(&opts.bundle, key, &comment)?;
+    Ok(Some(crate::sign::signature_path(&opts.bundle)))
 }
 
 /// Tags fetch failures with their exit class: a digest that does not match
@@ -305,158 +313,183 @@ fn strict_check(bom: &Bom, mirrors: &Mirrors) -> anyhow::Result<()> {
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn fetch_all(
-    bom: &mut Bom,
-    cache: &Cache,
-    http: &Http,
-    mirrors: &Mirrors,
+/// What the fetch stages share.
+struct Fetch<'a> {
+    cache: &'a Cache,
+    http: &'a Http,
+    mirrors: &'a Mirrors,
     strict: bool,
     jobs: usize,
-    on_bytes: Arc<dyn Fn(u64) + Send + Sync>,
-    progress: &Progress,
-    catalog: &kubexm_bom::catalog::Catalog,
-) -> anyhow::Result<(Vec<Pulled>, Vec<debian::Repo>)> {
-    // Files: pinned digest, or the upstream's published checksum (remembered per URL).
-    let bar = progress.stage("files", bom.files.len());
-    let files = std::mem::take(&mut bom.files);
-    bom.files = stream::iter(files)
-        .map(|mut f| {
-            let bar = bar.clone();
-            async move {
-                let artifact = format!("{} {} {}", f.component, f.version, f.arch);
-                let expected = match &f.checksum {
-                    Checksum::Sha256(h) => h.clone(),
-                    Checksum::Published(sum_url) => published(http, cache, &artifact, sum_url, &f.url).await?,
-                    Checksum::Unknown => {
-                        return Err(FetchError::NoChecksum {
-                            artifact,
-                            url: f.url.clone(),
-                            file: "(no pinned digest and no published checksum URL)".into(),
-                        });
-                    }
-                };
-                http.fetch(cache, &artifact, &f.source, &expected).await?;
-                f.checksum = Checksum::Sha256(expected);
-                bar.inc(1);
-                Ok::<_, FetchError>(f)
-            }
-        })
-        .buffered(jobs)
-        .try_collect()
-        .await?;
-    bar.finish();
+    progress: &'a Progress,
+    catalog: &'a kubexm_bom::catalog::Catalog,
+}
 
-    // Manifests: fetched (remembered per URL), then scanned for images.
-    let bar = progress.stage("manifests", bom.manifests.len());
-    let mut found: Vec<(String, String)> = Vec::new();
-    for m in &mut bom.manifests {
-        let artifact = format!("manifest {} {}", m.addon, m.version);
-        let hex = match cache.get_ref::<String>("manifests", &m.source).filter(|h| cache.has(h)) {
-            Some(h) => h,
-            None => {
-                let bytes = http.get_bytes(&artifact, &m.source).await?;
-                let h = cache.put_bytes(&bytes).map_err(FetchError::io("cache"))?;
-                cache.set_ref("manifests", &m.source, &h).map_err(FetchError::io("cache"))?;
-                h
-            }
-        };
-        let text = String::from_utf8(cache.read(&hex)?).map_err(|_| anyhow::anyhow!("{artifact}: {} is not UTF-8 text", m.url))?;
-        let images = scan::images(&text).map_err(|e| {
-            build_err(
-                BuildError::Fetch,
-                anyhow::anyhow!("{artifact}: {} is not a readable manifest: {e}", m.url),
-            )
-        })?;
-        for i in images {
-            found.push((i, format!("{}/{}", m.addon, m.version)));
-        }
-        m.sha256 = Some(hex);
-        bar.inc(1);
-    }
-    bar.finish();
-    let platforms: Vec<String> = bom.arches.iter().map(|a| format!("linux/{a}")).collect();
-    for (image, from) in found {
-        let reference = ImageRef::parse(&image).map_err(|e| build_err(BuildError::Fetch, anyhow::anyhow!("manifest {from}: {e}")))?;
-        if strict && !mirrors.covers_image(&reference) {
-            bail!(build_err(
-                BuildError::Usage,
-                anyhow::anyhow!("--strict-mirrors: image {reference} (named by manifest {from}) has no mirror mapping")
-            ));
-        }
-        if !bom.images.iter().any(|i| i.reference == reference) {
-            bom.images.push(ImageItem {
-                source: mirrors.rewrite_image(&reference),
-                reference,
-                platforms: platforms.clone(),
-                digest: None,
-                upstream_digest: None,
-                from_manifest: Some(from),
-            });
-        }
-    }
-    bom.images.sort_by(|a, b| a.reference.cmp(&b.reference));
-
-    // Charts and images share one registry client.
-    let puller = Puller::new(
-        crate::fetch::images::http_hosts(&bom.images)
-            .into_iter()
-            .chain(chart_http_hosts(bom))
-            .collect(),
-        on_bytes,
-    );
-    let bar = progress.stage("charts", bom.charts.len());
-    for c in &mut bom.charts {
-        c.sha256 = Some(charts::fetch(http, &puller, cache, c).await?);
-        bar.inc(1);
-    }
-    bar.finish();
-    let bar = progress.stage("images", bom.images.len());
-    let pulled: Vec<Pulled> = stream::iter(bom.images.iter())
-        .map(|i| {
-            let bar = bar.clone();
-            let puller = &puller;
-            async move {
-                let p = puller.pull(cache, i).await;
-                bar.inc(1);
-                p
-            }
-        })
-        .buffered(jobs)
-        .try_collect()
-        .await?;
-    bar.finish();
-    for (i, p) in bom.images.iter_mut().zip(&pulled) {
-        i.digest = Some(p.digest.clone());
-        i.upstream_digest = p.upstream_digest.clone();
+impl Fetch<'_> {
+    /// Every stage in order; the BOM completed with what was verified.
+    async fn all(&self, bom: &mut Bom, on_bytes: Arc<dyn Fn(u64) + Send + Sync>) -> anyhow::Result<(Vec<Pulled>, Vec<debian::Repo>)> {
+        self.files(bom).await?;
+        self.manifests(bom).await?;
+        let pulled = self.charts_and_images(bom, on_bytes).await?;
+        let repos = self.os_repos(bom).await?;
+        Ok((pulled, repos))
     }
 
-    // OS package repositories: verified mirror, resolved, every .deb fetched.
-    let bar = progress.stage("os repos", bom.os_repos.len());
-    let mut repos = Vec::new();
-    for item in &mut bom.os_repos {
-        let release = catalog
-            .os
-            .releases
-            .get(&item.release)
-            .ok_or_else(|| anyhow::anyhow!("OS release {} is not in the catalog", item.release))?;
-        let keys = release.keyring_text()?;
-        let (repo, in_base) = debian::build_repo(http, cache, item, &keys, &release.base_priorities, jobs)
-            .await
-            .map_err(debian_error)?;
-        if !in_base.is_empty() {
-            tracing::info!(
-                "{} {}: {} already on every host of the release (its base set); not carried",
-                item.release,
-                item.arch,
-                in_base.join(", ")
-            );
-        }
-        repos.push(repo);
-        bar.inc(1);
+    /// Files: pinned digest, or the upstream's published checksum (remembered per URL).
+    async fn files(&self, bom: &mut Bom) -> anyhow::Result<()> {
+        let bar = self.progress.stage("files", bom.files.len());
+        let files = std::mem::take(&mut bom.files);
+        bom.files = stream::iter(files)
+            .map(|mut f| {
+                let bar = bar.clone();
+                async move {
+                    let artifact = format!("{} {} {}", f.component, f.version, f.arch);
+                    let expected = match &f.checksum {
+                        Checksum::Sha256(h) => h.clone(),
+                        Checksum::Published(sum_url) => published(self.http, self.cache, &artifact, sum_url, &f.url).await?,
+                        Checksum::Unknown => {
+                            return Err(FetchError::NoChecksum {
+                                artifact,
+                                url: f.url.clone(),
+                                file: "(no pinned digest and no published checksum URL)".into(),
+                            });
+                        }
+                    };
+                    self.http.fetch(self.cache, &artifact, &f.source, &expected).await?;
+                    f.checksum = Checksum::Sha256(expected);
+                    bar.inc(1);
+                    Ok::<_, FetchError>(f)
+                }
+            })
+            .buffered(self.jobs)
+            .try_collect()
+            .await?;
+        bar.finish();
+
+        Ok(())
     }
-    bar.finish();
-    Ok((pulled, repos))
+
+    /// Manifests: fetched (remembered per URL), then scanned for images,
+    /// which join the BOM's.
+    async fn manifests(&self, bom: &mut Bom) -> anyhow::Result<()> {
+        let bar = self.progress.stage("manifests", bom.manifests.len());
+        let mut found: Vec<(String, String)> = Vec::new();
+        for m in &mut bom.manifests {
+            let artifact = format!("manifest {} {}", m.addon, m.version);
+            let hex = match self.cache.get_ref::<String>("manifests", &m.source).filter(|h| self.cache.has(h)) {
+                Some(h) => h,
+                None => {
+                    let bytes = self.http.get_bytes(&artifact, &m.source).await?;
+                    let h = self.cache.put_bytes(&bytes).map_err(FetchError::io("cache"))?;
+                    self.cache.set_ref("manifests", &m.source, &h).map_err(FetchError::io("cache"))?;
+                    h
+                }
+            };
+            let text = String::from_utf8(self.cache.read(&hex)?).map_err(|_| anyhow::anyhow!("{artifact}: {} is not UTF-8 text", m.url))?;
+            let images = scan::images(&text).map_err(|e| {
+                build_err(
+                    BuildError::Fetch,
+                    anyhow::anyhow!("{artifact}: {} is not a readable manifest: {e}", m.url),
+                )
+            })?;
+            for i in images {
+                found.push((i, format!("{}/{}", m.addon, m.version)));
+            }
+            m.sha256 = Some(hex);
+            bar.inc(1);
+        }
+        bar.finish();
+        let platforms: Vec<String> = bom.arches.iter().map(|a| format!("linux/{a}")).collect();
+        for (image, from) in found {
+            let reference = ImageRef::parse(&image).map_err(|e| build_err(BuildError::Fetch, anyhow::anyhow!("manifest {from}: {e}")))?;
+            if self.strict && !self.mirrors.covers_image(&reference) {
+                bail!(build_err(
+                    BuildError::Usage,
+                    anyhow::anyhow!("--strict-mirrors: image {reference} (named by manifest {from}) has no mirror mapping")
+                ));
+            }
+            if !bom.images.iter().any(|i| i.reference == reference) {
+                bom.images.push(ImageItem {
+                    source: self.mirrors.rewrite_image(&reference),
+                    reference,
+                    platforms: platforms.clone(),
+                    digest: None,
+                    upstream_digest: None,
+                    from_manifest: Some(from),
+                });
+            }
+        }
+        bom.images.sort_by(|a, b| a.reference.cmp(&b.reference));
+
+        Ok(())
+    }
+
+    /// Charts and images, sharing one registry client.
+    async fn charts_and_images(&self, bom: &mut Bom, on_bytes: Arc<dyn Fn(u64) + Send + Sync>) -> anyhow::Result<Vec<Pulled>> {
+        let puller = Puller::new(
+            crate::fetch::images::http_hosts(&bom.images)
+                .into_iter()
+                .chain(chart_http_hosts(bom))
+                .collect(),
+            on_bytes,
+        );
+        let bar = self.progress.stage("charts", bom.charts.len());
+        for c in &mut bom.charts {
+            c.sha256 = Some(charts::fetch(self.http, &puller, self.cache, c).await?);
+            bar.inc(1);
+        }
+        bar.finish();
+        let bar = self.progress.stage("images", bom.images.len());
+        let pulled: Vec<Pulled> = stream::iter(bom.images.iter())
+            .map(|i| {
+                let bar = bar.clone();
+                let puller = &puller;
+                async move {
+                    let p = puller.pull(self.cache, i).await;
+                    bar.inc(1);
+                    p
+                }
+            })
+            .buffered(self.jobs)
+            .try_collect()
+            .await?;
+        bar.finish();
+        for (i, p) in bom.images.iter_mut().zip(&pulled) {
+            i.digest = Some(p.digest.clone());
+            i.upstream_digest = p.upstream_digest.clone();
+        }
+
+        Ok(pulled)
+    }
+
+    /// OS package repositories: verified mirror, resolved, every .deb fetched.
+    async fn os_repos(&self, bom: &mut Bom) -> anyhow::Result<Vec<debian::Repo>> {
+        let bar = self.progress.stage("os repos", bom.os_repos.len());
+        let mut repos = Vec::new();
+        for item in &mut bom.os_repos {
+            let release = self
+                .catalog
+                .os
+                .releases
+                .get(&item.release)
+                .ok_or_else(|| anyhow::anyhow!("OS release {} is not in the catalog", item.release))?;
+            let keys = release.keyring_text()?;
+            let (repo, in_base) = debian::build_repo(self.http, self.cache, item, &keys, &release.base_priorities, self.jobs)
+                .await
+                .map_err(debian_error)?;
+            if !in_base.is_empty() {
+                tracing::info!(
+                    "{} {}: {} already on every host of the release (its base set); not carried",
+                    item.release,
+                    item.arch,
+                    in_base.join(", ")
+                );
+            }
+            repos.push(repo);
+            bar.inc(1);
+        }
+        bar.finish();
+        Ok(repos)
+    }
 }
 
 /// Tags repository failures with their exit class.

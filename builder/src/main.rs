@@ -139,45 +139,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Validate { config, output } => {
             let catalog = kubexm_builder::catalog(&config.catalog)?;
-            match (kubexm_builder::validate(&config.file, &catalog), output) {
-                (Err(e), Output::Json) => {
-                    if let Some(kubexm_bom::config::LoadError::Invalid(d)) = e.downcast_ref() {
-                        println!(
-                            "{}",
-                            serde_json::to_string_pretty(
-                                &serde_json::json!({"valid": false, "file": d.file, "diagnostics": d.diagnostics})
-                            )?
-                        );
-                    }
-                    Err(e)
-                }
-                (Err(e), _) => Err(e),
-                (Ok(c), Output::Json) => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&serde_json::json!({"valid": true, "config": c}))?
-                    );
-                    Ok(())
-                }
-                (Ok(c), Output::Yaml) => {
-                    print!("{}", serde_saphyr::to_string(&c)?);
-                    Ok(())
-                }
-                (Ok(c), _) => {
-                    let s = &c.spec;
-                    println!(
-                        "{}: valid: cluster {}, {} hosts, Kubernetes {}, endpoint {:?}, etcd {:?}, network {:?}",
-                        config.file.display(),
-                        c.metadata.name,
-                        s.hosts.len(),
-                        s.kubernetes.version,
-                        s.control_plane_endpoint.mode,
-                        s.etcd.mode,
-                        s.network.plugin
-                    );
-                    Ok(())
-                }
-            }
+            print_validated(&config.file, kubexm_builder::validate(&config.file, &catalog), output)
         }
         Command::Bom { config, mirrors, output } => {
             let catalog = kubexm_builder::catalog(&config.catalog)?;
@@ -209,33 +171,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                 cache_dir: cache_dir.unwrap_or_else(kubexm_builder::cache::Cache::default_dir),
                 jobs,
             };
-            let s = kubexm_builder::build::build(&opts)?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&s)?),
-                _ => {
-                    println!(
-                        "wrote {} ({} bytes): {} files, {} manifests, {} images ({} blobs), {} charts, {} bytes of content in {:.1}s",
-                        s.bundle.display(),
-                        s.bundle_size,
-                        s.files,
-                        s.manifests,
-                        s.images,
-                        s.blobs,
-                        s.charts,
-                        s.content_bytes,
-                        s.seconds
-                    );
-                    match &s.signature {
-                        Some(sig) => println!("signed: {}", sig.display()),
-                        None => println!("not signed: pass --key to sign (kubexm-install refuses unsigned bundles unless told otherwise)"),
-                    }
-                    println!(
-                        "downloaded {} bytes in {} upstream requests (plus registry pulls)",
-                        s.downloaded_bytes, s.upstream_requests
-                    );
-                }
-            }
-            Ok(())
+            print_built(&kubexm_builder::build::build(&opts)?, output)
         }
         Command::Keygen {
             secret_key,
@@ -292,4 +228,76 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// What `validate` prints: the completed config (JSON, YAML) or a line; the
+/// diagnostics as JSON too with `-o json`.
+fn print_validated(file: &std::path::Path, result: anyhow::Result<kubexm_bom::config::Cluster>, output: Output) -> anyhow::Result<()> {
+    match (result, output) {
+        (Err(e), Output::Json) => {
+            if let Some(kubexm_bom::config::LoadError::Invalid(d)) = e.downcast_ref() {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({"valid": false, "file": d.file, "diagnostics": d.diagnostics}))?
+                );
+            }
+            Err(e)
+        }
+        (Err(e), _) => Err(e),
+        (Ok(c), Output::Json) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({"valid": true, "config": c}))?
+            );
+            Ok(())
+        }
+        (Ok(c), Output::Yaml) => {
+            print!("{}", serde_saphyr::to_string(&c)?);
+            Ok(())
+        }
+        (Ok(c), _) => {
+            let s = &c.spec;
+            println!(
+                "{}: valid: cluster {}, {} hosts, Kubernetes {}, endpoint {:?}, etcd {:?}, network {:?}",
+                file.display(),
+                c.metadata.name,
+                s.hosts.len(),
+                s.kubernetes.version,
+                s.control_plane_endpoint.mode,
+                s.etcd.mode,
+                s.network.plugin
+            );
+            Ok(())
+        }
+    }
+}
+
+/// What `build` prints: its summary (JSON, or lines for people).
+fn print_built(s: &kubexm_builder::build::BuildSummary, output: Output) -> anyhow::Result<()> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&s)?),
+        _ => {
+            println!(
+                "wrote {} ({} bytes): {} files, {} manifests, {} images ({} blobs), {} charts, {} bytes of content in {:.1}s",
+                s.bundle.display(),
+                s.bundle_size,
+                s.files,
+                s.manifests,
+                s.images,
+                s.blobs,
+                s.charts,
+                s.content_bytes,
+                s.seconds
+            );
+            match &s.signature {
+                Some(sig) => println!("signed: {}", sig.display()),
+                None => println!("not signed: pass --key to sign (kubexm-install refuses unsigned bundles unless told otherwise)"),
+            }
+            println!(
+                "downloaded {} bytes in {} upstream requests (plus registry pulls)",
+                s.downloaded_bytes, s.upstream_requests
+            );
+        }
+    }
+    Ok(())
 }

@@ -27,10 +27,13 @@ pub async fn create_cluster(db: &JobDb, file: &Path, phases: &[String], local: L
             anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
         ));
     };
-    let (_, digest, cluster) =
+    let (opened, cluster) =
         kubexm_installer::ops::session::validate(&kubexm_installer::ops::session::Config::File(file.to_path_buf()), bundle)?;
     let phases = kubexm_installer::pipelines::install::parse(phases).map_err(|e| op(OpError::Usage, anyhow::anyhow!("--phases: {e}")))?;
-    let request = Request::Install(InstallRequest { bundle: digest, phases });
+    let request = Request::Install(InstallRequest {
+        bundle: opened.digest,
+        phases,
+    });
     store_operators(db, file, &cluster, &request, Some(&local)).await
 }
 
@@ -77,25 +80,6 @@ pub fn validate_text(
     catalog: Option<&kubexm_bom::catalog::Catalog>,
 ) -> Result<kubexm_bom::config::Cluster, CreateError> {
     Ok(kubexm_bom::config::load_str_as(text, name, catalog, Origin::Request)?)
-}
-
-/// `create cluster` from config text (the API), `cluster` its validation
-/// ([`validate_text`]): stored as a Pending install job of the bundle
-/// `digest`, which the claiming worker completes with its own install
-/// options.
-pub async fn create_cluster_text(
-    db: &JobDb,
-    cluster: &kubexm_bom::config::Cluster,
-    text: &str,
-    name: &str,
-    digest: &str,
-    who: Requester<'_>,
-) -> Result<i64, CreateError> {
-    let request = Request::Install(InstallRequest {
-        bundle: digest.to_string(),
-        phases: Vec::new(),
-    });
-    create_hosts_job_text(db, cluster, text, name, &request, who).await
 }
 
 /// Who a stored job is by: its origin, principal, and whether it may act
@@ -162,9 +146,11 @@ pub async fn create_hosts_job(db: &JobDb, file: &Path, request: &Request, local:
 }
 
 /// A job asking `request` from config text (the API), `cluster` its
-/// validation ([`validate_text`]: without a catalog for facts and reset, as
-/// [`create_hosts_job`] validates a file).
-pub async fn create_hosts_job_text(
+/// validation ([`validate_text`]: against the bundle's catalog for an
+/// install, without one for facts and reset, as [`create_hosts_job`]
+/// validates a file). An install names only the bundle's digest: the
+/// claiming worker's own options complete it.
+pub async fn create_job_text(
     db: &JobDb,
     cluster: &kubexm_bom::config::Cluster,
     text: &str,

@@ -132,16 +132,23 @@ pub struct Session {
 /// bundle.yaml, read without unpacking anything): what an install, and a
 /// job that will run one, checks first. The config's own errors come first
 /// even without a readable bundle (only its versions need the catalog).
-pub fn validate(config: &Config, bundle: &Path) -> anyhow::Result<(BundleManifest, String, Cluster)> {
-    let (early, digest) = match kubexm_bundle::verify::read_manifest_digest(bundle) {
+pub fn validate(config: &Config, bundle: &Path) -> anyhow::Result<(OpenBundle, Cluster)> {
+    let (manifest, digest) = match kubexm_bundle::verify::read_manifest_digest(bundle) {
         Ok(m) => m,
         Err(e) => {
             config.load_hosts()?;
             return Err(crate::unpack::UnpackError::from(e).classified());
         }
     };
-    let cluster = config.load(&super::lock_catalog(&early, bundle)?)?;
-    Ok((early, digest, cluster))
+    let catalog = super::lock_catalog(&manifest, bundle)?;
+    let cluster = config.load(&catalog)?;
+    let opened = OpenBundle {
+        path: bundle.to_path_buf(),
+        manifest,
+        digest,
+        catalog,
+    };
+    Ok((opened, cluster))
 }
 
 /// Refuses a host name (of `hosts`, named unreachable) that is not a host
@@ -168,14 +175,7 @@ impl Session {
     pub fn open(config: &Config, bundle: Option<&Path>, store: Option<Arc<dyn Store>>, settings: Settings) -> anyhow::Result<Session> {
         let (cluster, bundle) = match bundle {
             Some(path) => {
-                let (manifest, digest, cluster) = validate(config, path)?;
-                let catalog = super::lock_catalog(&manifest, path)?;
-                let bundle = OpenBundle {
-                    path: path.to_path_buf(),
-                    manifest,
-                    digest,
-                    catalog,
-                };
+                let (bundle, cluster) = validate(config, path)?;
                 (cluster, Some(bundle))
             }
             None => (config.load_hosts()?, None),

@@ -35,7 +35,7 @@ use serde_json::json;
 use crate::bundles;
 use crate::jobdb::{JobDb, LogLine, Scope};
 use crate::ops::{self, CreateError};
-use kubexm_installer::ops::request::Request as OpRequest;
+use kubexm_installer::ops::request::{InstallRequest, Request as OpRequest};
 use tls::ClientCertificate;
 
 /// The OpenAPI document of this API, as committed.
@@ -422,12 +422,11 @@ async fn create_cluster(
         Ok((ops::validate_text(&text, "cluster.yaml", Some(&catalog)), text, digest))
     })
     .await?;
-    let cluster = match cluster {
-        Ok(c) => c,
-        Err(e) => return created(Err(e)),
-    };
-    let who = who.requester(app.o.root.as_deref());
-    created(ops::create_cluster_text(&app.db, &cluster, &text, "cluster.yaml", &digest, who).await)
+    let request = OpRequest::Install(InstallRequest {
+        bundle: digest,
+        phases: Vec::new(),
+    });
+    store_validated(&app, cluster, &text, &request, who).await
 }
 
 /// A request body is cluster.yaml as `application/yaml` or `application/json`.
@@ -515,12 +514,24 @@ async fn hosts_job(app: Arc<App>, body: Bytes, request: OpRequest, who: Principa
         Ok((ops::validate_text(&text, "cluster.yaml", None), text))
     })
     .await?;
+    store_validated(&app, cluster, &text, &request, who).await
+}
+
+/// Stores a job asking `request` of the body's config once it validated
+/// (`422` with the errors when it did not).
+async fn store_validated(
+    app: &App,
+    cluster: Result<kubexm_bom::config::Cluster, CreateError>,
+    text: &str,
+    request: &OpRequest,
+    who: Principal,
+) -> Result<Response, ApiError> {
     let cluster = match cluster {
         Ok(c) => c,
         Err(e) => return created(Err(e)),
     };
     let who = who.requester(app.o.root.as_deref());
-    created(ops::create_hosts_job_text(&app.db, &cluster, &text, "cluster.yaml", &request, who).await)
+    created(ops::create_job_text(&app.db, &cluster, text, "cluster.yaml", request, who).await)
 }
 
 impl App {
