@@ -12,10 +12,8 @@ pub mod error;
 pub mod fetch;
 pub mod sign;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use kubexm_bom::Bom;
 use kubexm_bom::catalog::Catalog;
 use kubexm_bom::config::{self, Cluster};
@@ -54,21 +52,9 @@ pub fn init(path: &Path, force: bool) -> anyhow::Result<()> {
     write_atomic(path, EXAMPLE.as_bytes())
 }
 
-/// Writes a file whole or not at all: a temporary file beside it, then rename.
+/// Writes a file whole or not at all (shared with the installer).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().context("the target path has no file name")?.to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = fs_err::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs_err::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs_err::remove_file(&tmp);
-    }
-    Ok(result?)
+    Ok(kubexm_bundle::files::write_atomic(path, bytes)?)
 }
 
 /// Checks a bundle's signature and every member in one pass; returns the manifest and

@@ -11,6 +11,7 @@
 //! `kubexm-bundle verify` read them with [`verify`].
 
 pub mod digest;
+pub mod files;
 pub mod layout;
 pub mod manifest;
 pub mod pack;

@@ -4,7 +4,7 @@
 //! Kubernetes, etcd, containerd or Docker installs.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -61,12 +61,7 @@ pub struct HostFacts {
     pub sys_resource: bool,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+use crate::state::now_ms;
 
 /// Gathers one host's facts.
 pub async fn gather(t: &dyn Transport) -> Result<HostFacts, TransportError> {

@@ -13,7 +13,7 @@ use crate::inventory::{self, Connector};
 use crate::plan::{Module, Pipeline, Step, Task};
 use crate::run::{self, EngineOptions, Policy};
 use crate::ssh::Target;
-use crate::state::{Outcome, State};
+use crate::state::{Outcome, Span, State, now_ms};
 use crate::store::Store;
 
 /// Options for connecting to the cluster's hosts.
@@ -129,19 +129,28 @@ pub struct Hosts<'a> {
     pub targets: &'a [Target],
 }
 
+/// A job to run: its kind, and what ran before it (its preamble's spans,
+/// recorded with it; the connect is added).
+pub struct JobSpec<'a> {
+    pub kind: &'a str,
+    pub preamble: Vec<Span>,
+}
+
 /// Connects to `hosts`, builds the pipeline for the hosts that answered,
-/// and runs it as a recorded job of `kind`. Under fail-fast a host that
-/// cannot be reached stops the job before anything runs.
+/// and runs it as a recorded job. Under fail-fast a host that cannot be
+/// reached stops the job before anything runs.
 pub async fn execute(
     hosts: Hosts<'_>,
     state: Arc<dyn Store>,
-    kind: &str,
+    spec: JobSpec<'_>,
     connector: &dyn Connector,
     engine: &EngineOptions,
     stop: Arc<AtomicBool>,
     pipeline: impl FnOnce(Vec<String>) -> anyhow::Result<Pipeline>,
 ) -> anyhow::Result<Execution> {
-    let job = state.begin_job(hosts.cluster, kind).await?;
+    let job = state.begin_job(hosts.cluster, spec.kind).await?;
+    let mut preamble = spec.preamble;
+    let connect_started = now_ms();
     let connecting = connector.connect(hosts.targets, state.clone());
     // A cancel (or Ctrl-C) ends the connect phase within a fraction of a
     // second, however many hosts never answer.
@@ -157,6 +166,8 @@ pub async fn execute(
             anyhow::bail!("stopped while connecting to the hosts: nothing ran; run again to resume");
         }
     };
+    preamble.push(Span::since("connect", connect_started));
+    state.record_spans(job, &preamble).await?;
     let connect_errors: Vec<String> = failures.iter().map(|e| e.to_string()).collect();
     if !connect_errors.is_empty() && engine.policy == Policy::FailFast {
         state.finish_job(job, "failed").await?;
@@ -210,10 +221,11 @@ pub fn run_steps_blocking(
         targets: &targets,
     };
     let rt = tokio::runtime::Runtime::new()?;
+    let spec = JobSpec { kind, preamble: vec![] };
     rt.block_on(execute(
         hosts,
         state,
-        kind,
+        spec,
         &inventory::Ssh(connect),
         &opts,
         Arc::new(AtomicBool::new(false)),
@@ -238,7 +250,11 @@ pub async fn facts(
         ..Default::default()
     };
     let sink = out.clone();
-    let ex = execute(hosts, state, "facts", connector, &eo, stop, |reached| {
+    let spec = JobSpec {
+        kind: "facts",
+        preamble: vec![],
+    };
+    let ex = execute(hosts, state, spec, connector, &eo, stop, |reached| {
         Ok(facts_pipeline(reached, sink))
     })
     .await?;

@@ -2,7 +2,8 @@
 //! [`transport::Transport`] per host (SSH for real, a recording fake in unit
 //! tests), plans assembled into one DAG ([`plan`]), a scheduler that runs
 //! them in parallel and resumes ([`run`]), its jobs and results behind the
-//! async [`store::Store`] (SQLite now: [`state`]), host facts ([`facts`]) gathered concurrently, and the generic
+//! async [`store::Store`] (SQLite now: [`state`]), host facts ([`facts`]) gathered concurrently, each job's [`timeline`]
+//! (drawn as SVG), and the generic
 //! steps every trigger builds on ([`steps`], [`files`]).
 //!
 //! It knows no phase and no installer: the installer, and every later
@@ -22,5 +23,6 @@ pub mod ssh;
 pub mod state;
 pub mod steps;
 pub mod store;
+pub mod timeline;
 pub mod transport;
 pub mod trust;

@@ -45,6 +45,11 @@ pub trait Step: Send + Sync {
     fn check<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>>;
     /// Bring it there; returns a log of what was done.
     fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>>;
+    /// What it waits for, when it is a wait (polls until something outside
+    /// it is ready): a timeline shows its time as waiting, not working.
+    fn waits(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Whether a dependency holds per host or across all hosts.

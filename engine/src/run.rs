@@ -15,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use petgraph::Direction;
 use petgraph::graph::NodeIndex;
@@ -26,7 +26,7 @@ use crate::plan::{Check, Plan, StepError};
 
 /// The plan's graph.
 type Graph = petgraph::graph::DiGraph<crate::plan::Node, ()>;
-use crate::state::{Outcome, Record};
+use crate::state::{Outcome, Record, now_ms};
 use crate::store::Store;
 use crate::transport::{Transport, TransportError};
 
@@ -92,13 +92,6 @@ impl Report {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// Runs `plan` with a transport per host. `stop` ends the run cleanly (Ctrl-C):
 /// nothing new starts, running steps finish and are recorded.
 pub async fn run(
@@ -134,6 +127,8 @@ pub async fn run(
         waiting: VecDeque::new(),
         queued: Flags::new(hosts),
         busy: Flags::new(hosts),
+        ready_at: vec![0; g.node_count()],
+        trigger: vec![NONE; g.node_count()],
     };
     let mut blocked = Flags::new(g.node_count());
     let mut running: JoinSet<Done> = JoinSet::new();
@@ -150,7 +145,7 @@ pub async fn run(
     // Barriers pass as soon as they are ready: what waits on them becomes
     // ready in turn (pushed onto its host's queue).
     let ready: Vec<NodeIndex> = g.node_indices().filter(|n| indegree[n.index()] == 0).collect();
-    q.pass_ready(g, ready, &mut indegree, &host_of);
+    q.pass_ready(g, ready, NONE, &mut indegree, &host_of);
     loop {
         let stopping = stop.load(Ordering::Relaxed) || (failed && opts.policy == Policy::FailFast) || report.state_error.is_some();
         while !stopping && q.busy.count < opts.concurrency.max(1) {
@@ -184,7 +179,7 @@ pub async fn run(
         while let Some(more) = running.try_join_next() {
             finished.extend(more);
         }
-        let records: Vec<Record> = finished.iter().map(|d| d.record(g)).collect();
+        let records: Vec<Record> = finished.iter().map(|d| d.record(g, &q)).collect();
         if let Err(e) = state.record_many(job, &records).await {
             report.state_error.get_or_insert(format!("recording step results: {e}"));
         }
@@ -224,7 +219,7 @@ pub async fn run(
                 blocks.block(n, d.host_lost, &mut lost, &mut blocked, &mut why_blocked);
             } else {
                 let next_ready = release(g, n, &mut indegree);
-                q.pass_ready(g, next_ready, &mut indegree, &host_of);
+                q.pass_ready(g, next_ready, n.index() as u32, &mut indegree, &host_of);
             }
             if !q.pending[host].is_empty() && q.queued.insert(host) {
                 q.waiting.push_back(host);
@@ -321,6 +316,9 @@ fn release(g: &Graph, n: NodeIndex, indegree: &mut [usize]) -> Vec<NodeIndex> {
     ready
 }
 
+/// No node (a trigger of a node ready from the start).
+const NONE: u32 = u32::MAX;
+
 /// Ready nodes wait per host; hosts with ready work and no running step
 /// wait in one queue. Every event is O(1), whatever the plan's size.
 struct Queues {
@@ -328,17 +326,27 @@ struct Queues {
     waiting: VecDeque<usize>,
     queued: Flags,
     busy: Flags,
+    /// Per node: when it became ready (ms since the epoch), and the node
+    /// whose end made it ready (through barriers; [`NONE`] at the start),
+    /// the edge a timeline's critical path follows.
+    ready_at: Vec<i64>,
+    trigger: Vec<u32>,
 }
 
 impl Queues {
-    /// Queues `ready` nodes on their hosts; a barrier passes at once and
-    /// its successors are ready in turn.
-    fn pass_ready(&mut self, g: &Graph, mut ready: Vec<NodeIndex>, indegree: &mut [usize], host_of: &[usize]) {
-        while let Some(n) = ready.pop() {
+    /// Queues `ready` nodes, made ready by the end of `by`, on their hosts;
+    /// a barrier passes at once and its successors are ready in turn, made
+    /// ready by the same node.
+    fn pass_ready(&mut self, g: &Graph, ready: Vec<NodeIndex>, by: u32, indegree: &mut [usize], host_of: &[usize]) {
+        let now = now_ms();
+        let mut ready: Vec<(NodeIndex, u32)> = ready.into_iter().map(|n| (n, by)).collect();
+        while let Some((n, by)) = ready.pop() {
             if g[n].barrier {
-                ready.extend(release(g, n, indegree));
+                ready.extend(release(g, n, indegree).into_iter().map(|m| (m, by)));
                 continue;
             }
+            self.ready_at[n.index()] = now;
+            self.trigger[n.index()] = by;
             let h = host_of[n.index()];
             self.pending[h].push_back(n);
             if !self.busy.contains(h) && self.queued.insert(h) {
@@ -416,13 +424,17 @@ impl Ended<'_> {
                 None => "not done: the run stopped before it",
             };
             events.emit(|| step_event(g, *n, Some(Outcome::NotRun)));
+            let now = now_ms();
             records.push(Record {
                 node: &node.id,
                 module: &node.module,
                 host: &node.host,
                 outcome: Outcome::NotRun,
-                started: now_ms(),
+                ready: now,
+                started: now,
                 duration_ms: 0,
+                after: None,
+                waits: None,
                 log: why,
             });
         }
@@ -452,15 +464,20 @@ impl Ended<'_> {
 }
 
 impl Done {
-    fn record<'a>(&'a self, g: &'a Graph) -> Record<'a> {
+    fn record<'a>(&'a self, g: &'a Graph, q: &Queues) -> Record<'a> {
         let node = &g[self.n];
+        let i = self.n.index();
+        let after = q.trigger[i];
         Record {
             node: &node.id,
             module: &node.module,
             host: &node.host,
             outcome: self.outcome,
+            ready: q.ready_at[i],
             started: self.started,
             duration_ms: self.duration_ms,
+            after: (after != NONE).then(|| g[NodeIndex::new(after as usize)].id.as_str()),
+            waits: node.step.waits(),
             log: &self.log,
         }
     }

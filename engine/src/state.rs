@@ -48,10 +48,37 @@ pub struct Record<'a> {
     pub module: &'a str,
     pub host: &'a str,
     pub outcome: Outcome,
+    /// Milliseconds since the epoch: when everything it depends on was
+    /// done (it may start later, when its host is free), and when it started.
+    pub ready: i64,
+    pub started: i64,
+    pub duration_ms: i64,
+    /// The node whose end made it ready (none for a node ready at the start).
+    pub after: Option<&'a str>,
+    /// What it waited for, when it is a wait (a poll until something is ready).
+    pub waits: Option<&'a str>,
+    pub log: &'a str,
+}
+
+/// A stretch of a job outside the engine's steps (verify, unpack, serve,
+/// connect, facts, preflight: the preamble before the first step).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Span {
+    pub name: String,
     /// Milliseconds since the epoch.
     pub started: i64,
     pub duration_ms: i64,
-    pub log: &'a str,
+}
+
+impl Span {
+    /// A span from `started` (milliseconds since the epoch) until now.
+    pub fn since(name: &str, started: i64) -> Span {
+        Span {
+            name: name.into(),
+            started,
+            duration_ms: now_ms() - started,
+        }
+    }
 }
 
 /// One recorded step.
@@ -61,7 +88,12 @@ pub struct StepRecord {
     pub module: String,
     pub host: String,
     pub status: String,
+    /// Milliseconds since the epoch (0: recorded by a kubexm before timelines).
+    pub ready: i64,
+    pub started: i64,
     pub duration_ms: i64,
+    pub after: Option<String>,
+    pub waits: Option<String>,
     pub log: String,
 }
 
@@ -72,6 +104,8 @@ pub struct JobRecord {
     pub cluster: String,
     pub kind: String,
     pub started: i64,
+    /// Milliseconds since the epoch, once it ended.
+    pub finished: Option<i64>,
     pub status: String,
 }
 
@@ -85,7 +119,8 @@ pub struct State {
     secrets: Vec<String>,
 }
 
-fn now_ms() -> i64 {
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -118,6 +153,24 @@ fn private_file(path: &Path) {
     }
 }
 
+/// The step columns a timeline needs, added to a database of a kubexm
+/// before timelines (its steps read back with `ready` 0).
+fn add_timing_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let has: bool = conn.query_row("SELECT COUNT(*) FROM pragma_table_info('steps') WHERE name = 'ready'", [], |r| {
+        r.get::<_, i64>(0).map(|n| n > 0)
+    })?;
+    if !has {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE steps ADD COLUMN ready INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE steps ADD COLUMN after TEXT;
+             ALTER TABLE steps ADD COLUMN waits TEXT;
+             COMMIT;",
+        )?;
+    }
+    Ok(())
+}
+
 /// What [`State::done_nodes`] reads: steps completed by earlier jobs of the
 /// same cluster and kind, after the cluster's last successful reset.
 const DONE_NODES: &str = "SELECT DISTINCT s.node FROM steps s JOIN jobs j ON j.id = s.job \
@@ -140,9 +193,11 @@ impl State {
              CREATE TABLE IF NOT EXISTS steps(job INTEGER NOT NULL, node TEXT NOT NULL, module TEXT NOT NULL, host TEXT NOT NULL, status TEXT NOT NULL,
                  started INTEGER NOT NULL, duration_ms INTEGER NOT NULL, log TEXT NOT NULL, PRIMARY KEY(job, node));
              CREATE INDEX IF NOT EXISTS steps_node ON steps(node, status);
+             CREATE TABLE IF NOT EXISTS spans(job INTEGER NOT NULL, name TEXT NOT NULL, started INTEGER NOT NULL, duration_ms INTEGER NOT NULL, PRIMARY KEY(job, name));
              CREATE TABLE IF NOT EXISTS known_hosts(endpoint TEXT PRIMARY KEY, key TEXT NOT NULL, first_seen INTEGER NOT NULL);",
         )
         .map_err(err)?;
+        add_timing_columns(&conn).map_err(err)?;
         let secrets = secrets.into_iter().filter(|s| s.len() >= 4).collect();
         Ok(State {
             conn: Mutex::new(conn),
@@ -201,7 +256,10 @@ impl State {
         let tx = c.transaction().map_err(|e| self.err(e))?;
         {
             let mut stmt = tx
-                .prepare_cached("INSERT OR REPLACE INTO steps(job, node, module, host, status, started, duration_ms, log) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO steps(job, node, module, host, status, ready, started, duration_ms, after, waits, log) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                )
                 .map_err(|e| self.err(e))?;
             for r in records {
                 let log = self.redact(r.log);
@@ -212,14 +270,52 @@ impl State {
                     r.module,
                     r.host,
                     r.outcome.as_str(),
+                    r.ready,
                     r.started,
                     r.duration_ms,
+                    r.after,
+                    r.waits,
                     log
                 ])
                 .map_err(|e| self.err(e))?;
             }
         }
         tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// Records the stretches of a job outside its steps (replacing earlier
+    /// ones of the same name).
+    pub fn record_spans(&self, job: i64, spans: &[Span]) -> Result<(), StateError> {
+        let mut c = self.conn();
+        let tx = c.transaction().map_err(|e| self.err(e))?;
+        {
+            let mut stmt = tx
+                .prepare_cached("INSERT OR REPLACE INTO spans(job, name, started, duration_ms) VALUES (?1, ?2, ?3, ?4)")
+                .map_err(|e| self.err(e))?;
+            for s in spans {
+                stmt.execute(params![job, s.name, s.started, s.duration_ms])
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// A job's spans, in order.
+    pub fn spans(&self, job: i64) -> Result<Vec<Span>, StateError> {
+        let c = self.conn();
+        let mut stmt = c
+            .prepare("SELECT name, started, duration_ms FROM spans WHERE job = ?1 ORDER BY started, name")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![job], |r| {
+                Ok(Span {
+                    name: r.get(0)?,
+                    started: r.get(1)?,
+                    duration_ms: r.get(2)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
     /// Every node an earlier job of the same operation as `job` (its kind)
@@ -243,17 +339,18 @@ impl State {
                 cluster: r.get(1)?,
                 kind: r.get(2)?,
                 started: r.get(3)?,
-                status: r.get(4)?,
+                finished: r.get(4)?,
+                status: r.get(5)?,
             })
         };
         let q = match id {
             Some(id) => c.query_row(
-                "SELECT id, cluster, kind, started, status FROM jobs WHERE id = ?1",
+                "SELECT id, cluster, kind, started, finished, status FROM jobs WHERE id = ?1",
                 params![id],
                 row,
             ),
             None => c.query_row(
-                "SELECT id, cluster, kind, started, status FROM jobs ORDER BY id DESC LIMIT 1",
+                "SELECT id, cluster, kind, started, finished, status FROM jobs ORDER BY id DESC LIMIT 1",
                 [],
                 row,
             ),
@@ -264,7 +361,9 @@ impl State {
     pub fn steps(&self, job: i64) -> Result<Vec<StepRecord>, StateError> {
         let c = self.conn();
         let mut stmt = c
-            .prepare("SELECT node, module, host, status, duration_ms, log FROM steps WHERE job = ?1 ORDER BY started, node")
+            .prepare(
+                "SELECT node, module, host, status, ready, started, duration_ms, after, waits, log FROM steps WHERE job = ?1 ORDER BY started, node",
+            )
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map(params![job], |r| {
@@ -273,8 +372,12 @@ impl State {
                     module: r.get(1)?,
                     host: r.get(2)?,
                     status: r.get(3)?,
-                    duration_ms: r.get(4)?,
-                    log: r.get(5)?,
+                    ready: r.get(4)?,
+                    started: r.get(5)?,
+                    duration_ms: r.get(6)?,
+                    after: r.get(7)?,
+                    waits: r.get(8)?,
+                    log: r.get(9)?,
                 })
             })
             .map_err(|e| self.err(e))?;

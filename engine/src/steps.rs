@@ -71,6 +71,31 @@ impl Step for Shell {
     }
 }
 
+/// A step that polls until something outside it is ready (an API server,
+/// nodes, a rollout): a [`Shell`] naming what it waits for.
+pub struct Wait {
+    pub what: String,
+    pub shell: Shell,
+}
+
+impl Step for Wait {
+    fn name(&self) -> &str {
+        &self.shell.name
+    }
+
+    fn check<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>> {
+        self.shell.check(t)
+    }
+
+    fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
+        self.shell.apply(t)
+    }
+
+    fn waits(&self) -> Option<&str> {
+        Some(&self.what)
+    }
+}
+
 /// One file a [`Distribute`] step puts on a host.
 #[derive(Debug, Clone)]
 pub struct FileCopy {

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use futures_util::future::BoxFuture;
 
 use crate::ssh::KnownHosts;
-use crate::state::{JobRecord, Record, State, StateError, StepRecord};
+use crate::state::{JobRecord, Record, Span, State, StateError, StepRecord};
 
 pub trait Store: KnownHosts + Send + Sync {
     /// Starts a job of `kind` for `cluster`; returns its id.
@@ -18,6 +18,10 @@ pub trait Store: KnownHosts + Send + Sync {
     fn finish_job<'a>(&'a self, job: i64, status: &'a str) -> BoxFuture<'a, Result<(), StateError>>;
     /// Records step results, all or none.
     fn record_many<'a>(&'a self, job: i64, records: &'a [Record<'a>]) -> BoxFuture<'a, Result<(), StateError>>;
+    /// Records the stretches of a job outside its steps (its preamble).
+    fn record_spans<'a>(&'a self, job: i64, spans: &'a [Span]) -> BoxFuture<'a, Result<(), StateError>>;
+    /// A job's spans.
+    fn spans(&self, job: i64) -> BoxFuture<'_, Result<Vec<Span>, StateError>>;
     /// Every node an earlier job of `cluster` of the same operation as
     /// `job` completed, since the cluster's last successful reset.
     fn done_nodes<'a>(&'a self, cluster: &'a str, job: i64) -> BoxFuture<'a, Result<HashSet<String>, StateError>>;
@@ -38,6 +42,12 @@ impl Store for State {
     }
     fn record_many<'a>(&'a self, job: i64, records: &'a [Record<'a>]) -> BoxFuture<'a, Result<(), StateError>> {
         Box::pin(async move { State::record_many(self, job, records) })
+    }
+    fn record_spans<'a>(&'a self, job: i64, spans: &'a [Span]) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move { State::record_spans(self, job, spans) })
+    }
+    fn spans(&self, job: i64) -> BoxFuture<'_, Result<Vec<Span>, StateError>> {
+        Box::pin(async move { State::spans(self, job) })
     }
     fn done_nodes<'a>(&'a self, cluster: &'a str, job: i64) -> BoxFuture<'a, Result<HashSet<String>, StateError>> {
         Box::pin(async move { State::done_nodes(self, cluster, job) })

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::plan::Step;
-use crate::engine::steps::Shell;
+use crate::engine::steps::{Shell, Wait};
 use crate::engine::transport::shell_quote as q;
 use crate::paths::ADMIN_CONF;
 
@@ -34,11 +34,14 @@ pub fn wait(name: &str, what: &str, probe: &str, secs: u64) -> Arc<dyn Step> {
         what = q(what),
         k = kubectl()
     );
-    Arc::new(Shell {
-        name: name.into(),
-        check: Some(check),
-        apply,
-        timeout: Duration::from_secs(secs + 60),
+    Arc::new(Wait {
+        what: what.into(),
+        shell: Shell {
+            name: name.into(),
+            check: Some(check),
+            apply,
+            timeout: Duration::from_secs(secs + 60),
+        },
     })
 }
 

@@ -195,6 +195,12 @@ impl Client {
         self.json(&url, r).await
     }
 
+    /// Where job `id`'s time went, as its run stored it.
+    pub async fn timeline(&self, id: i64) -> Result<kubexm_engine::timeline::Timeline, ClientError> {
+        let (url, r) = self.request(reqwest::Method::GET, &format!("/api/v1/jobs/{id}/timeline"));
+        self.json(&url, r).await
+    }
+
     pub async fn jobs(&self) -> Result<Vec<Job>, ClientError> {
         #[derive(Deserialize)]
         struct List {

@@ -228,6 +228,18 @@ pub async fn job(db: &JobDb, id: i64) -> anyhow::Result<Job> {
     })
 }
 
+/// The timeline job `id`'s run stored; refused when the job is unknown or
+/// has none yet.
+pub async fn timeline(db: &JobDb, id: i64) -> anyhow::Result<kubexm_engine::timeline::Timeline> {
+    job(db, id).await?;
+    db.timeline(id).await?.ok_or_else(|| {
+        op(
+            OpError::Usage,
+            anyhow::anyhow!("job {id} has no timeline yet: it has not run, or is running; `kubexm get job {id}` says how far it is"),
+        )
+    })
+}
+
 /// Hands `line` every log line of job `id` after `after`, in order and
 /// each once, until the job has ended (`follow`) or until the lines
 /// written so far are read; returns the job as it ended (or is).

@@ -270,9 +270,15 @@ pub async fn run(db: &Arc<JobDb>, claim: Claim, o: &WorkerOptions, quit: Arc<Ato
         } else {
             e.to_string()
         };
-        Err(anyhow::anyhow!("this is a bug in kubexm: the worker panicked: {what}"))
+        (Err(anyhow::anyhow!("this is a bug in kubexm: the worker panicked: {what}")), None)
     });
+    let (result, timeline) = result;
     writer.close().await;
+    if let Some(t) = timeline
+        && let Err(e) = db.put_timeline(claim.job, &t).await
+    {
+        tracing::warn!("job {}: storing its timeline: {e}", claim.job);
+    }
     done.store(true, Ordering::Relaxed);
     let _ = lease.await;
     // A copy of the config an earlier kubexm wrote for this job is not kept.
@@ -389,14 +395,32 @@ async fn trust(db: &JobDb, job: &crate::jobdb::Job, o: &WorkerOptions) -> kubexm
 
 /// The job's operation, as the CLI would run it: its request run on a
 /// session opened on the job's config text (no file written); the report
-/// becomes the job's last lines.
+/// becomes the job's last lines. With it, the timeline of the engine job it
+/// ran, whatever its outcome.
 fn operate(
     job: &crate::jobdb::Job,
     o: &WorkerOptions,
     sink: Arc<DbSink>,
     stop: Arc<AtomicBool>,
     trust: kubexm_installer::engine::trust::Trust,
-) -> anyhow::Result<String> {
+) -> (anyhow::Result<String>, Option<kubexm_engine::timeline::Timeline>) {
+    match open(job, o, sink, stop, trust) {
+        Ok((mut session, request)) => {
+            let result = ops::request::run(&mut session, &request).map(|r| r.to_string());
+            (result, session.last_timeline())
+        }
+        Err(e) => (Err(e), None),
+    }
+}
+
+/// The session a job runs on, and its request.
+fn open(
+    job: &crate::jobdb::Job,
+    o: &WorkerOptions,
+    sink: Arc<DbSink>,
+    stop: Arc<AtomicBool>,
+    trust: kubexm_installer::engine::trust::Trust,
+) -> anyhow::Result<(ops::session::Session, ops::request::Request)> {
     if !["install", "reset", "facts"].contains(&job.kind.as_str()) {
         return Err(ops::error::op(
             ops::error::OpError::Unsupported,
@@ -429,8 +453,8 @@ fn operate(
         name: job.config_name.clone(),
         text: job.config.clone(),
     };
-    let mut session = ops::session::Session::open(&config, bundle.as_deref(), None, settings)?;
-    Ok(ops::request::run(&mut session, &request)?.to_string())
+    let session = ops::session::Session::open(&config, bundle.as_deref(), None, settings)?;
+    Ok((session, request))
 }
 
 /// The kubexm-install binary beside this one: an install puts it on the

@@ -244,9 +244,7 @@ async fn events(r: reqwest::Response, stop_after: Option<usize>) -> (Vec<(i64, S
 #[tokio::test(flavor = "multi_thread")]
 async fn a_log_stream_broken_off_and_resumed_from_its_last_sequence_number_misses_and_repeats_nothing() {
     let s = Server::start().await;
-    let id = s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
-        .as_i64()
-        .unwrap();
+    let id = s.create_job().await;
     let claim = s.db.claim("w", "m", 60_000, None).await.unwrap().unwrap();
     // A worker writing 300 lines in batches while clients read.
     let writer = {
@@ -300,9 +298,7 @@ async fn a_log_stream_broken_off_and_resumed_from_its_last_sequence_number_misse
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_ends_a_waiting_job_and_unknown_jobs_answer_404() {
     let s = Server::start().await;
-    let id = s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
-        .as_i64()
-        .unwrap();
+    let id = s.create_job().await;
     let c = s.client();
     let r = c
         .post(s.url(&format!("/api/v1/jobs/{id}/cancel")))
@@ -375,9 +371,7 @@ async fn restarting_the_api_server_loses_no_job_and_no_log_line() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_kubexm_command_reads_jobs_and_cancels_through_the_api_with_a_client_config() {
     let s = Server::start().await;
-    let id = s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
-        .as_i64()
-        .unwrap();
+    let id = s.create_job().await;
     let d = s.dir.path();
     std::fs::write(d.join("token"), &s.token).unwrap();
     std::fs::write(

@@ -193,9 +193,7 @@ async fn a_cluster_installed_outside_the_api_is_not_bound_to_a_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_row_is_listed_with_its_error_and_skipped_and_health_reports_the_database() {
     let s = Server::start().await;
-    let id = s.post(&EXAMPLE).await.json::<serde_json::Value>().await.unwrap()["job_id"]
-        .as_i64()
-        .unwrap();
+    let id = s.create_job().await;
     let good = s.post(&EXAMPLE.replace("name: demo", "name: other")).await.status();
     assert_eq!(good, 202);
     rusqlite::Connection::open(s.dir.path().join("jobs.db"))

@@ -50,6 +50,10 @@ pub struct Installed {
     pub skipped: usize,
     /// What the user has now, one line each (`control plane: ...`).
     pub have: Vec<String>,
+    /// Where the time went: the job's length, its critical path per phase
+    /// and its longest steps ([`crate::engine::timeline::Timeline::summary`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timing: String,
 }
 
 impl std::fmt::Display for InstallReport {
@@ -76,7 +80,7 @@ impl std::fmt::Display for Installed {
         for line in &self.have {
             writeln!(f, "  {line}")?;
         }
-        Ok(())
+        write!(f, "{}", self.timing)
     }
 }
 
@@ -92,7 +96,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     let settings = session.settings();
     let phases = phases_of(args, session.config_name(), cluster)?;
     let topo = kubexm_bom::topology::Topology::of(cluster).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
-    let (manifest, bundle_dir, members) = read_verified(session, args, bundle)?;
+    let (manifest, bundle_dir, members) = session.span("unpack", || read_verified(session, args, bundle))?;
     let bom = manifest.lock;
     let (pki_dir, pki) = pki_of(&settings.root, args.dry_run, &cluster.metadata.name)?;
     let advertise = advertise(settings.advertise)?;
@@ -156,8 +160,8 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         limits: serve::ConnectionLimits::for_nodes(&ctx.topo),
         client_ca: None,
     };
-    let _server = FileServer::start(session, opts, &file_server)?;
-    let facts = session.facts()?;
+    let _server = session.span("serve", || FileServer::start(session, opts, &file_server))?;
+    let facts = session.span("facts", || session.facts())?;
     if !facts.errors.is_empty() {
         return Err(op(
             OpError::Host,
@@ -169,10 +173,10 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         ));
     }
     if phases.contains(&Phase::Preflight) {
-        preflight(cluster, &bom, &facts.facts, &phases)?;
+        session.span("preflight", || preflight(cluster, &bom, &facts.facts, &phases))?;
     }
     ctx.arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
-    let pipeline = pipeline::pipeline(&ctx)?;
+    let pipeline = session.span("plan", || pipeline::pipeline(&ctx))?;
     let ex = session.execute("install", run::Policy::FailFast, |_| Ok(pipeline))?;
     let skipped = ex.report.count(Outcome::Skipped);
     let applied = ex.report.count(Outcome::Applied);
@@ -195,6 +199,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         applied,
         skipped,
         have: summary(cluster, &ctx.topo, &phases, &kubeconfig),
+        timing: session.timing(ex.job),
     }))
 }
 

@@ -23,11 +23,18 @@ pub struct Reset {
     pub job: i64,
     /// The hosts reset.
     pub hosts: Vec<String>,
+    /// Where the time went ([`crate::engine::timeline::Timeline::summary`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timing: String,
 }
 
 impl std::fmt::Display for Reset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "reset cluster {} on {} hosts (job {})", self.cluster, self.hosts.len(), self.job)
+        write!(f, "reset cluster {} on {} hosts (job {})", self.cluster, self.hosts.len(), self.job)?;
+        if !self.timing.is_empty() {
+            write!(f, "\n{}", self.timing.trim_end())?;
+        }
+        Ok(())
     }
 }
 
@@ -75,5 +82,6 @@ pub fn reset(session: &Session, yes: bool) -> anyhow::Result<ResetReport> {
         cluster: cluster.metadata.name.clone(),
         job: ex.job,
         hosts,
+        timing: session.timing(ex.job),
     }))
 }

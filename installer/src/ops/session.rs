@@ -20,11 +20,13 @@ use kubexm_bundle::manifest::BundleManifest;
 use super::EngineSettings;
 use super::error::{OpError, op};
 use crate::engine::inventory::{self, Connector};
-use crate::engine::jobs::{self, Execution, FactsReport, Hosts};
+use crate::engine::jobs::{self, Execution, FactsReport, Hosts, JobSpec};
 use crate::engine::plan::Pipeline;
 use crate::engine::run::Policy;
 use crate::engine::ssh::Target;
+use crate::engine::state::{Span, now_ms};
 use crate::engine::store::Store;
+use crate::engine::timeline::Timeline;
 
 /// Where a cluster's config comes from.
 #[derive(Debug, Clone)]
@@ -126,6 +128,11 @@ pub struct Session {
     connector: Option<Arc<dyn Connector>>,
     unreachable: BTreeSet<String>,
     engine: Mutex<Option<Arc<Engine>>>,
+    /// What ran before the next job (verify, unpack, serve, ...), recorded
+    /// with it as its preamble.
+    preamble: Mutex<Vec<Span>>,
+    /// The last job run, for its timeline.
+    last_job: Mutex<Option<i64>>,
 }
 
 /// `config` checked against the catalog `bundle` carries (its first member,
@@ -173,6 +180,7 @@ impl Session {
     /// only. `store`: the engine's store (`None`: the state database the
     /// settings name, opened on the first job).
     pub fn open(config: &Config, bundle: Option<&Path>, store: Option<Arc<dyn Store>>, settings: Settings) -> anyhow::Result<Session> {
+        let started = now_ms();
         let (cluster, bundle) = match bundle {
             Some(path) => {
                 let (bundle, cluster) = validate(config, path)?;
@@ -181,6 +189,13 @@ impl Session {
             None => (config.load_hosts()?, None),
         };
         let mut session = Session::of(cluster, config.name(), settings);
+        if bundle.is_some() {
+            session
+                .preamble
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Span::since("validate", started));
+        }
         session.bundle = bundle;
         session.store = store;
         Ok(session)
@@ -198,7 +213,39 @@ impl Session {
             connector: None,
             unreachable: BTreeSet::new(),
             engine: Mutex::new(None),
+            preamble: Mutex::new(Vec::new()),
+            last_job: Mutex::new(None),
         }
+    }
+
+    /// Runs `f` as a stretch of the next job's preamble named `name`.
+    pub fn span<T>(&self, name: &str, f: impl FnOnce() -> T) -> T {
+        let started = now_ms();
+        let out = f();
+        self.preamble
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Span::since(name, started));
+        out
+    }
+
+    /// The timeline of `job` in the session's store; `None` when it cannot
+    /// be read (the run's outcome does not depend on it).
+    pub fn timeline(&self, job: i64) -> Option<Timeline> {
+        let e = self.engine().ok()?;
+        e.rt.block_on(Timeline::load(e.store.as_ref(), Some(job))).ok().flatten()
+    }
+
+    /// The timeline of the last job this session ran, if it ran one.
+    pub fn last_timeline(&self) -> Option<Timeline> {
+        let job = (*self.last_job.lock().unwrap_or_else(|e| e.into_inner()))?;
+        self.timeline(job)
+    }
+
+    /// The lines a person reads at the end of a run of `job` (empty when
+    /// its timeline cannot be read).
+    pub fn timing(&self, job: i64) -> String {
+        self.timeline(job).map(|t| t.summary()).unwrap_or_default()
     }
 
     /// Connects through `connector` instead of SSH (a test's fake).
@@ -302,14 +349,16 @@ impl Session {
             targets: &e.targets,
         };
         let connector = self.connector();
-        e.rt.block_on(jobs::facts(
+        let report = e.rt.block_on(jobs::facts(
             hosts,
             e.store.clone(),
             connector.as_ref(),
             self.settings.engine.concurrency,
             self.settings.engine.events.clone(),
             e.stop.clone(),
-        ))
+        ))?;
+        *self.last_job.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.job);
+        Ok(report)
     }
 
     /// Runs the pipeline built for the hosts that answered as one job of
@@ -327,15 +376,21 @@ impl Session {
         };
         let connector = self.connector();
         let eo = self.settings.engine.options(policy);
-        e.rt.block_on(jobs::execute(
+        let spec = JobSpec {
+            kind,
+            preamble: std::mem::take(&mut *self.preamble.lock().unwrap_or_else(|e| e.into_inner())),
+        };
+        let ex = e.rt.block_on(jobs::execute(
             hosts,
             e.store.clone(),
-            kind,
+            spec,
             connector.as_ref(),
             &eo,
             e.stop.clone(),
             pipeline,
-        ))
+        ))?;
+        *self.last_job.lock().unwrap_or_else(|e| e.into_inner()) = Some(ex.job);
+        Ok(ex)
     }
 }
 

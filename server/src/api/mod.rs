@@ -155,6 +155,7 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{id}", get(job))
         .route("/api/v1/jobs/{id}/logs", get(logs))
+        .route("/api/v1/jobs/{id}/timeline", get(timeline))
         .route("/api/v1/jobs/{id}/cancel", post(cancel))
         .layer(axum::middleware::from_fn_with_state(app.clone(), authenticate))
         .layer(DefaultBodyLimit::max(kubexm_bom::config::MAX_CONFIG_BYTES as usize + 1));
@@ -561,6 +562,41 @@ async fn jobs(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
 async fn job(State(app): State<Arc<App>>, UrlPath(id): UrlPath<i64>) -> Result<Response, ApiError> {
     let j = app.db.get(id).await.map_err(internal)?.ok_or(not_found(id))?;
     Ok(axum::Json(j).into_response())
+}
+
+#[derive(Deserialize)]
+struct TimelineQuery {
+    format: Option<String>,
+}
+
+/// Where a job's time went, as the worker stored it when its run ended:
+/// JSON, or with `format=svg` the picture (served so that a browser runs
+/// nothing in it: every text in it is escaped, and no script may load).
+async fn timeline(State(app): State<Arc<App>>, UrlPath(id): UrlPath<i64>, Query(q): Query<TimelineQuery>) -> Result<Response, ApiError> {
+    let svg = match q.format.as_deref() {
+        None | Some("json") => false,
+        Some("svg") => true,
+        Some(_) => return Err(ApiError(StatusCode::BAD_REQUEST, "format: json or svg".into())),
+    };
+    app.db.get(id).await.map_err(internal)?.ok_or(not_found(id))?;
+    let Some(t) = app.db.timeline(id).await.map_err(internal)? else {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("job {id} has no timeline yet: it has not run, or is running; its log says how far it is"),
+        ));
+    };
+    if !svg {
+        return Ok(axum::Json(t).into_response());
+    }
+    let headers = [
+        (axum::http::header::CONTENT_TYPE, "image/svg+xml"),
+        (
+            axum::http::header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'",
+        ),
+        (axum::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ];
+    Ok((headers, kubexm_engine::timeline::svg::render(&t)).into_response())
 }
 
 async fn cancel(

@@ -25,10 +25,12 @@ mod pg;
 mod principals;
 mod sql;
 mod sqlite;
+mod timelines;
 mod trust;
 pub mod writer;
 
 pub use principals::{AuditRow, Scope, TokenRow};
+
 pub use trust::{CredentialKind, CredentialRow, HostKeyRow};
 
 use std::future::Future;
@@ -86,6 +88,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     trust::MIGRATION,
     // 4: a job's options are its typed request (`job_request`).
     REQUESTS,
+    // 5: a job's timeline (`timelines`).
+    timelines::MIGRATION_SQLITE,
 ];
 
 /// Migration 4 (SQLite): job options of the version before rewritten as

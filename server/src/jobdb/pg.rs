@@ -57,6 +57,8 @@ const MIGRATIONS: &[&str] = &[
     super::trust::MIGRATION_PG,
     // 3: a job's options are its typed request, as SQLite's migration 4.
     REQUESTS,
+    // 4: a job's timeline.
+    super::timelines::MIGRATION_PG,
 ];
 
 /// Job options of the version before rewritten as requests (see SQLite's

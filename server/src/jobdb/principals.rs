@@ -257,13 +257,17 @@ impl JobDb {
     }
 
     /// Deletes finished jobs that ended before `before` (ms since the
-    /// epoch), with their log lines, and audit entries older than that;
+    /// epoch), with their log lines and timelines, and audit entries older than that;
     /// how many jobs.
     pub async fn prune(&self, before: i64) -> Result<u64, JobDbError> {
         let ended = "status IN ('Success', 'Failed', 'Cancelled') AND finished < $1";
         let statements = vec![
             (
                 format!("DELETE FROM job_logs WHERE job IN (SELECT id FROM jobs WHERE {ended})"),
+                vec![before.into()],
+            ),
+            (
+                format!("DELETE FROM job_timelines WHERE job IN (SELECT id FROM jobs WHERE {ended})"),
                 vec![before.into()],
             ),
             ("DELETE FROM audit WHERE at < $1".to_string(), vec![before.into()]),

@@ -93,6 +93,12 @@ impl Server {
         r.json().await.unwrap()
     }
 
+    /// Stores the example config as a job through the API; its id.
+    pub async fn create_job(&self) -> i64 {
+        let r = self.post(&crate::common::EXAMPLE).await;
+        r.json::<serde_json::Value>().await.unwrap()["job_id"].as_i64().unwrap()
+    }
+
     pub async fn post(&self, yaml: &str) -> reqwest::Response {
         self.client()
             .post(self.url(&format!("/api/v1/clusters?bundle={}", self.digest)))

@@ -33,6 +33,59 @@ fn bundle_kubectl(root: &Path) -> std::path::PathBuf {
     path
 }
 
+/// `status --timeline` draws the install that just ran: the SVG parses and
+/// names every host and phase; it is rendered to PNG with rsvg-convert into
+/// the lab cache, where a person can look at it (and `-o json` carries the
+/// same job).
+fn timeline_of_the_install(dir: &Path, hosts: &[&str]) {
+    let svg_path = dir.join("install.svg");
+    let out = Command::new(bin("kubexm-install"))
+        .args(["status", "--state"])
+        .arg(dir.join("state.db"))
+        .arg("--timeline")
+        .arg(&svg_path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "status --timeline: {}", text(&out.stderr));
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("the timeline is well-formed XML");
+    let lanes: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("lane"))
+        .filter_map(|n| n.text())
+        .collect();
+    for h in hosts {
+        assert!(lanes.contains(h), "no lane for {h}: {lanes:?}");
+    }
+    let phases: std::collections::HashSet<&str> = doc.descendants().filter_map(|n| n.attribute("data-phase")).collect();
+    for p in [
+        "preflight",
+        "etcd",
+        "containerd",
+        "control-plane",
+        "workers",
+        "cni",
+        "addons",
+        "kubeconfig",
+    ] {
+        assert!(phases.contains(p), "no step of phase {p} drawn: {phases:?}");
+    }
+    let json = Command::new(bin("kubexm-install"))
+        .args(["status", "-o", "json", "--state"])
+        .arg(dir.join("state.db"))
+        .output()
+        .unwrap();
+    let t: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(t["criticalPath"].as_array().is_some_and(|p| !p.is_empty()), "{t}");
+    let cache = Path::new("/var/cache/kubexm-lab/timelines");
+    std::fs::create_dir_all(cache).unwrap();
+    let png = cache.join("main-job-install.png");
+    let out = Command::new("rsvg-convert").arg("-o").arg(&png).arg(&svg_path).output().unwrap();
+    assert!(out.status.success(), "rsvg-convert: {}", text(&out.stderr));
+    std::fs::copy(&svg_path, cache.join("main-job-install.svg")).unwrap();
+    eprintln!("the install's timeline: {} (and .svg beside it)", png.display());
+}
+
 /// The main job's scenario (`ci/main-job` runs the same): a real cluster
 /// from the signed bundle with the fixture upstream stopped, on five hosts
 /// (lab1 to lab3 control-plane nodes and etcd members, lab4 an amd64 worker
@@ -78,6 +131,11 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         first.contains("installed phases preflight, os-packages, registry, etcd, loadbalancer, containerd, control-plane, workers, cni, addons, kubeconfig on 5 hosts"),
         "{first}"
     );
+    assert!(
+        first.contains("critical path by phase: preamble"),
+        "the end-of-run summary: {first}"
+    );
+    timeline_of_the_install(dir.path(), &["lab1", "lab2", "lab3", "lab4", "lab5"]);
 
     // etcd: three members, healthy over TLS with our certificates.
     let endpoints: Vec<String> = members.iter().map(|m| format!("https://{}:2379", addr(m))).collect();

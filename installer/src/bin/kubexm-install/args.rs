@@ -241,7 +241,8 @@ pub enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
-    /// Show a job: each module and host, and the log tail of each failed step.
+    /// Show a job: each module and host, and the log tail of each failed
+    /// step; with --timeline, where its time went, as a picture.
     Status {
         /// The job (default: the latest).
         #[arg(long)]
@@ -249,6 +250,20 @@ pub enum Command {
         /// The state database.
         #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
         state: PathBuf,
+        /// Write the job's timeline to FILE: an SVG (a lane per host, a bar
+        /// per step coloured by phase, waits hatched, the critical path
+        /// outlined), or with -o json the same data as JSON.
+        #[arg(long, value_name = "FILE")]
+        timeline: Option<PathBuf>,
+        /// Draw a timeline written earlier as JSON (by -o json, the API's
+        /// /api/v1/jobs/{id}/timeline, or a script) instead of a job of the
+        /// state database.
+        #[arg(long, value_name = "FILE", requires = "timeline", conflicts_with = "job")]
+        from: Option<PathBuf>,
+        /// text: the job's steps (and an SVG timeline); json: the timeline
+        /// as JSON (to --timeline FILE, else on stdout).
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Write containerd hosts.toml files pointing every upstream of the bundle at a registry.
     HostsToml {

@@ -155,10 +155,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             root,
             engine,
         } => print_reset(ops::reset::reset(&hosts_session(file, &engine, root, &unreachable)?, yes)?),
-        Command::Status { job, state } => {
-            print!("{}", ops::status::status(&state, job)?);
-            Ok(())
-        }
+        Command::Status {
+            job,
+            state,
+            timeline,
+            from,
+            output,
+        } => match from {
+            Some(from) => draw(&from, timeline.as_deref(), output),
+            None => status(&state, job, timeline.as_deref(), output),
+        },
         Command::HostsToml {
             bundle_dir,
             registry,
@@ -194,6 +200,51 @@ fn print_serving(s: &serve::Served, ca: Option<&std::path::Path>, plain_http: bo
     if let Some(ca) = ca {
         println!("nodes must trust the CA {}", ca.display());
     }
+}
+
+/// The format of a timeline `-o` asks for.
+fn timeline_format(output: Output) -> anyhow::Result<ops::status::TimelineFormat> {
+    match output {
+        Output::Json => Ok(ops::status::TimelineFormat::Json),
+        Output::Text => Ok(ops::status::TimelineFormat::Svg),
+        other => Err(ops::error::op(
+            ops::error::OpError::Usage,
+            anyhow::anyhow!(
+                "status writes -o text (with --timeline: an SVG) or -o json, not {}",
+                format!("{other:?}").to_lowercase()
+            ),
+        )),
+    }
+}
+
+/// `status --from JSON --timeline FILE`: a timeline written earlier, drawn.
+fn draw(from: &std::path::Path, file: Option<&std::path::Path>, output: Output) -> anyhow::Result<()> {
+    let t = ops::status::read_timeline(from)?;
+    if let Some(file) = file {
+        ops::status::write_timeline(&t, timeline_format(output)?, file)?;
+        print!("{}", t.summary());
+    }
+    Ok(())
+}
+
+/// `status`: the job's steps, or its timeline (to a file, or as JSON on stdout).
+fn status(state: &std::path::Path, job: Option<i64>, file: Option<&std::path::Path>, output: Output) -> anyhow::Result<()> {
+    use ops::status::TimelineFormat;
+    let format = timeline_format(output)?;
+    match (file, format) {
+        (Some(file), format) => {
+            let t = ops::status::timeline(state, job)?;
+            ops::status::write_timeline(&t, format, file)?;
+            eprintln!("wrote the timeline of job {} to {}", t.job, file.display());
+            print!("{}", t.summary());
+        }
+        (None, TimelineFormat::Json) => {
+            let t = ops::status::timeline(state, job)?;
+            std::io::Write::write_all(&mut std::io::stdout(), &ops::status::render(&t, format)?)?;
+        }
+        (None, TimelineFormat::Svg) => print!("{}", ops::status::status(state, job)?),
+    }
+    Ok(())
 }
 
 /// What `reset` prints: the plan and the refusal without `--yes`, else its line.

@@ -11,7 +11,7 @@ use crate::context::Context;
 use crate::endpoint_name;
 use crate::engine::files::{PutFiles, RunWith};
 use crate::engine::plan::{Module, Scope, Task};
-use crate::engine::steps::Shell;
+use crate::engine::steps::{Shell, Wait};
 use crate::paths::ETCD_PKI;
 use crate::paths::{ADMIN_CONF, KUBELET_CONF, KUBERNETES_CA_CRT, KUBERNETES_CA_KEY};
 use crate::pki;
@@ -45,14 +45,17 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         tasks.push(Task {
             name: format!("etcd-ready-{m}"),
             hosts: vec![m.clone()],
-            steps: vec![Arc::new(Shell {
-                name: "etcd-ready".into(),
-                check: Some(probe.clone()),
-                apply: format!(
-                    "for i in $(seq 10); do {probe} && exit 0; sleep 1; done; \
-                     echo \"etcd member {m} does not answer at {ep} ($(systemctl is-active kubexm-etcd)); start it (systemctl start kubexm-etcd) or re-run the etcd phase\" >&2; exit 1"
-                ),
-                timeout: Duration::from_secs(60),
+            steps: vec![Arc::new(Wait {
+                what: format!("etcd member {m}"),
+                shell: Shell {
+                    name: "etcd-ready".into(),
+                    check: Some(probe.clone()),
+                    apply: format!(
+                        "for i in $(seq 10); do {probe} && exit 0; sleep 1; done; \
+                         echo \"etcd member {m} does not answer at {ep} ($(systemctl is-active kubexm-etcd)); start it (systemctl start kubexm-etcd) or re-run the etcd phase\" >&2; exit 1"
+                    ),
+                    timeout: Duration::from_secs(60),
+                },
             })],
             after: vec![],
         });

@@ -360,6 +360,11 @@ pub(crate) enum Get {
         /// With --follow: start after this log sequence number (resume a stream).
         #[arg(long, value_name = "SEQ", default_value_t = 0)]
         from: i64,
+        /// Write where the job's time went to FILE instead: an SVG (a lane
+        /// per host, a bar per step coloured by phase, waits hatched, the
+        /// critical path outlined), or with -o json the same data as JSON.
+        #[arg(long, value_name = "FILE", conflicts_with = "follow")]
+        timeline: Option<PathBuf>,
     },
     /// Every job, newest first.
     Jobs {

@@ -538,7 +538,18 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
             run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
         }
         Command::Get {
-            what: Get::Job { id, output, follow, from },
+            what:
+                Get::Job {
+                    id,
+                    output,
+                    timeline: Some(file),
+                    ..
+                },
+        } => write_timeline(&ops::timeline(&db, id).await?, output, &file),
+        Command::Get {
+            what: Get::Job {
+                id, output, follow, from, ..
+            },
         } => {
             let head = ops::job(&db, id).await?;
             let mut logs = Vec::new();
@@ -664,7 +675,18 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
             follow_created(&c, id, h.detach).await
         }
         Command::Get {
-            what: Get::Job { id, output, follow, from },
+            what:
+                Get::Job {
+                    id,
+                    output,
+                    timeline: Some(file),
+                    ..
+                },
+        } => write_timeline(&c.timeline(id).await.map_err(api)?, output, &file),
+        Command::Get {
+            what: Get::Job {
+                id, output, follow, from, ..
+            },
         } => {
             let head = c.job(id).await.map_err(api)?;
             let mut logs = Vec::new();
@@ -680,6 +702,26 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
         Command::Cancel { what: Cancel::Job { id } } => print_cancelled(id, c.cancel(id).await.map_err(api)?),
         _ => Ok(()),
     }
+}
+
+/// Writes a job's timeline to `file` (an SVG, or JSON with -o json),
+/// whole or not at all, and prints where the time went.
+fn write_timeline(t: &kubexm_engine::timeline::Timeline, output: Format, file: &std::path::Path) -> anyhow::Result<()> {
+    use kubexm_installer::ops::status::{TimelineFormat, write_timeline};
+    let format = match output {
+        Format::Text => TimelineFormat::Svg,
+        Format::Json => TimelineFormat::Json,
+        Format::Yaml => {
+            return Err(classified(
+                Class::Usage,
+                anyhow::anyhow!("--timeline writes an SVG (-o text) or JSON (-o json), not YAML"),
+            ));
+        }
+    };
+    write_timeline(t, format, file)?;
+    eprintln!("wrote the timeline of job {} to {}", t.job, file.display());
+    print!("{}", t.summary());
+    Ok(())
 }
 
 /// A reset is stored only when confirmed.
