@@ -29,7 +29,7 @@ pub fn wait(name: &str, what: &str, probe: &str, secs: u64) -> Arc<dyn Step> {
            if [ $SECONDS -ge $deadline ]; then\n    \
              printf '%s not ready after {secs} s:\\n%s\\nlook closer on this host with {k} (describe, logs), fix the cause and run again: done steps are skipped\\n' {what} \"$out\" >&2; exit 1\n  \
            fi\n  \
-           sleep 3\n\
+           sleep 1\n\
          done",
         what = q(what),
         k = kubectl()

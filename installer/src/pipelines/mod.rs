@@ -56,9 +56,18 @@ pub fn names(phases: &[Phase], sep: &str) -> String {
     phases.iter().map(|p| p.name()).collect::<Vec<_>>().join(sep)
 }
 
+/// Tasks whose name starts with this only ready their own host (binaries,
+/// settings, files: nothing another host needs or provides): the phase's
+/// cross-host gates do not hold them, so they run while earlier phases'
+/// gates are still closed (a worker fetches kubelet while etcd starts).
+pub const PREPARE: &str = "prepare-";
+
 /// Orders a pipeline's phases, given in order: on each host a task waits
 /// for the earlier phases' tasks on that host, and a phase listed in
-/// `gates` waits for every host's tasks of the phases listed with it.
+/// `gates` waits for every host's tasks of the phases listed with it,
+/// except that a task naming some tasks of a gating phase itself waits for
+/// those alone (workers wait for the first control-plane node's init, not
+/// for every join), and a [`PREPARE`] task waits for no other host.
 pub fn link(modules: &mut [(Phase, crate::engine::plan::Module)], gates: &[(Phase, &[Phase])]) {
     use crate::engine::plan::Scope;
     // (module index, task, hosts) of every task, in phase order.
@@ -71,16 +80,89 @@ pub fn link(modules: &mut [(Phase, crate::engine::plan::Module)], gates: &[(Phas
     for (k, (phase, m)) in modules.iter_mut().enumerate() {
         let cross: &[Phase] = gates.iter().find(|(p, _)| p == phase).map(|(_, g)| *g).unwrap_or(&[]);
         for t in &mut m.tasks {
+            let prepare = t.name.starts_with(PREPARE);
+            // Gating phases (by module index) the task already names a task of.
+            let named: Vec<usize> = all
+                .iter()
+                .filter(|(j, task, _)| *j < k && t.after.iter().any(|(a, _)| a == task))
+                .map(|(j, _, _)| *j)
+                .collect();
             for (j, task, hosts) in all.iter().filter(|(j, _, _)| *j < k) {
                 if t.after.iter().any(|(a, _)| a == task) {
                     continue;
                 }
-                if cross.contains(&phases[*j]) {
+                let gated = cross.contains(&phases[*j]) && !prepare;
+                if gated && !named.contains(j) {
                     t.after.push((task.clone(), Scope::AllHosts));
                 } else if hosts.iter().any(|h| t.hosts.contains(h)) {
                     t.after.push((task.clone(), Scope::SameHost));
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::plan::{Module, Scope, Task};
+
+    fn task(name: &str, host: &str, after: &[(&str, Scope)]) -> Task {
+        Task {
+            name: name.into(),
+            hosts: vec![host.into()],
+            steps: vec![],
+            after: after.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
+        }
+    }
+
+    fn module(name: &str, tasks: Vec<Task>) -> Module {
+        Module { name: name.into(), tasks }
+    }
+
+    /// A prepare task waits for no other host; a task naming one task of a
+    /// gating phase waits for that one alone; the others for every task of
+    /// their gating phases; every task for the earlier phases on its host.
+    #[test]
+    fn gates_hold_all_but_prepare_tasks_and_a_named_task_narrows_its_phase() {
+        let mut modules = vec![
+            (
+                Phase::Containerd,
+                module("containerd", vec![task("containerd-w", "w", &[]), task("containerd-c", "c", &[])]),
+            ),
+            (
+                Phase::ControlPlane,
+                module(
+                    "control-plane",
+                    vec![task("init-c", "c", &[]), task("join-d", "d", &[("init-c", Scope::AllHosts)])],
+                ),
+            ),
+            (
+                Phase::Workers,
+                module(
+                    "workers",
+                    vec![
+                        task(&format!("{PREPARE}w"), "w", &[]),
+                        task("join-w", "w", &[("init-c", Scope::AllHosts)]),
+                        task("join-v", "v", &[]),
+                    ],
+                ),
+            ),
+        ];
+        link(&mut modules, &[(Phase::Workers, &[Phase::ControlPlane])]);
+        let after = |name: &str| -> Vec<(String, Scope)> {
+            let t = modules.iter().flat_map(|(_, m)| &m.tasks).find(|t| t.name == name).unwrap();
+            let mut a = t.after.clone();
+            a.sort_by(|x, y| x.0.cmp(&y.0));
+            a
+        };
+        let s = |n: &str, sc: Scope| (n.to_string(), sc);
+        assert_eq!(after(&format!("{PREPARE}w")), [s("containerd-w", Scope::SameHost)]);
+        assert_eq!(
+            after("join-w"),
+            [s("containerd-w", Scope::SameHost), s("init-c", Scope::AllHosts)],
+            "named init-c: not join-d"
+        );
+        assert_eq!(after("join-v"), [s("init-c", Scope::AllHosts), s("join-d", Scope::AllHosts)]);
     }
 }

@@ -1,7 +1,9 @@
-//! The `control-plane` phase: every etcd member answers first; then
-//! `kubeadm init` on the first control-plane node (our Kubernetes CA put in
-//! place, join credentials renewed on later runs), then the other
-//! control-plane nodes join one at a time with the certificate key.
+//! The `control-plane` phase: each node's binaries, settings and
+//! certificates first (beside the earlier phases on other hosts); every
+//! etcd member answers; then `kubeadm init` on the first control-plane node
+//! (our Kubernetes CA put in place, join credentials renewed on later
+//! runs), then the other control-plane nodes join side by side with the
+//! certificate key.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +16,15 @@ use crate::engine::plan::{Module, Scope, Task};
 use crate::engine::steps::{Shell, Wait};
 use crate::paths::ETCD_PKI;
 use crate::paths::{ADMIN_CONF, KUBELET_CONF, KUBERNETES_CA_CRT, KUBERNETES_CA_KEY};
+use crate::pipelines::PREPARE;
 use crate::pki;
 use crate::waits;
+
+/// The task of `kubeadm init` on `first`, the first control-plane node:
+/// what the workers' joins wait for.
+pub fn init_task(first: &str) -> String {
+    format!("kubeadm-init-{first}")
+}
 
 /// How long an API server may take to answer `/readyz` after kubeadm.
 const API_SERVER_WAIT: u64 = 300;
@@ -61,16 +70,19 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         });
         gates.push((format!("etcd-ready-{m}"), Scope::AllHosts));
     }
-    let mut previous: Option<String> = None;
+    let mut previous = String::new();
     for (n, h) in g.control_plane.iter().enumerate() {
-        let mut steps = node_prerequisites(i, h, true)?;
-        steps.push(Arc::new(PutFiles {
+        // Binaries, settings and certificates first, while etcd and the
+        // other nodes are still getting ready (a prepare task waits for no
+        // other host).
+        let mut files = node_prerequisites(i, h, true)?;
+        files.push(Arc::new(PutFiles {
             name: "etcd-client-certs".into(),
             files: etcd_files.clone(),
             then: None,
         }));
-        let task = if n == 0 {
-            steps.push(Arc::new(PutFiles {
+        if n == 0 {
+            files.push(Arc::new(PutFiles {
                 name: "kubernetes-ca".into(),
                 files: vec![
                     (KUBERNETES_CA_CRT.into(), ca.cert_pem.clone(), 0o644),
@@ -78,6 +90,16 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
                 ],
                 then: None,
             }));
+        }
+        let prepare = format!("{PREPARE}control-plane-{h}");
+        tasks.push(Task {
+            name: prepare.clone(),
+            hosts: vec![h.clone()],
+            steps: files,
+            after: vec![],
+        });
+        let mut steps: Vec<Arc<dyn crate::engine::plan::Step>> = Vec::new();
+        let task = if n == 0 {
             let init = r.init(h)?;
             steps.push(kubeadm(
                 "kubeadm-init",
@@ -106,7 +128,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
                 ),
                 timeout: Duration::from_secs(120),
             }));
-            format!("kubeadm-init-{h}")
+            init_task(h)
         } else {
             steps.push(kubeadm(
                 "kubeadm-join",
@@ -136,16 +158,29 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             format!("kubeadm-join-{h}")
         };
         let mut after = gates.clone();
-        if let Some(p) = &previous {
-            after.push((p.clone(), Scope::AllHosts));
+        after.push((prepare, Scope::SameHost));
+        if n > 0 {
+            // The others join side by side once the first answers: with
+            // etcd outside the control plane (kubexm's etcd, or an
+            // existing one), a join adds no member and touches no other
+            // node's state. Stacked etcd (kubeadm's) adds a member per
+            // join: those join one at a time.
+            let stacked = i.cluster.spec.etcd.mode == kubexm_bom::config::model::EtcdMode::Kubeadm;
+            let before = if stacked {
+                previous.clone()
+            } else {
+                init_task(&g.control_plane[0])
+            };
+            after.push((before, Scope::AllHosts));
         }
+        let previous_task = task.clone();
         tasks.push(Task {
-            name: task.clone(),
+            name: task,
             hosts: vec![h.clone()],
             steps,
             after,
         });
-        previous = Some(task);
+        previous = previous_task;
     }
     Ok(Module {
         name: "control-plane".into(),
