@@ -258,6 +258,18 @@ fn bar(s: &mut String, t: &Timeline, g: &Geometry, lane: usize, b: &Bar) {
         class,
     };
     mark.draw(s, g, lane);
+    // The step's name inside its bar, where it fits.
+    let name = b.id.rsplit('/').next().unwrap_or(&b.id).split('@').next().unwrap_or_default();
+    let (x, w) = span_x(g, b.start_ms, b.end_ms);
+    if w > 6.2 * name.chars().count() as f64 + 6.0 {
+        let _ = writeln!(
+            s,
+            r##"<text class="label" x="{:.2}" y="{:.1}" fill="#ffffff" pointer-events="none">{}</text>"##,
+            x + 3.0,
+            g.lane_y(lane) + g.lane_h - 4.0,
+            esc(name)
+        );
+    }
     if b.waits.is_some() {
         let (x, w) = span_x(g, b.start_ms, b.end_ms);
         let _ = writeln!(
