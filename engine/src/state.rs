@@ -359,11 +359,21 @@ impl State {
     }
 
     pub fn steps(&self, job: i64) -> Result<Vec<StepRecord>, StateError> {
+        self.read_steps(job, "log")
+    }
+
+    /// A job's step results without their logs (a timeline's input).
+    pub fn step_times(&self, job: i64) -> Result<Vec<StepRecord>, StateError> {
+        self.read_steps(job, "''")
+    }
+
+    /// A job's step results, `log` the column (or empty text) read as the log.
+    fn read_steps(&self, job: i64, log: &str) -> Result<Vec<StepRecord>, StateError> {
         let c = self.conn();
         let mut stmt = c
-            .prepare(
-                "SELECT node, module, host, status, ready, started, duration_ms, after, waits, log FROM steps WHERE job = ?1 ORDER BY started, node",
-            )
+            .prepare(&format!(
+                "SELECT node, module, host, status, ready, started, duration_ms, after, waits, {log} FROM steps WHERE job = ?1 ORDER BY started, node"
+            ))
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map(params![job], |r| {

@@ -29,6 +29,8 @@ pub trait Store: KnownHosts + Send + Sync {
     fn job(&self, id: Option<i64>) -> BoxFuture<'_, Result<Option<JobRecord>, StateError>>;
     /// A job's step results.
     fn steps(&self, job: i64) -> BoxFuture<'_, Result<Vec<StepRecord>, StateError>>;
+    /// A job's step results without their logs (what a timeline reads).
+    fn step_times(&self, job: i64) -> BoxFuture<'_, Result<Vec<StepRecord>, StateError>>;
     /// `log` with every secret the store knows replaced.
     fn redact(&self, log: &str) -> String;
 }
@@ -57,6 +59,9 @@ impl Store for State {
     }
     fn steps(&self, job: i64) -> BoxFuture<'_, Result<Vec<StepRecord>, StateError>> {
         Box::pin(async move { State::steps(self, job) })
+    }
+    fn step_times(&self, job: i64) -> BoxFuture<'_, Result<Vec<StepRecord>, StateError>> {
+        Box::pin(async move { State::step_times(self, job) })
     }
     fn redact(&self, log: &str) -> String {
         State::redact(self, log)

@@ -243,7 +243,7 @@ fn many_hosts_fold_into_phase_rows() {
             }
         }
     }
-    let t = Timeline::of(&job, &[], &steps);
+    let t = Timeline::of(&job, &[], steps);
     assert!(t.hosts.len() > FOLD_AT);
     let svg = render(&t);
     let doc = roxmltree::Document::parse(&svg).unwrap();

@@ -105,6 +105,26 @@ fn main() -> anyhow::Result<()> {
         wall.as_secs_f64(),
         simulated.as_secs_f64()
     );
+    if std::env::args().nth(5).as_deref() != Some("timeline") {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Ok(());
+    }
+    // The run's timeline, read back, its critical path found and drawn.
+    let t2 = Instant::now();
+    let timeline = rt
+        .block_on(kubexm_installer::engine::timeline::Timeline::load(&state, Some(job)))?
+        .ok_or_else(|| anyhow::anyhow!("no job {job}"))?;
+    let loaded = t2.elapsed();
+    let svg = kubexm_installer::engine::timeline::svg::render(&timeline);
+    let svg_path = dir.join("timeline.svg");
+    kubexm_bundle::files::write_atomic(&svg_path, svg.as_bytes())?;
+    println!(
+        "timeline: read and critical path {:.2} s, SVG written in {:.2} s, {:.2} MB ({} steps on its critical path)",
+        loaded.as_secs_f64(),
+        (t2.elapsed() - loaded).as_secs_f64(),
+        svg.len() as f64 / 1e6,
+        timeline.critical_path.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

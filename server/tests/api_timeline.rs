@@ -38,7 +38,7 @@ fn hostile_timeline() -> Timeline {
         step("etcd/a/s", "</text><script>alert(1)</script>", 1_000),
         step("etcd/a/t", "b&c", 3_000),
     ];
-    Timeline::of(&job, &[], &steps)
+    Timeline::of(&job, &[], steps)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -60,7 +60,7 @@ fn timeline() -> kubexm_engine::timeline::Timeline {
         waits: None,
         log: String::new(),
     };
-    kubexm_engine::timeline::Timeline::of(&job, &[], &[step])
+    kubexm_engine::timeline::Timeline::of(&job, &[], vec![step])
 }
 
 #[tokio::test]
