@@ -2,7 +2,7 @@
 //! certificates first (beside the earlier phases on other hosts); every
 //! etcd member answers; then `kubeadm init` on the first control-plane node
 //! (our Kubernetes CA put in place, join credentials renewed on later
-//! runs), then the other control-plane nodes join side by side with the
+//! runs), then the other control-plane nodes join one at a time with the
 //! certificate key.
 
 use std::sync::Arc;
@@ -160,18 +160,9 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         let mut after = gates.clone();
         after.push((prepare, Scope::SameHost));
         if n > 0 {
-            // The others join side by side once the first answers: with
-            // etcd outside the control plane (kubexm's etcd, or an
-            // existing one), a join adds no member and touches no other
-            // node's state. Stacked etcd (kubeadm's) adds a member per
-            // join: those join one at a time.
-            let stacked = i.cluster.spec.etcd.mode == kubexm_bom::config::model::EtcdMode::Kubeadm;
-            let before = if stacked {
-                previous.clone()
-            } else {
-                init_task(&g.control_plane[0])
-            };
-            after.push((before, Scope::AllHosts));
+            // One at a time after the init: side by side is kept only once
+            // ten installs in a row succeed with it (issue 27).
+            after.push((previous.clone(), Scope::AllHosts));
         }
         let previous_task = task.clone();
         tasks.push(Task {
