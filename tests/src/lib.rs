@@ -68,6 +68,35 @@ pub struct Lab {
     pub desc: Description,
     _lock: File,
     _guard: MutexGuard<'static, ()>,
+    /// When this test took the lab, for the run's record of where its minutes go.
+    taken: f64,
+}
+
+/// Seconds since the epoch, as `ci/timeline-json` reads them.
+fn epoch_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+/// Appends `lab/TEST lab START END` to `$KUBEXM_CI_TIMES/lab-tests.log` when
+/// ci/test asked for times: each lab test's share of a CI run.
+fn record_lab_time(taken: f64) {
+    let Ok(dir) = std::env::var("KUBEXM_CI_TIMES") else {
+        return;
+    };
+    let name = std::thread::current().name().unwrap_or("unnamed").replace(' ', "_");
+    let line = format!("lab/{name} lab {taken:.3} {:.3}\n", epoch_seconds());
+    let path = Path::new(&dir).join("lab-tests.log");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("recording the lab test's time in {}: {e}", path.display());
+    }
 }
 
 /// The repository root (this crate lives in `tests/`).
@@ -192,6 +221,7 @@ impl Lab {
             desc,
             _lock: lock,
             _guard: guard,
+            taken: epoch_seconds(),
         })
     }
 
@@ -241,6 +271,7 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        record_lab_time(self.taken);
         let out = Command::new(repo_root().join("ci/lab")).arg("down").output();
         if let Ok(o) = out
             && !o.status.success()
