@@ -132,27 +132,49 @@ impl Step for Unless {
 }
 
 /// A local file put on a host over SFTP (the installer binary, the bundle),
-/// checked by sha256 first; streamed, never read whole into memory.
+/// checked by sha256 first; streamed, never read whole into memory. The
+/// local file's digest is computed when a check or an upload first needs it
+/// (off the blocking pool), not while planning: a step skipped (the bundle
+/// already unpacked on the host) never reads the file.
 pub struct Upload {
     pub name: String,
     pub local: std::path::PathBuf,
-    pub sha256: String,
     pub dest: String,
     pub mode: u32,
+    sha256: tokio::sync::OnceCell<String>,
 }
 
 impl Upload {
     pub fn new(name: &str, local: &Path, dest: &str, mode: u32) -> anyhow::Result<Upload> {
-        let mut f = fs_err::File::open(local)?;
-        let mut h = kubexm_bundle::digest::Hashing::new(std::io::sink());
-        std::io::copy(&mut f, &mut h)?;
+        // Refused while planning when it is not there.
+        fs_err::metadata(local)?;
         Ok(Upload {
             name: name.into(),
             local: local.to_path_buf(),
-            sha256: h.finish().0,
             dest: dest.into(),
             mode,
+            sha256: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The local file's sha256, computed once.
+    async fn digest(&self) -> Result<&str, StepError> {
+        let digest = self
+            .sha256
+            .get_or_try_init(|| async {
+                let local = self.local.clone();
+                tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+                    let mut f = fs_err::File::open(&local)?;
+                    let mut h = kubexm_bundle::digest::Hashing::new(std::io::sink());
+                    std::io::copy(&mut f, &mut h)?;
+                    Ok(h.finish().0)
+                })
+                .await
+                .map_err(|e| StepError::Failed(format!("hashing {}: {e}", self.local.display())))?
+                .map_err(|e| StepError::Failed(format!("hashing {}: {e}", self.local.display())))
+            })
+            .await?;
+        Ok(digest)
     }
 }
 
@@ -166,7 +188,7 @@ impl Step for Upload {
             let cmd = format!(
                 "[ \"$(sha256sum {} 2>/dev/null | cut -d' ' -f1)\" = {} ]",
                 q(&self.dest),
-                self.sha256
+                self.digest().await?
             );
             check_by(t, &cmd, Duration::from_secs(120)).await
         })
@@ -177,7 +199,7 @@ impl Step for Upload {
             let size = fs_err::metadata(&self.local).map_err(|e| StepError::Failed(e.to_string()))?.len();
             t.run(&format!("mkdir -p \"$(dirname {})\"", q(&self.dest)), Duration::from_secs(30))
                 .await?;
-            t.put_file(&self.local, &self.sha256, &self.dest, self.mode).await?;
+            t.put_file(&self.local, self.digest().await?, &self.dest, self.mode).await?;
             Ok(format!("uploaded {} ({size} bytes)", self.dest))
         })
     }

@@ -181,6 +181,7 @@ async fn uploads_of_local_files_are_streamed_not_read_whole() {
     let dir = tempfile::tempdir().unwrap();
     let local = dir.path().join("bundle.tar.zst");
     std::fs::write(&local, vec![7u8; 1 << 20]).unwrap();
+    let digest = kubexm_bundle::digest::sha256_hex(&vec![7u8; 1 << 20]);
     let up = Upload::new("up", &local, "/opt/b.tar.zst", 0o644).unwrap();
     let t = Recorder::default();
     up.apply(&t).await.unwrap();
@@ -189,7 +190,7 @@ async fn uploads_of_local_files_are_streamed_not_read_whole() {
         kubexm_engine::steps::FileCopy {
             url: "https://files.example/b".into(),
             local: local.clone(),
-            sha256: up.sha256.clone(),
+            sha256: digest.clone(),
             dest: "/opt/c".into(),
             mode: 0o644,
         },
@@ -199,8 +200,8 @@ async fn uploads_of_local_files_are_streamed_not_read_whole() {
     assert_eq!(
         calls,
         [
-            format!("stream {} -> /opt/b.tar.zst {}", local.display(), up.sha256),
-            format!("stream {} -> /opt/c {}", local.display(), up.sha256),
+            format!("stream {} -> /opt/b.tar.zst {digest}", local.display()),
+            format!("stream {} -> /opt/c {digest}", local.display()),
         ]
     );
 }

@@ -52,9 +52,21 @@ pub fn step(name: &str, line: &str, keep_any: bool) -> Arc<dyn Step> {
     } else {
         format!("grep -qxF {} /etc/hosts", q(line))
     };
+    with_check(name, line, &check)
+}
+
+/// A step pointing the name at `line` (the first control-plane node) before
+/// a join, unless `joined` (a shell test) says the node has joined already.
+/// A node reset by hand (`kubeadm reset`) keeps a line naming itself, whose
+/// API server no longer runs: its join would wait on it forever.
+pub fn before_join(name: &str, line: &str, joined: &str) -> Arc<dyn Step> {
+    with_check(name, line, &format!("{{ {joined}; }} || grep -qxF {} /etc/hosts", q(line)))
+}
+
+fn with_check(name: &str, line: &str, check: &str) -> Arc<dyn Step> {
     Arc::new(Shell::new(
         name,
-        Some(&check),
+        Some(check),
         &format!(
             "grep -vF {mark} /etc/hosts > /etc/hosts.kubexm.tmp; echo {line} >> /etc/hosts.kubexm.tmp; cat /etc/hosts.kubexm.tmp > /etc/hosts; rm -f /etc/hosts.kubexm.tmp",
             mark = q(HOSTS_MARK),

@@ -19,8 +19,10 @@ use serde::Deserialize;
 
 use crate::context::Context;
 use crate::engine::files::RunWith;
-use crate::engine::plan::{Module, Step, Task};
+use crate::engine::plan::{Module, Scope, Step, Task};
 use crate::engine::transport::shell_quote as q;
+use crate::phases::kubeadm::{init_task, node_tasks};
+use crate::pipelines::Phase;
 use crate::waits;
 
 use crate::paths::{ADDONS_DIR as DIR, APPLIED as APPLIED_STAMPS};
@@ -304,7 +306,7 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
                 name: name.clone(),
                 hosts: vec![first.clone()],
                 steps: vec![Arc::new(server_dry_run(addon, &files, &kubectl))],
-                after: previous.iter().map(|p| (p.clone(), crate::engine::plan::Scope::AllHosts)).collect(),
+                after: previous.iter().map(|p| (p.clone(), Scope::AllHosts)).collect(),
             });
             previous = Some(name);
             continue;
@@ -325,11 +327,15 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
             }
             cmd.push_str(&format!("{kubectl} apply -f {}\n", q(&format!("{DIR}/{addon}/{name}"))));
         }
-        cmd.push_str(&format!("mkdir -p {APPLIED_STAMPS}\necho {digest} > {stamp}\n"));
+        // The stamp names the cluster it was applied to (kube-system's uid):
+        // a cluster made anew under it (kubeadm reset by hand, then an
+        // install) gets the addon again.
+        let cluster_uid = format!("$({kubectl} get namespace kube-system -o jsonpath='{{.metadata.uid}}' 2>/dev/null)");
+        cmd.push_str(&format!("mkdir -p {APPLIED_STAMPS}\necho \"{digest} {cluster_uid}\" > {stamp}\n"));
         let name = format!("{phase}-{addon}");
         let mut steps: Vec<Arc<dyn Step>> = vec![Arc::new(RunWith {
             name: format!("apply-{addon}"),
-            check: format!("grep -qx {digest} {stamp} 2>/dev/null"),
+            check: format!("[ \"$(cat {stamp} 2>/dev/null)\" = \"{digest} {cluster_uid}\" ]"),
             files: files
                 .into_iter()
                 .map(|(n, t)| (format!("{DIR}/{addon}/{n}"), t.into_bytes(), 0o644))
@@ -362,11 +368,30 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
                 WORKLOAD_WAIT,
             ));
         }
+        let mut after: Vec<(String, Scope)> = previous.iter().map(|p| (p.clone(), Scope::AllHosts)).collect();
+        if want == AddonPhase::Cni && previous.is_none() {
+            // The network plugin goes on right after the init, as kubeadm's
+            // own guide has it: its pods start on each node as the node
+            // joins. Its waits (on every node) wait for every join.
+            let apply = format!("{name}-apply");
+            let mut apply_after = Vec::new();
+            if i.has(Phase::ControlPlane) {
+                apply_after.push((init_task(&first), Scope::AllHosts));
+            }
+            tasks.push(Task {
+                name: apply.clone(),
+                hosts: vec![first.clone()],
+                steps: vec![steps.remove(0)],
+                after: apply_after,
+            });
+            after.push((apply, Scope::AllHosts));
+            after.extend(node_tasks(i).into_iter().map(|t| (t, Scope::AllHosts)));
+        }
         tasks.push(Task {
             name: name.clone(),
             hosts: vec![first.clone()],
             steps,
-            after: previous.iter().map(|p| (p.clone(), crate::engine::plan::Scope::AllHosts)).collect(),
+            after,
         });
         previous = Some(name);
     }

@@ -2,7 +2,8 @@
 //! `phases/` from the one [`Context`], and the ordering rules between them
 //! (on each host a task waits for the earlier phases' tasks on that host;
 //! cross-host gates hold the control plane after etcd and the
-//! loadbalancers, joins after init, the CNI and addons after the nodes).
+//! loadbalancers, joins and the network plugin after init, the CNI's waits
+//! and the addons after the nodes).
 //! Options a phase does not implement are refused while planning with
 //! [`crate::DeployError::NotSupported`] (exit 8).
 
@@ -89,14 +90,15 @@ pub fn pipeline(ctx: &Context) -> anyhow::Result<Pipeline> {
 
 /// The install's cross-host gates: a phase's tasks wait for every host's
 /// tasks of the phases listed (the control plane after etcd's health and
-/// the loadbalancers, joins after init, the CNI and addons after the
-/// control plane and workers).
+/// the loadbalancers, joins after init, the network plugin after init and
+/// its waits after every join (named by the cni phase), the addons after
+/// the control plane, workers and CNI).
 const GATES: &[(Phase, &[Phase])] = {
     use Phase::*;
     &[
         (ControlPlane, &[Etcd, Loadbalancer, Registry]),
         (Workers, &[ControlPlane, Registry]),
-        (Cni, &[ControlPlane, Workers]),
+        (Cni, &[ControlPlane]),
         (Addons, &[ControlPlane, Workers, Cni]),
         (Kubeconfig, &[ControlPlane, Workers, Cni, Addons]),
     ]
@@ -110,6 +112,70 @@ fn link(modules: &mut [(Phase, Module)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Under the install's gates, the network plugin (its apply naming the
+    /// init) goes on right after the first control-plane node's init, beside
+    /// the joins; its waits (naming every join) wait for every node; the
+    /// workers join after the init, not after every control-plane join.
+    #[test]
+    fn the_network_plugin_goes_on_after_the_init_and_its_waits_after_every_join() {
+        use super::super::tests::{after_of, module, task};
+        use crate::engine::plan::Scope::AllHosts;
+        let mut modules = vec![
+            (
+                Phase::ControlPlane,
+                module(
+                    "control-plane",
+                    vec![
+                        task("init-a", "a", &[]),
+                        task("join-b", "b", &[("init-a", AllHosts)]),
+                        task("join-c", "c", &[("init-a", AllHosts)]),
+                    ],
+                ),
+            ),
+            (
+                Phase::Workers,
+                module("workers", vec![task("join-w", "w", &[("init-a", AllHosts)])]),
+            ),
+            (
+                Phase::Cni,
+                module(
+                    "cni",
+                    vec![
+                        task("cni-apply", "a", &[("init-a", AllHosts)]),
+                        task(
+                            "cni-ready",
+                            "a",
+                            &[
+                                ("cni-apply", AllHosts),
+                                ("init-a", AllHosts),
+                                ("join-b", AllHosts),
+                                ("join-c", AllHosts),
+                                ("join-w", AllHosts),
+                            ],
+                        ),
+                    ],
+                ),
+            ),
+            (Phase::Addons, module("addons", vec![task("addon", "a", &[])])),
+        ];
+        link(&mut modules);
+        let s = |n: &str, sc| (n.to_string(), sc);
+        assert_eq!(after_of(&modules, "cni-apply"), [s("init-a", AllHosts)]);
+        assert_eq!(after_of(&modules, "join-w"), [s("init-a", AllHosts)]);
+        assert_eq!(after_of(&modules, "cni-ready").len(), 5);
+        assert_eq!(
+            after_of(&modules, "addon"),
+            [
+                s("cni-apply", AllHosts),
+                s("cni-ready", AllHosts),
+                s("init-a", AllHosts),
+                s("join-b", AllHosts),
+                s("join-c", AllHosts),
+                s("join-w", AllHosts)
+            ]
+        );
+    }
 
     #[test]
     fn phases_are_selected_and_unknown_ones_refused() -> Result<(), Box<dyn std::error::Error>> {

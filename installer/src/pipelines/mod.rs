@@ -107,7 +107,7 @@ mod tests {
     use super::*;
     use crate::engine::plan::{Module, Scope, Task};
 
-    fn task(name: &str, host: &str, after: &[(&str, Scope)]) -> Task {
+    pub(super) fn task(name: &str, host: &str, after: &[(&str, Scope)]) -> Task {
         Task {
             name: name.into(),
             hosts: vec![host.into()],
@@ -116,8 +116,20 @@ mod tests {
         }
     }
 
-    fn module(name: &str, tasks: Vec<Task>) -> Module {
+    pub(super) fn module(name: &str, tasks: Vec<Task>) -> Module {
         Module { name: name.into(), tasks }
+    }
+
+    /// What task `name` waits for once linked, sorted by name.
+    pub(super) fn after_of(modules: &[(Phase, Module)], name: &str) -> Vec<(String, Scope)> {
+        let mut a = modules
+            .iter()
+            .flat_map(|(_, m)| &m.tasks)
+            .find(|t| t.name == name)
+            .map(|t| t.after.clone())
+            .unwrap_or_default();
+        a.sort_by(|x, y| x.0.cmp(&y.0));
+        a
     }
 
     /// A prepare task waits for no other host; a task naming one task of a
@@ -150,12 +162,7 @@ mod tests {
             ),
         ];
         link(&mut modules, &[(Phase::Workers, &[Phase::ControlPlane])]);
-        let after = |name: &str| -> Vec<(String, Scope)> {
-            let t = modules.iter().flat_map(|(_, m)| &m.tasks).find(|t| t.name == name).unwrap();
-            let mut a = t.after.clone();
-            a.sort_by(|x, y| x.0.cmp(&y.0));
-            a
-        };
+        let after = |name: &str| after_of(&modules, name);
         let s = |n: &str, sc: Scope| (n.to_string(), sc);
         assert_eq!(after(&format!("{PREPARE}w")), [s("containerd-w", Scope::SameHost)]);
         assert_eq!(

@@ -2,7 +2,7 @@
 //! certificates first (beside the earlier phases on other hosts); every
 //! etcd member answers; then `kubeadm init` on the first control-plane node
 //! (our Kubernetes CA put in place, join credentials renewed on later
-//! runs), then the other control-plane nodes join one at a time with the
+//! runs), then the other control-plane nodes join side by side with the
 //! certificate key.
 
 use std::sync::Arc;
@@ -24,6 +24,27 @@ use crate::waits;
 /// what the workers' joins wait for.
 pub fn init_task(first: &str) -> String {
     format!("kubeadm-init-{first}")
+}
+
+/// The task of `kubeadm join` on `node` (a control-plane node or a worker).
+pub fn join_task(node: &str) -> String {
+    format!("kubeadm-join-{node}")
+}
+
+/// The task after which `node` is part of the cluster (its init or join),
+/// in the phases this run has: what waits for every node wait for.
+pub fn node_tasks(i: &Context) -> Vec<String> {
+    let g = &i.cluster.spec.role_groups;
+    let mut out = Vec::new();
+    if i.has(crate::pipelines::Phase::ControlPlane) {
+        let first = &i.topo.first_control_plane;
+        out.push(init_task(first));
+        out.extend(g.control_plane.iter().filter(|h| *h != first).map(|h| join_task(h)));
+    }
+    if i.has(crate::pipelines::Phase::Workers) {
+        out.extend(g.worker.iter().filter(|w| !g.control_plane.contains(w)).map(|w| join_task(w)));
+    }
+    out
 }
 
 /// How long an API server may take to answer `/readyz` after kubeadm.
@@ -130,9 +151,17 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             }));
             init_task(h)
         } else {
+            let joined = format!("test -s {KUBELET_CONF} && test -s {ADMIN_CONF}");
+            if let Some(first) = endpoint_name::while_joining(i.cluster, &i.topo, h) {
+                steps.push(endpoint_name::before_join(
+                    "endpoint-name-first",
+                    &endpoint_name::line(i.cluster, &first),
+                    &joined,
+                ));
+            }
             steps.push(kubeadm(
                 "kubeadm-join",
-                &format!("test -s {KUBELET_CONF} && test -s {ADMIN_CONF}"),
+                &joined,
                 r.join(h, true)?,
                 "join.yaml",
                 "kubeadm join",
@@ -155,14 +184,23 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
                 &waits::api_server(Some(&own)),
                 API_SERVER_WAIT,
             ));
-            format!("kubeadm-join-{h}")
+            join_task(h)
         };
         let mut after = gates.clone();
         after.push((prepare, Scope::SameHost));
         if n > 0 {
-            // One at a time after the init: side by side is kept only once
-            // ten installs in a row succeed with it (issue 27).
-            after.push((previous.clone(), Scope::AllHosts));
+            // The others join side by side once the first answers: with
+            // etcd outside the control plane (kubexm's etcd, or an
+            // existing one), a join adds no member and touches no other
+            // node's state. Stacked etcd (kubeadm's) adds a member per
+            // join: those join one at a time.
+            let stacked = i.cluster.spec.etcd.mode == kubexm_bom::config::model::EtcdMode::Kubeadm;
+            let before = if stacked {
+                previous.clone()
+            } else {
+                init_task(&g.control_plane[0])
+            };
+            after.push((before, Scope::AllHosts));
         }
         let previous_task = task.clone();
         tasks.push(Task {

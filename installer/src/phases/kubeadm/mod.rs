@@ -30,7 +30,7 @@ mod control_plane;
 mod kubeconfig;
 mod workers;
 
-pub use control_plane::module as control_plane;
+pub use control_plane::{init_task, module as control_plane, node_tasks};
 pub use kubeconfig::{FetchKubeconfig, module as kubeconfig};
 pub use workers::module as workers;
 

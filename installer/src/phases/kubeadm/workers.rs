@@ -1,17 +1,19 @@
 //! The `workers` phase: every worker that is not a control-plane node
-//! joins, in parallel, after its local proxy (mode D) is up and the control
-//! plane has joined; its binaries and settings are put in place before
-//! that, while the control plane comes up.
+//! joins, in parallel, after its local proxy (mode D) is up and the first
+//! control-plane node answers (not after every control-plane join); its
+//! binaries and settings are put in place before that, while the control
+//! plane comes up.
 
+use super::control_plane::{init_task, join_task};
 use super::{Render, kubeadm, kubelet_running, node_prerequisites};
 use crate::context::Context;
 use crate::engine::plan::{Module, Scope, Task};
 use crate::paths::KUBELET_CONF;
-use crate::pipelines::PREPARE;
+use crate::pipelines::{PREPARE, Phase};
 
 /// The workers phase: every worker that is not a control-plane node joins,
-/// after its local proxy (mode D) is up and the control plane has joined,
-/// its binaries put in place first.
+/// after its local proxy (mode D) is up and the first control-plane node's
+/// init, its binaries put in place first.
 pub fn module(i: &Context) -> anyhow::Result<Module> {
     let k = i.kube()?;
     let g = &i.cluster.spec.role_groups;
@@ -26,10 +28,10 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             steps: node_prerequisites(i, w, false)?,
             after: vec![],
         });
-        // After every control-plane join: joining beside them (once the
-        // first answers) is kept only once ten installs in a row succeed
-        // with it (issue 27).
-        let after = vec![(prepare, Scope::SameHost)];
+        let mut after = vec![(prepare, Scope::SameHost)];
+        if i.has(Phase::ControlPlane) {
+            after.push((init_task(&i.topo.first_control_plane), Scope::AllHosts));
+        }
         let mut steps = vec![kubeadm(
             "kubeadm-join",
             &format!("test -s {KUBELET_CONF}"),
@@ -40,7 +42,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         )];
         steps.push(kubelet_running());
         tasks.push(Task {
-            name: format!("kubeadm-join-{w}"),
+            name: join_task(w),
             hosts: vec![w.clone()],
             steps,
             after,
