@@ -146,8 +146,11 @@ pub struct Upload {
 
 impl Upload {
     pub fn new(name: &str, local: &Path, dest: &str, mode: u32) -> anyhow::Result<Upload> {
-        // Refused while planning when it is not there.
-        fs_err::metadata(local)?;
+        // Refused while planning when it is not a readable file.
+        fs_err::File::open(local)?;
+        if !fs_err::metadata(local)?.is_file() {
+            anyhow::bail!("{} is not a file", local.display());
+        }
         Ok(Upload {
             name: name.into(),
             local: local.to_path_buf(),
@@ -163,6 +166,7 @@ impl Upload {
             .sha256
             .get_or_try_init(|| async {
                 let local = self.local.clone();
+                let failed = |e: &dyn std::fmt::Display| StepError::Failed(format!("hashing {}: {e}", self.local.display()));
                 tokio::task::spawn_blocking(move || -> std::io::Result<String> {
                     let mut f = fs_err::File::open(&local)?;
                     let mut h = kubexm_bundle::digest::Hashing::new(std::io::sink());
@@ -170,8 +174,8 @@ impl Upload {
                     Ok(h.finish().0)
                 })
                 .await
-                .map_err(|e| StepError::Failed(format!("hashing {}: {e}", self.local.display())))?
-                .map_err(|e| StepError::Failed(format!("hashing {}: {e}", self.local.display())))
+                .map_err(|e| failed(&e))?
+                .map_err(|e| failed(&e))
             })
             .await?;
         Ok(digest)

@@ -329,13 +329,16 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
         }
         // The stamp names the cluster it was applied to (kube-system's uid):
         // a cluster made anew under it (kubeadm reset by hand, then an
-        // install) gets the addon again.
-        let cluster_uid = format!("$({kubectl} get namespace kube-system -o jsonpath='{{.metadata.uid}}' 2>/dev/null)");
-        cmd.push_str(&format!("mkdir -p {APPLIED_STAMPS}\necho \"{digest} {cluster_uid}\" > {stamp}\n"));
+        // install) gets the addon again. No uid (the API server does not
+        // answer) never matches, and the apply fails rather than write one.
+        let uid = format!("uid=$({kubectl} get namespace kube-system -o jsonpath='{{.metadata.uid}}' --request-timeout=10s 2>/dev/null)");
+        cmd.push_str(&format!(
+            "{uid}\n[ -n \"$uid\" ]\nmkdir -p {APPLIED_STAMPS}\necho \"{digest} $uid\" > {stamp}\n"
+        ));
         let name = format!("{phase}-{addon}");
         let mut steps: Vec<Arc<dyn Step>> = vec![Arc::new(RunWith {
             name: format!("apply-{addon}"),
-            check: format!("[ \"$(cat {stamp} 2>/dev/null)\" = \"{digest} {cluster_uid}\" ]"),
+            check: format!("{uid} && [ -n \"$uid\" ] && [ \"$(cat {stamp} 2>/dev/null)\" = \"{digest} $uid\" ]"),
             files: files
                 .into_iter()
                 .map(|(n, t)| (format!("{DIR}/{addon}/{n}"), t.into_bytes(), 0o644))

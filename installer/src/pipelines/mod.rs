@@ -127,7 +127,7 @@ mod tests {
             .flat_map(|(_, m)| &m.tasks)
             .find(|t| t.name == name)
             .map(|t| t.after.clone())
-            .unwrap_or_default();
+            .unwrap_or_else(|| panic!("no task {name}"));
         a.sort_by(|x, y| x.0.cmp(&y.0));
         a
     }

@@ -266,6 +266,16 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         "lab2",
         "mv /etc/kubernetes/kube-apiserver.yaml.stopped /etc/kubernetes/manifests/kube-apiserver.yaml",
     );
+    // Back before the re-run: its check of lab2's API server must find it
+    // answering (the install would otherwise wait for it, applying a step).
+    lab.ssh_ok(
+        "lab2",
+        &format!(
+            "for i in $(seq 120); do kubectl --kubeconfig /etc/kubernetes/admin.conf --server https://{}:6443 \
+               get --raw=/readyz --request-timeout=5s >/dev/null 2>&1 && exit 0; sleep 1; done; exit 1",
+            lab.host("lab2").address
+        ),
+    );
     k("delete pod p-lab1 p-lab2 p-lab3 p-lab4 --wait=false");
     k("delete deployment web");
     k("delete service web");

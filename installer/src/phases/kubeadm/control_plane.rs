@@ -21,7 +21,7 @@ use crate::pki;
 use crate::waits;
 
 /// The task of `kubeadm init` on `first`, the first control-plane node:
-/// what the workers' joins wait for.
+/// what the other nodes' joins and the network plugin wait for.
 pub fn init_task(first: &str) -> String {
     format!("kubeadm-init-{first}")
 }
@@ -50,7 +50,8 @@ pub fn node_tasks(i: &Context) -> Vec<String> {
 /// How long an API server may take to answer `/readyz` after kubeadm.
 const API_SERVER_WAIT: u64 = 300;
 
-/// The control-plane phase: init on the first node, then the others join in turn.
+/// The control-plane phase: init on the first node, then the others join
+/// (side by side with etcd outside the control plane).
 pub fn module(i: &Context) -> anyhow::Result<Module> {
     let k = i.kube()?;
     let g = &i.cluster.spec.role_groups;
@@ -151,39 +152,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             }));
             init_task(h)
         } else {
-            let joined = format!("test -s {KUBELET_CONF} && test -s {ADMIN_CONF}");
-            if let Some(first) = endpoint_name::while_joining(i.cluster, &i.topo, h) {
-                steps.push(endpoint_name::before_join(
-                    "endpoint-name-first",
-                    &endpoint_name::line(i.cluster, &first),
-                    &joined,
-                ));
-            }
-            steps.push(kubeadm(
-                "kubeadm-join",
-                &joined,
-                r.join(h, true)?,
-                "join.yaml",
-                "kubeadm join",
-                creds,
-            ));
-            if endpoint_name::while_joining(i.cluster, &i.topo, h).is_some() {
-                // Joined: the endpoint's name now points at its own API server.
-                let own = endpoint_name::resolves_to(i.cluster, &i.topo, h);
-                steps.push(endpoint_name::step(
-                    "endpoint-name-own",
-                    &endpoint_name::line(i.cluster, &own),
-                    false,
-                ));
-            }
-            steps.push(kubelet_running());
-            let own = format!("https://{}:6443", i.topo.address(h));
-            steps.push(waits::wait(
-                "api-server-ready",
-                &format!("the API server on {h}"),
-                &waits::api_server(Some(&own)),
-                API_SERVER_WAIT,
-            ));
+            steps.extend(join_steps(i, &r, h, creds)?);
             join_task(h)
         };
         let mut after = gates.clone();
@@ -215,4 +184,51 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         name: "control-plane".into(),
         tasks,
     })
+}
+
+/// The steps of a control-plane node joining: the endpoint's name at the
+/// first node until it has joined (mode D), `kubeadm join --control-plane`,
+/// the name at its own API server, the kubelet running, its API server
+/// answering.
+fn join_steps(
+    i: &Context,
+    r: &Render,
+    h: &str,
+    creds: &crate::kube_pki::JoinCredentials,
+) -> anyhow::Result<Vec<Arc<dyn crate::engine::plan::Step>>> {
+    let mut steps: Vec<Arc<dyn crate::engine::plan::Step>> = Vec::new();
+    let joined = format!("test -s {KUBELET_CONF} && test -s {ADMIN_CONF}");
+    if let Some(first) = endpoint_name::while_joining(i.cluster, &i.topo, h) {
+        steps.push(endpoint_name::before_join(
+            "endpoint-name-first",
+            &endpoint_name::line(i.cluster, &first),
+            &joined,
+        ));
+    }
+    steps.push(kubeadm(
+        "kubeadm-join",
+        &joined,
+        r.join(h, true)?,
+        "join.yaml",
+        "kubeadm join",
+        creds,
+    ));
+    if endpoint_name::while_joining(i.cluster, &i.topo, h).is_some() {
+        // Joined: the endpoint's name now points at its own API server.
+        let own = endpoint_name::resolves_to(i.cluster, &i.topo, h);
+        steps.push(endpoint_name::step(
+            "endpoint-name-own",
+            &endpoint_name::line(i.cluster, &own),
+            false,
+        ));
+    }
+    steps.push(kubelet_running());
+    let own = format!("https://{}:6443", i.topo.address(h));
+    steps.push(waits::wait(
+        "api-server-ready",
+        &format!("the API server on {h}"),
+        &waits::api_server(Some(&own)),
+        API_SERVER_WAIT,
+    ));
+    Ok(steps)
 }
