@@ -80,23 +80,26 @@ pub fn deployment_available(namespace: &str, name: &str) -> String {
         "if ! {k} -n {ns} rollout status deployment/{n} --timeout=1s >/dev/null 2>&1; then \
            echo \"  deployment {namespace}/{name}: $({k} -n {ns} get deployment {n} --no-headers 2>&1 | tail -1)\"; \
            {k} -n {ns} get pods -o wide --no-headers 2>/dev/null | awk -v p={prefix} \
-             'index($1, p) == 1 {{ split($2, r, \"/\"); if ($3 != \"Running\" || r[1] != r[2]) print \"    pod \" $1 \" on \" $7 \": \" $3 }}'; \
+             'index($1, p) == 1 {{ split($2, r, \"/\"); if ($3 != \"Running\" || r[1] != r[2]) print \"    pod \" $1 \" on \" $(NF-2) \": \" $3 }}'; \
          fi",
         prefix = q(&format!("{name}-"))
     )
 }
 
 /// Probe: the DaemonSet's pod on each of `nodes` is running and ready;
-/// otherwise which node lacks it or what its pod's status is.
+/// otherwise which node lacks it or what its pod's status is. A pod's node
+/// is the third field from the end of `-o wide` (NODE, NOMINATED NODE,
+/// READINESS GATES): RESTARTS is two fields once a container restarted
+/// (`1 (2m ago)`), so counting from the start finds the wrong one.
 pub fn daemonset_on(namespace: &str, name: &str, nodes: &[String]) -> String {
     let k = kubectl();
     format!(
         "pods=$({k} -n {ns} get pods -o wide --no-headers 2>&1) || {{ echo \"  daemonset {namespace}/{name}: $pods\" | tail -1; exit 0; }}; \
          for n in {names}; do \
-           l=$(printf '%s\\n' \"$pods\" | awk -v p={prefix} -v n=\"$n\" 'index($1, p) == 1 && $7 == n'); \
+           l=$(printf '%s\\n' \"$pods\" | awk -v p={prefix} -v n=\"$n\" 'index($1, p) == 1 && $(NF-2) == n'); \
            case \"$l\" in \
              '') echo \"  daemonset {namespace}/{name}: no pod on $n\";; \
-             *) echo \"$l\" | awk '{{ split($2, r, \"/\"); if ($3 != \"Running\" || r[1] != r[2]) print \"  daemonset {namespace}/{name}: pod \" $1 \" on \" $7 \": \" $3 }}';; \
+             *) echo \"$l\" | awk '{{ split($2, r, \"/\"); if ($3 != \"Running\" || r[1] != r[2]) print \"  daemonset {namespace}/{name}: pod \" $1 \" on \" $(NF-2) \": \" $3 }}';; \
            esac; \
          done",
         ns = q(namespace),
@@ -150,6 +153,42 @@ mod tests {
                 ("deployment".into(), "default".into(), "d".into())
             ]
         );
+    }
+
+    /// The DaemonSet probe as a shell runs it, with a `kubectl` printing
+    /// `get pods -o wide` as a real one does: a pod whose container restarted
+    /// (RESTARTS `1 (2m ago)`, two fields) is still found on its node; a pod
+    /// not ready is named with its status; a node without a pod is named.
+    #[test]
+    fn a_restarted_daemonset_pod_is_found_on_its_node() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let fake = dir.path().join("kubectl");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh
+cat <<'EOF'
+\
+             kube-flannel-ds-a   1/1   Running    1 (2m ago)   27s   198.18.0.12   lab2   <none>   <none>\n\
+             kube-flannel-ds-b   0/1   Init:0/2   0            40s   198.18.0.11   lab1   <none>   <none>\n\
+             EOF\n",
+        )?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))?;
+        let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
+        let nodes = ["lab1".to_string(), "lab2".into(), "lab3".into()];
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(daemonset_on("kube-flannel", "kube-flannel-ds", &nodes))
+            .env("PATH", path)
+            .output()?;
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            concat!(
+                "  daemonset kube-flannel/kube-flannel-ds: pod kube-flannel-ds-b on lab1: Init:0/2\n",
+                "  daemonset kube-flannel/kube-flannel-ds: no pod on lab3\n"
+            )
+        );
+        Ok(())
     }
 
     /// The probes as a shell runs them, with a `kubectl` that fails like an
