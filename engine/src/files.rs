@@ -147,9 +147,8 @@ pub struct Upload {
 impl Upload {
     pub fn new(name: &str, local: &Path, dest: &str, mode: u32) -> anyhow::Result<Upload> {
         // Refused while planning when it is not a readable file.
-        fs_err::File::open(local)?;
-        if !fs_err::metadata(local)?.is_file() {
-            anyhow::bail!("{} is not a file", local.display());
+        if !fs_err::File::open(local)?.metadata()?.is_file() {
+            anyhow::bail!("{} is not a regular file; name the file itself", local.display());
         }
         Ok(Upload {
             name: name.into(),

@@ -167,7 +167,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             let before = if stacked {
                 previous.clone()
             } else {
-                init_task(&g.control_plane[0])
+                init_task(&i.topo.first_control_plane)
             };
             after.push((before, Scope::AllHosts));
         }
@@ -198,10 +198,11 @@ fn join_steps(
 ) -> anyhow::Result<Vec<Arc<dyn crate::engine::plan::Step>>> {
     let mut steps: Vec<Arc<dyn crate::engine::plan::Step>> = Vec::new();
     let joined = format!("test -s {KUBELET_CONF} && test -s {ADMIN_CONF}");
-    if let Some(first) = endpoint_name::while_joining(i.cluster, &i.topo, h) {
+    let first = endpoint_name::while_joining(i.cluster, &i.topo, h);
+    if let Some(first) = &first {
         steps.push(endpoint_name::before_join(
             "endpoint-name-first",
-            &endpoint_name::line(i.cluster, &first),
+            &endpoint_name::line(i.cluster, first),
             &joined,
         ));
     }
@@ -213,7 +214,7 @@ fn join_steps(
         "kubeadm join",
         creds,
     ));
-    if endpoint_name::while_joining(i.cluster, &i.topo, h).is_some() {
+    if first.is_some() {
         // Joined: the endpoint's name now points at its own API server.
         let own = endpoint_name::resolves_to(i.cluster, &i.topo, h);
         steps.push(endpoint_name::step(
