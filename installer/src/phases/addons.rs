@@ -333,7 +333,7 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
         // answer) never matches, and the apply fails rather than write one.
         let uid = format!("uid=$({kubectl} get namespace kube-system -o jsonpath='{{.metadata.uid}}' --request-timeout=10s 2>/dev/null)");
         cmd.push_str(&format!(
-            "{uid}\n[ -n \"$uid\" ] || {{ echo \"{addon} applied, but the API server did not give kube-system's uid to record it; check it answers ({kubectl} get namespace kube-system) and run again\" >&2; exit 1; }}\n\
+            "{uid} || uid=\n[ -n \"$uid\" ] || {{ echo \"{addon} applied, but the API server did not give kube-system's uid to record it; check it answers ({kubectl} get namespace kube-system) and run again\" >&2; exit 1; }}\n\
              mkdir -p {APPLIED_STAMPS}\necho \"{digest} $uid\" > {stamp}\n"
         ));
         let name = format!("{phase}-{addon}");
