@@ -144,6 +144,24 @@ pub struct Minor {
     pub components: BTreeMap<String, String>,
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Kubernetes' conformance tests for this minor, when the catalog has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conformance: Option<ConformanceSet>,
+}
+
+/// What `conformance.enabled` adds for a minor: the e2e test binaries come
+/// from the `kubernetes-test` component; the images are listed here, as
+/// `e2e.test --list-images` names them (upstream names, so the nodes' mirror
+/// serves every reference the tests hard-code).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConformanceSet {
+    /// Every image a conformance spec pulls.
+    pub images: Vec<String>,
+    /// Images `e2e.test --list-images` names that no conformance spec pulls,
+    /// each with the reason it is left out.
+    #[serde(default)]
+    pub left_out: BTreeMap<String, String>,
 }
 
 /// A CNI plugin or addon, installed from upstream manifests (or a chart).

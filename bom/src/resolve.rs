@@ -48,8 +48,9 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
     mirrors.extend(extra_mirrors.clone());
     let k8s = spec.kubernetes.version.as_str();
     let arches = arches(spec, catalog);
-    let files = files(spec, catalog, &mirrors, &arches)?;
+    let mut files = files(spec, catalog, &mirrors, &arches)?;
     let (manifests, mut charts, mut image_refs) = addon_items(spec, catalog, &mirrors)?;
+    conformance(spec, catalog, &mirrors, &arches, &mut files, &mut image_refs)?;
     bundle_charts(spec, &mirrors, &mut charts);
     charts.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
     charts.dedup_by(|a, b| a.path == b.path);
@@ -109,39 +110,7 @@ fn files(spec: &Spec, catalog: &Catalog, mirrors: &Mirrors, arches: &[String]) -
     }
     let mut files = Vec::new();
     for (name, version) in &versions {
-        let comp = catalog
-            .component(name)
-            .ok_or_else(|| ResolveError::UnknownComponent(name.to_string()))?;
-        let digests = comp.versions.get(version).ok_or_else(|| ResolveError::UnknownVersion {
-            component: name.to_string(),
-            version: version.clone(),
-        })?;
-        for arch in arches {
-            let url = render(&comp.url, version, arch);
-            let checksum = match (digests.get(arch), &comp.checksum_url) {
-                (Some(d), _) => Checksum::Sha256(d.clone()),
-                (None, Some(u)) => Checksum::Published(mirrors.rewrite_url(&render(u, version, arch))),
-                (None, None) => Checksum::Unknown,
-            };
-            files.push(FileItem {
-                component: name.to_string(),
-                version: version.clone(),
-                arch: arch.clone(),
-                path: format!("files/{name}/{version}/{arch}/{}", file_name(&url)),
-                source: mirrors.rewrite_url(&url),
-                url,
-                checksum,
-                archive: comp.archive,
-                install: comp
-                    .install
-                    .iter()
-                    .map(|e| crate::catalog::InstallEntry {
-                        from: render(&e.from, version, arch),
-                        to: e.to.clone(),
-                    })
-                    .collect(),
-            });
-        }
+        files.extend(component_files(catalog, mirrors, name, version, arches)?);
     }
     for f in &spec.bundle.files {
         let arch = f.arch.clone().unwrap_or_else(|| "any".into());
@@ -159,6 +128,96 @@ fn files(spec: &Spec, catalog: &Catalog, mirrors: &Mirrors, arches: &[String]) -
     }
 
     Ok(files)
+}
+
+/// One component at one version, a file per arch.
+fn component_files(
+    catalog: &Catalog,
+    mirrors: &Mirrors,
+    name: &str,
+    version: &str,
+    arches: &[String],
+) -> Result<Vec<FileItem>, ResolveError> {
+    let comp = catalog
+        .component(name)
+        .ok_or_else(|| ResolveError::UnknownComponent(name.to_string()))?;
+    let digests = comp.versions.get(version).ok_or_else(|| ResolveError::UnknownVersion {
+        component: name.to_string(),
+        version: version.to_string(),
+    })?;
+    let mut files = Vec::new();
+    for arch in arches {
+        let url = render(&comp.url, version, arch);
+        let checksum = match (digests.get(arch), &comp.checksum_url) {
+            (Some(d), _) => Checksum::Sha256(d.clone()),
+            (None, Some(u)) => Checksum::Published(mirrors.rewrite_url(&render(u, version, arch))),
+            (None, None) => Checksum::Unknown,
+        };
+        files.push(FileItem {
+            component: name.to_string(),
+            version: version.to_string(),
+            arch: arch.clone(),
+            path: format!("files/{name}/{version}/{arch}/{}", file_name(&url)),
+            source: mirrors.rewrite_url(&url),
+            url,
+            checksum,
+            archive: comp.archive,
+            install: comp
+                .install
+                .iter()
+                .map(|e| crate::catalog::InstallEntry {
+                    from: render(&e.from, version, arch),
+                    to: e.to.clone(),
+                })
+                .collect(),
+        });
+    }
+    Ok(files)
+}
+
+/// The component holding `e2e.test` and `ginkgo` (upstream's
+/// `kubernetes-test-linux-<arch>.tar.gz`).
+pub const CONFORMANCE_COMPONENT: &str = "kubernetes-test";
+
+/// The arch the conformance tests run on: the installer host's, which is the
+/// registry host's (the installer runs the registry there) when the config
+/// declares it, else the bundle's first arch.
+pub fn runner_arch(spec: &Spec, arches: &[String]) -> Option<String> {
+    spec.role_groups
+        .registry
+        .first()
+        .and_then(|r| spec.hosts.iter().find(|h| &h.name == r))
+        .and_then(|h| h.arch.clone())
+        .or_else(|| arches.first().cloned())
+}
+
+/// `conformance.enabled`: the test binaries for the runner's arch and the
+/// conformance images (for every arch) of the cluster's minor.
+fn conformance(
+    spec: &Spec,
+    catalog: &Catalog,
+    mirrors: &Mirrors,
+    arches: &[String],
+    files: &mut Vec<FileItem>,
+    image_refs: &mut BTreeSet<ImageRef>,
+) -> Result<(), ResolveError> {
+    if !spec.conformance.enabled {
+        return Ok(());
+    }
+    let k8s = spec.kubernetes.version.as_str();
+    let set = catalog
+        .minor(k8s)
+        .and_then(|m| m.conformance.as_ref())
+        .ok_or_else(|| ResolveError::UnknownVersion {
+            component: "conformance tests".into(),
+            version: k8s.to_string(),
+        })?;
+    let runner: Vec<String> = runner_arch(spec, arches).into_iter().collect();
+    files.extend(component_files(catalog, mirrors, CONFORMANCE_COMPONENT, k8s, &runner)?);
+    for i in &set.images {
+        image_refs.insert(ImageRef::parse(i)?);
+    }
+    Ok(())
 }
 
 /// The enabled addons' manifests, charts and fixed images (images in the

@@ -171,6 +171,18 @@ fn add_timing_columns(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// A `jobs` row of `SELECT id, cluster, kind, started, finished, status`.
+fn job_row(r: &rusqlite::Row) -> rusqlite::Result<JobRecord> {
+    Ok(JobRecord {
+        id: r.get(0)?,
+        cluster: r.get(1)?,
+        kind: r.get(2)?,
+        started: r.get(3)?,
+        finished: r.get(4)?,
+        status: r.get(5)?,
+    })
+}
+
 /// What [`State::done_nodes`] reads: steps completed by earlier jobs of the
 /// same cluster and kind, after the cluster's last successful reset.
 const DONE_NODES: &str = "SELECT DISTINCT s.node FROM steps s JOIN jobs j ON j.id = s.job \
@@ -331,18 +343,25 @@ impl State {
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
+    /// The latest successful install of `cluster` since its last successful
+    /// reset, if any.
+    pub fn installed(&self, cluster: &str) -> Result<Option<JobRecord>, StateError> {
+        self.conn()
+            .query_row(
+                "SELECT id, cluster, kind, started, finished, status FROM jobs \
+                 WHERE cluster = ?1 AND kind = 'install' AND status = 'succeeded' \
+                 AND id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind = 'reset' AND status = 'succeeded'), 0) \
+                 ORDER BY id DESC LIMIT 1",
+                params![cluster],
+                job_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     pub fn job(&self, id: Option<i64>) -> Result<Option<JobRecord>, StateError> {
         let c = self.conn();
-        let row = |r: &rusqlite::Row| {
-            Ok(JobRecord {
-                id: r.get(0)?,
-                cluster: r.get(1)?,
-                kind: r.get(2)?,
-                started: r.get(3)?,
-                finished: r.get(4)?,
-                status: r.get(5)?,
-            })
-        };
+        let row = job_row;
         let q = match id {
             Some(id) => c.query_row(
                 "SELECT id, cluster, kind, started, finished, status FROM jobs WHERE id = ?1",

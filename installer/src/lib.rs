@@ -40,6 +40,15 @@ pub enum DeployError {
     Config(String),
 }
 
+/// This machine's arch as the bundle names arches (`amd64`, `arm64`).
+pub fn installer_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
 /// The installer's state root (`/var/lib/kubexm`).
 pub use paths::{ROOT, SERVE_PORT};
 

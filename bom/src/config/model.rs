@@ -81,6 +81,24 @@ pub struct Spec {
     pub system: System,
     pub preflight: Preflight,
     pub bundle: BundleSpec,
+    /// Kubernetes' own conformance tests carried in the bundle.
+    #[serde(skip_serializing_if = "Conformance::is_off")]
+    pub conformance: Conformance,
+}
+
+/// `conformance.enabled`: the bundle carries the Kubernetes e2e test binaries
+/// (`e2e.test`, `ginkgo`, for the installer host's arch) and every image the
+/// conformance tests pull, so `kubexm-install conformance` runs them offline.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Conformance {
+    pub enabled: bool,
+}
+
+impl Conformance {
+    fn is_off(&self) -> bool {
+        !self.enabled
+    }
 }
 
 /// Connection settings shared by hosts.

@@ -515,6 +515,22 @@ impl Rules<'_> {
                 );
             }
         }
+        if s.conformance.enabled && !v.is_empty() && catalog.minor(v).is_some_and(|m| m.conformance.is_none()) {
+            let have: Vec<_> = catalog
+                .minors
+                .iter()
+                .filter(|(_, m)| m.conformance.is_some())
+                .map(|(k, _)| k.clone())
+                .collect();
+            self.push(|| {
+                Diagnostic::new(
+                    Kind::Unsupported,
+                    "spec.conformance.enabled",
+                    format!("conformance tests for Kubernetes {} are not supported yet", Catalog::minor_of(v)),
+                )
+                .hint(format!("minors with conformance tests: {}", have.join(", ")))
+            });
+        }
         for (i, arch) in s.bundle.arches.iter().enumerate() {
             self.arch(&format!("spec.bundle.arches[{i}]"), arch);
         }

@@ -133,3 +133,51 @@ fn control_plane_images_are_carried_for_the_control_plane_arches_only() {
         assert_eq!(platforms(&cluster, image), ["linux/amd64", "linux/arm64"], "{image}");
     }
 }
+
+#[test]
+fn conformance_adds_the_test_binaries_for_the_runner_and_its_images_for_every_arch() {
+    let path = Path::new(&manifest_dir()).join("../examples/ha.yaml");
+    let mut cluster = config::load_file(&path, &catalog()).unwrap();
+    cluster.spec.kubernetes.version = "v1.37.2".into();
+    let without = resolve(&cluster, &catalog(), &Mirrors::default()).unwrap();
+    assert!(!without.files.iter().any(|f| f.component == "kubernetes-test"));
+    assert!(!without.images.iter().any(|i| i.reference.repository.ends_with("agnhost")));
+
+    cluster.spec.conformance.enabled = true;
+    let bom = resolve(&cluster, &catalog(), &Mirrors::default()).unwrap();
+    let tests: Vec<_> = bom.files.iter().filter(|f| f.component == "kubernetes-test").collect();
+    assert_eq!(tests.len(), 1, "one arch: the installer host's");
+    assert_eq!(tests[0].arch, "amd64");
+    assert_eq!(tests[0].url, "https://dl.k8s.io/release/v1.37.2/kubernetes-test-linux-amd64.tar.gz");
+    assert_eq!(
+        tests[0].checksum,
+        Checksum::Published("https://dl.k8s.io/release/v1.37.2/kubernetes-test-linux-amd64.tar.gz.sha256".into())
+    );
+    assert!(tests[0].install.is_empty(), "never installed on a node");
+    let set = catalog().minor("v1.37.2").unwrap().conformance.clone().unwrap();
+    for want in &set.images {
+        let item = bom
+            .images
+            .iter()
+            .find(|i| i.reference.to_string() == *want)
+            .unwrap_or_else(|| panic!("{want} is not in the BOM"));
+        assert_eq!(item.platforms, ["linux/amd64", "linux/arm64"], "{want}");
+    }
+    for left_out in set.left_out.keys() {
+        assert!(!bom.images.iter().any(|i| i.reference.to_string() == *left_out), "{left_out}");
+    }
+
+    // The installer host is the registry host: its arch when declared.
+    let registry = cluster.spec.role_groups.registry[0].clone();
+    for h in cluster.spec.hosts.iter_mut().filter(|h| h.name == registry) {
+        h.arch = Some("arm64".into());
+    }
+    let bom = resolve(&cluster, &catalog(), &Mirrors::default()).unwrap();
+    let arches: Vec<_> = bom
+        .files
+        .iter()
+        .filter(|f| f.component == "kubernetes-test")
+        .map(|f| f.arch.as_str())
+        .collect();
+    assert_eq!(arches, ["arm64"]);
+}

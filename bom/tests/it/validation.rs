@@ -107,6 +107,11 @@ fn option_not_supported_yet() {
 }
 
 #[test]
+fn conformance_for_a_minor_without_its_tests_is_not_supported_yet() {
+    insta::assert_snapshot!(errors(&[("  kubernetes:", "  conformance: {enabled: true}\n  kubernetes:")]));
+}
+
+#[test]
 fn wrong_api_version_and_kind() {
     insta::assert_snapshot!(errors(&[
         ("kubexm.io/v1alpha1", "kubexm.io/v1"),

@@ -20,11 +20,7 @@ use crate::paths::{HOST_INSTALLER, REGISTRY_CLIENT_CA, REGISTRY_CLIENT_CERT, REG
 pub fn module(i: &Context) -> anyhow::Result<Module> {
     let host = i.registry()?.host.clone();
     let arch = i.arch_of(&host)?;
-    let mine = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
+    let mine = crate::installer_arch();
     if arch != mine {
         return Err(crate::DeployError::Config(format!(
             "registry host {host} is {arch}, but this installer is {mine}: it runs the registry there; \

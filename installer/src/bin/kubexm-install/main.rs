@@ -165,6 +165,36 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Some(from) => draw(&from, timeline.as_deref(), output),
             None => status(&state, job, timeline.as_deref(), output),
         },
+        Command::Conformance {
+            cluster,
+            mode,
+            focus,
+            skip,
+            parallel,
+            allow_not_ready,
+            bundle_dir,
+            kubeconfig,
+            root,
+            state,
+            output,
+        } => conformance(
+            &ops::conformance::ConformanceOptions {
+                cluster,
+                root,
+                state,
+                bundle_dir,
+                kubeconfig,
+                mode: match mode {
+                    args::ConformanceMode::Quick => ops::conformance::Mode::Quick,
+                    args::ConformanceMode::Certified => ops::conformance::Mode::Certified,
+                },
+                focus,
+                skip,
+                parallel,
+                allow_not_ready,
+            },
+            output,
+        ),
         Command::HostsToml {
             bundle_dir,
             registry,
@@ -447,5 +477,39 @@ fn print_packages(report: ops::packages::PackagesReport) -> anyhow::Result<()> {
     match report.errors {
         None => Ok(()),
         Some(e) => Err(classified(Class::Host, anyhow::anyhow!(e))),
+    }
+}
+
+/// `conformance`: checks, the run, its summary; a failed spec is a failure
+/// of the cluster (exit 7).
+fn conformance(o: &ops::conformance::ConformanceOptions, output: Output) -> anyhow::Result<()> {
+    if !matches!(output, Output::Text | Output::Json) {
+        return Err(ops::error::op(
+            ops::error::OpError::Usage,
+            anyhow::anyhow!(
+                "conformance writes -o text or -o json, not {}",
+                format!("{output:?}").to_lowercase()
+            ),
+        ));
+    }
+    let prepared = ops::conformance::prepare(o)?;
+    eprintln!("conformance: results in {}", prepared.out.display());
+    let summary = ops::conformance::run(&prepared)?;
+    if matches!(output, Output::Json) {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!("{summary}");
+    }
+    if summary.ok() {
+        Ok(())
+    } else {
+        Err(ops::error::op(
+            ops::error::OpError::Host,
+            anyhow::anyhow!(
+                "{} of the selected specs failed or did not run; see {}",
+                summary.failed + summary.not_run.len(),
+                summary.log
+            ),
+        ))
     }
 }

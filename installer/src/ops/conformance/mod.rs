@@ -1,0 +1,429 @@
+//! `kubexm-install conformance`: Kubernetes' own conformance tests, from the
+//! bundle, run from the installer host against an installed cluster.
+//!
+//! Everything is checked before anything runs: the state database knows a
+//! successful install of the cluster; its bundle carries the test binaries
+//! (`kubernetes-test`: `e2e.test` and `ginkgo`, for this machine's arch) and
+//! every image the conformance tests pull; the admin kubeconfig is there.
+//! Then `ginkgo` runs `e2e.test` (quick: a listed subset; certified: every
+//! conformance spec, serial ones included, which Ginkgo runs last and alone),
+//! its output goes to `e2e.log` and a line of progress per finished spec
+//! to the terminal; the JUnit report, the log and a summary stay under
+//! `<root>/conformance/<cluster>/<time>/`.
+
+pub mod junit;
+mod run;
+pub mod specs;
+
+use std::path::{Path, PathBuf};
+
+use kubexm_bundle::manifest::{BundleManifest, MANIFEST_NAME};
+
+use crate::engine::state::State;
+use crate::ops::error::{OpError, op};
+
+pub use run::{Summary, run};
+
+/// Which specs run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The listed subset (`manifests/conformance/quick-<minor>.yaml`).
+    Quick,
+    /// Every conformance spec, serial ones included, as certification asks.
+    Certified,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConformanceOptions {
+    pub cluster: String,
+    /// The installer's state root (unpacked bundles, the admin kubeconfig).
+    pub root: PathBuf,
+    /// The state database that recorded the install.
+    pub state: PathBuf,
+    /// The unpacked bundle; default: the one under `<root>/bundles` built for the cluster.
+    pub bundle_dir: Option<PathBuf>,
+    /// Default: `<root>/<cluster>.kubeconfig`.
+    pub kubeconfig: Option<PathBuf>,
+    pub mode: Mode,
+    /// Replaces the mode's selection.
+    pub focus: Option<String>,
+    /// Added to the mode's skip.
+    pub skip: Option<String>,
+    /// Ginkgo processes (serial specs still run alone).
+    pub parallel: usize,
+    /// Nodes that may be NotReady (named in the summary).
+    pub allow_not_ready: Vec<String>,
+}
+
+/// What a run needs, checked: the binaries (unpacked, executable), the
+/// kubeconfig, the selection and where the results go.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub cluster: String,
+    pub version: String,
+    pub e2e: PathBuf,
+    pub ginkgo: PathBuf,
+    pub kubectl: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub focus: String,
+    pub skip: String,
+    pub parallel: usize,
+    /// The listed specs of a quick run (each must run and pass).
+    pub listed: Vec<specs::Listed>,
+    pub out: PathBuf,
+    pub allow_not_ready: Vec<String>,
+}
+
+/// Checks everything a run needs and unpacks the test binaries.
+pub fn prepare(o: &ConformanceOptions) -> anyhow::Result<Prepared> {
+    known_cluster(&o.state, &o.cluster)?;
+    let bundle = match &o.bundle_dir {
+        Some(d) => d.clone(),
+        None => find_bundle(&o.root, &o.cluster)?,
+    };
+    let manifest = read_manifest(&bundle)?;
+    if manifest.name != o.cluster {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!("{} was built for cluster {}, not {}", bundle.display(), manifest.name, o.cluster),
+        ));
+    }
+    let lock = &manifest.lock;
+    let arch = crate::installer_arch();
+    let tests = lock
+        .files
+        .iter()
+        .find(|f| f.component == kubexm_bom::resolve::CONFORMANCE_COMPONENT)
+        .ok_or_else(|| {
+            op(
+                OpError::Config,
+                anyhow::anyhow!(
+                    "the bundle {} carries no conformance tests (kubernetes-test: e2e.test and ginkgo); \
+                     rebuild it with `conformance: {{enabled: true}}` in cluster.yaml",
+                    bundle.display()
+                ),
+            )
+        })?;
+    if tests.arch != arch {
+        return Err(op(
+            OpError::Unsupported,
+            anyhow::anyhow!(
+                "the bundle's conformance tests are built for {}, and this machine is {arch}: run them from a {} host, \
+                 or rebuild the bundle with the registry host (the installer host) declared as {arch}",
+                tests.arch,
+                tests.arch
+            ),
+        ));
+    }
+    missing_images(&manifest, &bundle)?;
+    let kubectl = lock
+        .files
+        .iter()
+        .find(|f| f.component == "kubectl" && f.arch == arch)
+        .ok_or_else(|| {
+            op(
+                OpError::Config,
+                anyhow::anyhow!("the bundle {} has no kubectl for {arch}", bundle.display()),
+            )
+        })?;
+    let kubeconfig = o
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| o.root.join(format!("{}.kubeconfig", o.cluster)));
+    if !kubeconfig.is_file() {
+        return Err(op(
+            OpError::Io,
+            anyhow::anyhow!(
+                "no admin kubeconfig at {} (the install writes it there); pass --kubeconfig",
+                kubeconfig.display()
+            ),
+        ));
+    }
+    let bin = unpack_binaries(&o.root.join("conformance").join("bin"), &bundle, tests, &bundle.join(&kubectl.path))?;
+    let (focus, skip, listed) = selection(o, &lock.kubernetes_version)?;
+    Ok(Prepared {
+        cluster: o.cluster.clone(),
+        version: lock.kubernetes_version.clone(),
+        e2e: bin.join("e2e.test"),
+        ginkgo: bin.join("ginkgo"),
+        kubectl: bin.join("kubectl"),
+        kubeconfig,
+        focus,
+        skip,
+        parallel: o.parallel.max(1),
+        listed,
+        out: o.root.join("conformance").join(&o.cluster).join(stamp()),
+        allow_not_ready: o.allow_not_ready.clone(),
+    })
+}
+
+/// Refused unless the state database recorded a successful install of
+/// `cluster` since its last reset.
+fn known_cluster(state: &Path, cluster: &str) -> anyhow::Result<()> {
+    let unknown = || {
+        op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "the state database {} records no successful install of cluster {cluster}: \
+                 install it with kubexm-install first, or pass the --state it was installed with",
+                state.display()
+            ),
+        )
+    };
+    if !state.is_file() {
+        return Err(unknown());
+    }
+    match State::open(state, vec![])?.installed(cluster)? {
+        Some(_) => Ok(()),
+        None => Err(unknown()),
+    }
+}
+
+/// The one unpacked bundle built for `cluster` under `<root>/bundles`.
+fn find_bundle(root: &Path, cluster: &str) -> anyhow::Result<PathBuf> {
+    let dir = root.join("bundles");
+    let mut found = Vec::new();
+    if let Ok(entries) = fs_err::read_dir(&dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if read_manifest(&p).is_ok_and(|m| m.name == cluster) {
+                found.push(p);
+            }
+        }
+    }
+    found.sort();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "no unpacked bundle for cluster {cluster} under {}: unpack it with `kubexm-install unpack --bundle FILE`",
+                dir.display()
+            ),
+        )),
+        _ => Err(op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "{} bundles for cluster {cluster} under {}; name one with --bundle-dir: {}",
+                found.len(),
+                dir.display(),
+                found.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
+fn read_manifest(bundle: &Path) -> anyhow::Result<BundleManifest> {
+    let path = bundle.join(MANIFEST_NAME);
+    let text = fs_err::read_to_string(&path).map_err(|e| op(OpError::Io, e))?;
+    BundleManifest::from_yaml(&text).map_err(|e| op(OpError::Io, anyhow::anyhow!("{}: {e}", path.display())))
+}
+
+/// Refused, naming each, when an image the conformance tests pull is not in
+/// the bundle.
+fn missing_images(manifest: &BundleManifest, bundle: &Path) -> anyhow::Result<()> {
+    let wanted = manifest
+        .catalog
+        .as_ref()
+        .and_then(|c| c.minor(&manifest.lock.kubernetes_version))
+        .and_then(|m| m.conformance.as_ref())
+        .map(|c| c.images.clone())
+        .unwrap_or_default();
+    let have: Vec<String> = manifest.lock.images.iter().map(|i| i.reference.to_string()).collect();
+    let missing: Vec<&String> = wanted.iter().filter(|w| !have.iter().any(|h| h == *w)).collect();
+    if wanted.is_empty() || !missing.is_empty() {
+        let what = if wanted.is_empty() {
+            "its lock lists no conformance images".to_string()
+        } else {
+            format!("it lacks {}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))
+        };
+        return Err(op(
+            OpError::Config,
+            anyhow::anyhow!(
+                "the bundle {} cannot run the conformance tests: {what}; rebuild it with `conformance: {{enabled: true}}`",
+                bundle.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `e2e.test`, `ginkgo` (from the test archive) and `kubectl`, executable,
+/// in a directory named by the archive's digest: unpacked once, atomically.
+fn unpack_binaries(under: &Path, bundle: &Path, tests: &kubexm_bom::FileItem, kubectl: &Path) -> anyhow::Result<PathBuf> {
+    let digest = match &tests.checksum {
+        kubexm_bom::Checksum::Sha256(h) => h.clone(),
+        _ => {
+            return Err(op(
+                OpError::Verify,
+                anyhow::anyhow!("the bundle's lock has no digest for {}", tests.path),
+            ));
+        }
+    };
+    let dir = under.join(&digest[..digest.len().min(16)]);
+    if dir.join("e2e.test").is_file() && dir.join("ginkgo").is_file() && dir.join("kubectl").is_file() {
+        return Ok(dir);
+    }
+    fs_err::create_dir_all(under).map_err(|e| op(OpError::Io, e))?;
+    let tmp = under.join(format!(".{}.tmp-{}", &digest[..digest.len().min(16)], std::process::id()));
+    let _ = fs_err::remove_dir_all(&tmp);
+    fs_err::create_dir_all(&tmp).map_err(|e| op(OpError::Io, e))?;
+    let archive = bundle.join(&tests.path);
+    let result = extract(&archive, &tmp).and_then(|()| {
+        fs_err::copy(kubectl, tmp.join("kubectl")).map_err(|e| op(OpError::Io, e))?;
+        for b in ["e2e.test", "ginkgo", "kubectl"] {
+            make_executable(&tmp.join(b))?;
+        }
+        let _ = fs_err::remove_dir_all(&dir);
+        fs_err::rename(&tmp, &dir).map_err(|e| op(OpError::Io, e))
+    });
+    if result.is_err() {
+        let _ = fs_err::remove_dir_all(&tmp);
+    }
+    result.map(|()| dir)
+}
+
+/// `kubernetes/test/bin/{e2e.test,ginkgo}` of upstream's test archive into `to`.
+fn extract(archive: &Path, to: &Path) -> anyhow::Result<()> {
+    let f = fs_err::File::open(archive).map_err(|e| op(OpError::Io, e))?;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    let mut found = Vec::new();
+    let entries = tar
+        .entries()
+        .map_err(|e| op(OpError::Io, anyhow::anyhow!("{}: {e}", archive.display())))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| op(OpError::Io, anyhow::anyhow!("{}: {e}", archive.display())))?;
+        let path = entry.path().map(|p| p.to_path_buf()).unwrap_or_default();
+        let name = path.to_string_lossy().trim_start_matches("./").to_string();
+        for b in ["e2e.test", "ginkgo"] {
+            if name == format!("kubernetes/test/bin/{b}") && entry.header().entry_type().is_file() {
+                let mut out = fs_err::File::create(to.join(b)).map_err(|e| op(OpError::Io, e))?;
+                std::io::copy(&mut entry, &mut out).map_err(|e| op(OpError::Io, anyhow::anyhow!("{}: {e}", archive.display())))?;
+                found.push(b);
+            }
+        }
+    }
+    for b in ["e2e.test", "ginkgo"] {
+        if !found.contains(&b) {
+            return Err(op(
+                OpError::Verify,
+                anyhow::anyhow!("{} has no kubernetes/test/bin/{b}", archive.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn make_executable(p: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs_err::set_permissions(p, std::fs::Permissions::from_mode(0o755)).map_err(|e| op(OpError::Io, e))
+}
+
+/// The focus, the skip and the listed specs of the run `o` asks for.
+fn selection(o: &ConformanceOptions, version: &str) -> anyhow::Result<(String, String, Vec<specs::Listed>)> {
+    let (focus, skip, listed) =
+        match o.mode {
+            Mode::Certified => (specs::CERTIFIED_FOCUS.to_string(), String::new(), Vec::new()),
+            Mode::Quick => {
+                let listed = specs::quick(version).map_err(|e| op(OpError::Io, anyhow::anyhow!(e)))?.ok_or_else(|| {
+                op(
+                    OpError::Unsupported,
+                    anyhow::anyhow!(
+                        "no quick subset for Kubernetes {version} yet (this release has one for {}); use --mode certified or --focus",
+                        specs::quick_minors().join(", ")
+                    ),
+                )
+            })?;
+                let focus = specs::focus_exactly(listed.iter().map(|s| s.name.as_str()));
+                (focus, specs::QUICK_SKIP.to_string(), listed)
+            }
+        };
+    let (focus, listed) = match &o.focus {
+        Some(f) => (f.clone(), Vec::new()),
+        None => (focus, listed),
+    };
+    let skip = match (&o.skip, skip.is_empty()) {
+        (Some(s), true) => s.clone(),
+        (Some(s), false) => format!("{skip}|{s}"),
+        (None, _) => skip,
+    };
+    Ok((focus, skip, listed))
+}
+
+/// Now, UTC, as `20261126T120000Z`.
+fn stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = crate::pki::civil_date(days as i64);
+    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(mode: Mode) -> ConformanceOptions {
+        ConformanceOptions {
+            cluster: "c".into(),
+            root: "/nonexistent".into(),
+            state: "/nonexistent/state.db".into(),
+            bundle_dir: None,
+            kubeconfig: None,
+            mode,
+            focus: None,
+            skip: None,
+            parallel: 4,
+            allow_not_ready: vec![],
+        }
+    }
+
+    #[test]
+    fn quick_focuses_on_the_listed_specs_and_certified_on_every_conformance_spec() {
+        let (focus, skip, listed) = selection(&options(Mode::Quick), "v1.37.2").unwrap();
+        assert!(listed.len() >= 40);
+        assert!(focus.starts_with(" (\\[sig-") && focus.ends_with(")$"), "{focus}");
+        assert_eq!(skip, r"\[Serial\]|\[Disruptive\]");
+        let (focus, skip, listed) = selection(&options(Mode::Certified), "v1.37.2").unwrap();
+        assert_eq!((focus.as_str(), skip.as_str(), listed.len()), (r"\[Conformance\]", "", 0));
+        let mut o = options(Mode::Quick);
+        o.focus = Some("DNS".into());
+        o.skip = Some("Slow".into());
+        let (focus, skip, listed) = selection(&o, "v1.37.2").unwrap();
+        assert_eq!(
+            (focus.as_str(), skip.as_str(), listed.len()),
+            ("DNS", r"\[Serial\]|\[Disruptive\]|Slow", 0)
+        );
+        let e = selection(&options(Mode::Quick), "v1.36.3").unwrap_err();
+        assert!(matches!(OpError::find(&e), Some(OpError::Unsupported(_))), "{e:#}");
+    }
+
+    #[test]
+    fn a_cluster_the_state_database_does_not_know_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = known_cluster(&dir.path().join("none.db"), "c").unwrap_err();
+        assert!(matches!(OpError::find(&e), Some(OpError::Usage(_))));
+        assert!(format!("{e:#}").contains("records no successful install of cluster c"), "{e:#}");
+        let db = dir.path().join("state.db");
+        let st = State::open(&db, vec![]).unwrap();
+        let failed = st.begin_job("c", "install").unwrap();
+        st.finish_job(failed, "failed").unwrap();
+        assert!(known_cluster(&db, "c").is_err(), "a failed install is not an installed cluster");
+        let ok = st.begin_job("c", "install").unwrap();
+        st.finish_job(ok, "succeeded").unwrap();
+        known_cluster(&db, "c").unwrap();
+        assert!(known_cluster(&db, "other").is_err());
+        let reset = st.begin_job("c", "reset").unwrap();
+        st.finish_job(reset, "succeeded").unwrap();
+        assert!(known_cluster(&db, "c").is_err(), "reset since");
+    }
+
+    #[test]
+    fn stamps_are_utc_times() {
+        let s = stamp();
+        assert_eq!(s.len(), "20261126T120000Z".len(), "{s}");
+        assert!(s.starts_with("20") && s.ends_with('Z') && s.as_bytes()[8] == b'T', "{s}");
+    }
+}

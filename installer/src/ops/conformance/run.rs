@@ -1,0 +1,315 @@
+//! Running the suite: NotReady nodes checked (only those allowed by name
+//! may be), `ginkgo` over `e2e.test` with its output teed to `e2e.log` and
+//! a progress line per finished spec, then the summary from the JUnit
+//! report, written beside it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::Prepared;
+use super::junit::{self, Status};
+use crate::ops::error::{OpError, op};
+
+/// What a run found.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub cluster: String,
+    pub kubernetes_version: String,
+    pub passed: usize,
+    pub failed: usize,
+    /// Specs selected but skipped by the suite itself (a provider or
+    /// feature it lacks).
+    pub skipped: usize,
+    pub duration_seconds: f64,
+    /// Names of the failed specs.
+    pub failures: Vec<String>,
+    /// Listed specs (quick mode) that did not run and pass.
+    pub not_run: Vec<String>,
+    /// Nodes NotReady during the run, allowed by name.
+    pub not_ready_nodes: Vec<String>,
+    /// ginkgo's exit code.
+    pub exit_code: Option<i32>,
+    pub junit: String,
+    pub log: String,
+}
+
+impl Summary {
+    /// Whether every selected spec passed.
+    pub fn ok(&self) -> bool {
+        self.failed == 0 && self.not_run.is_empty() && self.exit_code == Some(0)
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "conformance of {} (Kubernetes {}): {} passed, {} failed, {} skipped in {:.0} s",
+            self.cluster, self.kubernetes_version, self.passed, self.failed, self.skipped, self.duration_seconds
+        )?;
+        for n in &self.failures {
+            writeln!(f, "  failed: {}", printable(n))?;
+        }
+        for n in &self.not_run {
+            writeln!(f, "  listed but not passed: {}", printable(n))?;
+        }
+        if !self.not_ready_nodes.is_empty() {
+            writeln!(f, "  NotReady nodes allowed: {}", self.not_ready_nodes.join(", "))?;
+        }
+        write!(f, "  JUnit report: {}\n  log: {}", self.junit, self.log)
+    }
+}
+
+/// Runs the suite `p` describes; the summary is also written as
+/// `summary.json` and `summary.txt` beside the report.
+pub fn run(p: &Prepared) -> anyhow::Result<Summary> {
+    let not_ready = not_ready_nodes(p)?;
+    let refused: Vec<&String> = not_ready.iter().filter(|n| !p.allow_not_ready.contains(n)).collect();
+    if !refused.is_empty() {
+        return Err(op(
+            OpError::Host,
+            anyhow::anyhow!(
+                "NotReady nodes: {}; the tests would wait for them: fix them, or allow them by name with --allow-not-ready",
+                refused.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    fs_err::create_dir_all(&p.out).map_err(|e| op(OpError::Io, e))?;
+    let log_path = p.out.join("e2e.log");
+    let started = Instant::now();
+    let exit_code = ginkgo(p, &log_path, not_ready.len())?;
+    let duration_seconds = started.elapsed().as_secs_f64();
+    let junit_path = p.out.join("junit_01.xml");
+    let xml = fs_err::read_to_string(&junit_path).map_err(|e| {
+        op(
+            OpError::Host,
+            anyhow::anyhow!("the suite wrote no report ({e}); see {}", log_path.display()),
+        )
+    })?;
+    let cases = junit::cases(&xml).map_err(|e| op(OpError::Host, anyhow::anyhow!("{}: {e}", junit_path.display())))?;
+    let selected = |name: &str| p.listed.is_empty() || p.listed.iter().any(|l| l.name == name);
+    let ran: Vec<_> = cases.iter().filter(|c| c.status != Status::Skipped && selected(&c.name)).collect();
+    let failures: Vec<String> = ran.iter().filter(|c| c.status == Status::Failed).map(|c| c.name.clone()).collect();
+    let passed = ran.len() - failures.len();
+    let will_run = will_run(&log_path);
+    let not_run: Vec<String> = p
+        .listed
+        .iter()
+        .filter(|l| !cases.iter().any(|c| c.name == l.name && c.status == Status::Passed))
+        .map(|l| l.name.clone())
+        .collect();
+    let summary = Summary {
+        cluster: p.cluster.clone(),
+        kubernetes_version: p.version.clone(),
+        passed,
+        failed: failures.len(),
+        skipped: will_run.map_or(0, |n| n.saturating_sub(ran.len())),
+        duration_seconds,
+        failures,
+        not_run,
+        not_ready_nodes: not_ready,
+        exit_code,
+        junit: junit_path.display().to_string(),
+        log: log_path.display().to_string(),
+    };
+    let json = serde_json::to_vec_pretty(&summary)?;
+    kubexm_bundle::files::write_atomic(&p.out.join("summary.json"), &json).map_err(|e| op(OpError::Io, e))?;
+    kubexm_bundle::files::write_atomic(&p.out.join("summary.txt"), format!("{summary}\n").as_bytes()).map_err(|e| op(OpError::Io, e))?;
+    Ok(summary)
+}
+
+/// The cluster's NotReady nodes, by name.
+fn not_ready_nodes(p: &Prepared) -> anyhow::Result<Vec<String>> {
+    let out = Command::new(&p.kubectl)
+        .arg("--kubeconfig")
+        .arg(&p.kubeconfig)
+        .args(["get", "nodes", "--no-headers", "--request-timeout=20s"])
+        .output()
+        .map_err(|e| op(OpError::Io, anyhow::anyhow!("{}: {e}", p.kubectl.display())))?;
+    if !out.status.success() {
+        return Err(op(
+            OpError::Host,
+            anyhow::anyhow!(
+                "kubectl get nodes with {} failed: {}",
+                p.kubeconfig.display(),
+                printable(String::from_utf8_lossy(&out.stderr).trim())
+            ),
+        ));
+    }
+    Ok(not_ready_in(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Names of the nodes whose STATUS (second column) is not `Ready`
+/// (`Ready,SchedulingDisabled` counts as ready).
+fn not_ready_in(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (name, status) = (f.next()?, f.next()?);
+            (status.split(',').next() != Some("Ready")).then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// Runs ginkgo, teeing its output into `log` and reporting progress on
+/// stderr; its exit code.
+fn ginkgo(p: &Prepared, log: &Path, not_ready: usize) -> anyhow::Result<Option<i32>> {
+    let mut cmd = Command::new(&p.ginkgo);
+    cmd.arg(format!("--procs={}", p.parallel))
+        .args(["--timeout=24h", "--no-color", "-v", "--poll-progress-after=10m"])
+        .arg(format!("--focus={}", p.focus));
+    if !p.skip.is_empty() {
+        cmd.arg(format!("--skip={}", p.skip));
+    }
+    cmd.arg(&p.e2e)
+        .arg("--")
+        .arg(format!("--kubeconfig={}", p.kubeconfig.display()))
+        .args(["--provider=skeleton", "--disable-log-dump"])
+        .arg(format!("--kubectl-path={}", p.kubectl.display()))
+        .arg(format!("--report-dir={}", p.out.display()))
+        .arg(format!("--allowed-not-ready-nodes={not_ready}"))
+        .env("KUBECONFIG", &p.kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| op(OpError::Io, anyhow::anyhow!("{}: {e}", p.ginkgo.display())))?;
+    let log_file = fs_err::File::create(log).map_err(|e| op(OpError::Io, e))?;
+    let log_file = std::sync::Arc::new(std::sync::Mutex::new(log_file));
+    let stderr = child.stderr.take().map(|s| {
+        let log_file = log_file.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(s).lines().map_while(Result::ok) {
+                if let Ok(mut f) = log_file.lock() {
+                    let _ = writeln!(f, "{line}");
+                }
+            }
+        })
+    });
+    let mut progress = Progress::default();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if let Ok(mut f) = log_file.lock() {
+                let _ = writeln!(f, "{line}");
+            }
+            if let Some(report) = progress.line(&line) {
+                eprintln!("{report}");
+            }
+        }
+    }
+    if let Some(t) = stderr {
+        let _ = t.join();
+    }
+    let status = child.wait().map_err(|e| op(OpError::Io, e))?;
+    Ok(status.code())
+}
+
+/// Specs finished and failed so far, from ginkgo's verbose output.
+#[derive(Debug, Default)]
+struct Progress {
+    total: Option<usize>,
+    done: usize,
+    failed: usize,
+}
+
+impl Progress {
+    /// A progress line when `line` ends a spec (or announces the total).
+    fn line(&mut self, line: &str) -> Option<String> {
+        if let Some(n) = will_run_in(line) {
+            self.total = Some(n);
+            return Some(format!("conformance: {n} specs to run"));
+        }
+        let rest = line.trim_start().strip_prefix("• [")?;
+        let failed = ["FAILED]", "PANICKED]", "TIMEDOUT]", "INTERRUPTED]", "ABORTED]"]
+            .iter()
+            .any(|s| rest.starts_with(s));
+        if !failed && !rest.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
+        self.done += 1;
+        self.failed += usize::from(failed);
+        let total = self.total.map_or(String::new(), |t| format!(" of {t}"));
+        Some(format!("conformance: {}{total} specs done, {} failed", self.done, self.failed))
+    }
+}
+
+/// `Will run 56 of 7212 specs` → 56.
+fn will_run_in(line: &str) -> Option<usize> {
+    let rest = line.trim().strip_prefix("Will run ")?;
+    let (n, tail) = rest.split_once(' ')?;
+    tail.starts_with("of ").then(|| n.parse().ok()).flatten()
+}
+
+/// The count ginkgo announced in the log.
+fn will_run(log: &Path) -> Option<usize> {
+    let text = fs_err::read_to_string(log).ok()?;
+    text.lines().find_map(will_run_in)
+}
+
+/// `s` with control characters shown as escapes: spec names and errors come
+/// from the suite's output.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\u{{{:x}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_counts_finished_and_failed_specs() {
+        let mut p = Progress::default();
+        let out: Vec<_> = [
+            "Running Suite: Kubernetes e2e suite - /root",
+            "Will run 3 of 7212 specs",
+            "------------------------------",
+            "• [12.345 seconds]",
+            "[sig-network] DNS should provide DNS for the cluster [Conformance]",
+            "• [FAILED] [30.001 seconds]",
+            "S [SKIPPED] [0.000 seconds]",
+            "• [PANICKED] [1.0 seconds]",
+            "•• a line that is not a report",
+        ]
+        .iter()
+        .filter_map(|l| p.line(l))
+        .collect();
+        assert_eq!(
+            out,
+            [
+                "conformance: 3 specs to run",
+                "conformance: 1 of 3 specs done, 0 failed",
+                "conformance: 2 of 3 specs done, 1 failed",
+                "conformance: 3 of 3 specs done, 2 failed",
+            ]
+        );
+    }
+
+    #[test]
+    fn not_ready_nodes_are_read_from_kubectl_get_nodes() {
+        let listing = "lab1   Ready                      control-plane   5m    v1.37.2\n\
+                       lab2   Ready,SchedulingDisabled   <none>          5m    v1.37.2\n\
+                       lab5   NotReady                   <none>          4m    v1.37.2\n\
+                       lab6   Unknown                    <none>          4m    v1.37.2\n";
+        assert_eq!(not_ready_in(listing), ["lab5", "lab6"]);
+    }
+
+    #[test]
+    fn spec_names_reach_the_terminal_without_control_characters() {
+        assert_eq!(printable("a\u{1b}[2Jb\rc"), "a\\u{1b}[2Jb\\u{d}c");
+    }
+}
