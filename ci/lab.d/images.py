@@ -32,7 +32,8 @@ import subprocess
 import sys
 import tarfile
 
-K8S, COMPONENTS, OUT, POOL, BASE, DEBS = sys.argv[1:7]
+# Set from the arguments by main() (test-images.py imports this module).
+K8S = COMPONENTS = OUT = POOL = BASE = DEBS = ""
 TRIPLET = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 PROXY_DEBS = ["iptables", "libip4tc2", "libip6tc2", "libxtables12", "libnftnl11", "libmnl0",
               "libnetfilter-conntrack3", "libnfnetlink0", "conntrack"]
@@ -217,6 +218,8 @@ def flannel(arch):
 
 
 def main():
+    global K8S, COMPONENTS, OUT, POOL, BASE, DEBS
+    K8S, COMPONENTS, OUT, POOL, BASE, DEBS = sys.argv[1:7]
     lines = []
     pause = {a: [("pause", read(f"{COMPONENTS}/kubexm-lab/pause/v3.10.2/{a}/pause"), 0o755)] for a in ["amd64", "arm64"]}
     lines.append(image("registry.k8s.io/pause:3.10.2", pause, {"Entrypoint": ["/pause"], "User": "65535:65535"}))

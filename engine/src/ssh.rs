@@ -515,16 +515,26 @@ impl Transport for Ssh {
             // A host being powered off still answers for a moment, while
             // systemd stops services and cleans /tmp under the running step;
             // late in the shutdown systemctl no longer reaches systemd and
-            // says "offline" (or nothing).
-            match self
-                .exec_within("systemctl is-system-running 2>/dev/null; true", false, Duration::from_secs(5))
-                .await
-            {
-                Ok(out) => matches!(out.stdout.trim(), "stopping" | "offline" | "") || self.handle.is_closed(),
-                // A step just failed and the host cannot run `systemctl`
-                // either: its sshd is going down with it.
-                Err(_) => true,
+            // says "offline" (or nothing). A step can fail a moment before
+            // the host says it is stopping: asked again shortly after, it does.
+            for attempt in 0..2 {
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                }
+                let going = match self
+                    .exec_within("systemctl is-system-running 2>/dev/null; true", false, Duration::from_secs(5))
+                    .await
+                {
+                    Ok(out) => matches!(out.stdout.trim(), "stopping" | "offline" | "") || self.handle.is_closed(),
+                    // A step just failed and the host cannot run `systemctl`
+                    // either: its sshd is going down with it.
+                    Err(_) => true,
+                };
+                if going {
+                    return true;
+                }
             }
+            false
         })
     }
 
