@@ -47,6 +47,9 @@ pub struct Puller {
     client: Client,
     auths: BTreeMap<String, (String, String)>,
     on_bytes: std::sync::Arc<dyn Fn(u64) + Send + Sync>,
+    /// One lock per blob digest: images sharing a layer are pulled side by
+    /// side, and each blob is streamed into one partial file, by one pull.
+    blob_locks: std::sync::Mutex<BTreeMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Puller {
@@ -67,7 +70,14 @@ impl Puller {
             client: Client::new(config),
             auths: docker_auths(),
             on_bytes,
+            blob_locks: std::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The lock of the blob `hex`.
+    fn blob_lock(&self, hex: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.blob_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.entry(hex.to_string()).or_default().clone()
     }
 
     /// A manifest, raw, retried with backoff: registries and networks hiccup.
@@ -234,6 +244,10 @@ impl Puller {
                 artifact: artifact.into(),
                 why: format!("unsupported digest {digest}"),
             })?;
+            // Another image's pull may be streaming the same blob: wait for
+            // it, then find it in the cache.
+            let lock = self.blob_lock(hex);
+            let _one_at_a_time = lock.lock().await;
             if !cache.has(hex) {
                 self.blob(cache, reference, digest, artifact).await?;
             }
