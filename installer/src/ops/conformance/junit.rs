@@ -30,7 +30,7 @@ pub fn cases(xml: &str) -> Result<Vec<Case>, String> {
         let end = tag_end(rest).ok_or("a <testcase> tag is not closed")?;
         let attrs = attributes(&rest[..end])?;
         let get = |k: &str| attrs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        let name = get("name").ok_or("a <testcase> has no name")?.to_string();
+        let name = spec_name(get("name").ok_or("a <testcase> has no name")?);
         let status = match get("status") {
             Some("passed") => Status::Passed,
             Some("skipped" | "pending") => Status::Skipped,
@@ -44,6 +44,23 @@ pub fn cases(xml: &str) -> Result<Vec<Case>, String> {
         rest = &rest[end..];
     }
     Ok(out)
+}
+
+/// A case's spec name: Ginkgo v2 puts the node type first (`[It] [sig-node]
+/// Pods ...`); the spec name (conformance.yaml's codename) follows it.
+fn spec_name(name: &str) -> String {
+    for node in [
+        "[It] ",
+        "[BeforeSuite] ",
+        "[AfterSuite] ",
+        "[SynchronizedBeforeSuite] ",
+        "[SynchronizedAfterSuite] ",
+    ] {
+        if let Some(rest) = name.strip_prefix(node) {
+            return rest.to_string();
+        }
+    }
+    name.to_string()
 }
 
 /// The outcome from the children of a `<testcase>` that has no status.
@@ -162,6 +179,15 @@ mod tests {
         assert_eq!((c[0].status, c[0].seconds), (Status::Passed, 7.25));
         assert_eq!(c[1].status, Status::Failed);
         assert_eq!(c[2].status, Status::Skipped);
+    }
+
+    #[test]
+    fn the_node_type_ginkgo_puts_first_is_not_part_of_the_name() {
+        let xml = r#"<testcase name="[It] [sig-node] Pods should get a host IP [Conformance] [NodeConformance]" status="passed" time="2"></testcase>"#;
+        assert_eq!(
+            cases(xml).unwrap()[0].name,
+            "[sig-node] Pods should get a host IP [Conformance] [NodeConformance]"
+        );
     }
 
     #[test]

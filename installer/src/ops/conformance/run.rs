@@ -28,7 +28,7 @@ pub struct Summary {
     pub duration_seconds: f64,
     /// Names of the failed specs.
     pub failures: Vec<String>,
-    /// Listed specs (quick mode) that did not run and pass.
+    /// Listed specs (quick mode) that did not run (skipped or missing).
     pub not_run: Vec<String>,
     /// Nodes NotReady during the run, allowed by name.
     pub not_ready_nodes: Vec<String>,
@@ -56,7 +56,7 @@ impl std::fmt::Display for Summary {
             writeln!(f, "  failed: {}", printable(n))?;
         }
         for n in &self.not_run {
-            writeln!(f, "  listed but not passed: {}", printable(n))?;
+            writeln!(f, "  listed but not run: {}", printable(n))?;
         }
         if !self.not_ready_nodes.is_empty() {
             writeln!(f, "  NotReady nodes allowed: {}", self.not_ready_nodes.join(", "))?;
@@ -100,7 +100,7 @@ pub fn run(p: &Prepared) -> anyhow::Result<Summary> {
     let not_run: Vec<String> = p
         .listed
         .iter()
-        .filter(|l| !cases.iter().any(|c| c.name == l.name && c.status == Status::Passed))
+        .filter(|l| !ran.iter().any(|c| c.name == l.name))
         .map(|l| l.name.clone())
         .collect();
     let summary = Summary {
