@@ -1,6 +1,7 @@
 //! The cluster.yaml config: model, defaults, loading and validation.
 
 pub mod bastion;
+pub mod conformance;
 pub mod defaults;
 pub mod grammar;
 pub mod host_paths;

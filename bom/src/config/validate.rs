@@ -45,6 +45,7 @@ pub fn check_counted(c: &Cluster, catalog: Option<&Catalog>) -> (Vec<Diagnostic>
     r.host_paths(&c.spec);
     super::grammar::check(c).into_iter().for_each(|d| r.push(|| d));
     super::bastion::check(c).into_iter().for_each(|d| r.push(|| d));
+    super::conformance::check(c, catalog).into_iter().for_each(|d| r.push(|| d));
     (r.out, r.more)
 }
 
@@ -514,22 +515,6 @@ impl Rules<'_> {
                     format!("newest known: {}; {}", known.join(", "), self.more()),
                 );
             }
-        }
-        if s.conformance.enabled && !v.is_empty() && catalog.minor(v).is_some_and(|m| m.conformance.is_none()) {
-            let have: Vec<_> = catalog
-                .minors
-                .iter()
-                .filter(|(_, m)| m.conformance.is_some())
-                .map(|(k, _)| k.clone())
-                .collect();
-            self.push(|| {
-                Diagnostic::new(
-                    Kind::Unsupported,
-                    "spec.conformance.enabled",
-                    format!("conformance tests for Kubernetes {} are not supported yet", Catalog::minor_of(v)),
-                )
-                .hint(format!("minors with conformance tests: {}", have.join(", ")))
-            });
         }
         for (i, arch) in s.bundle.arches.iter().enumerate() {
             self.arch(&format!("spec.bundle.arches[{i}]"), arch);

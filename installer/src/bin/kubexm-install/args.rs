@@ -268,42 +268,7 @@ pub enum Command {
     /// Run Kubernetes' conformance tests from the bundle against an installed cluster
     /// (e2e.test under ginkgo, from this machine); results under <root>/conformance/<cluster>/.
     /// Exits 7 when a spec fails.
-    Conformance {
-        /// The cluster (metadata.name), as the state database recorded its install.
-        #[arg(long, value_name = "NAME")]
-        cluster: String,
-        /// quick: a listed subset of about 50 specs (minutes); certified: every conformance
-        /// spec, serial ones included, as the Certified Kubernetes program runs them (hours).
-        #[arg(long, value_enum, default_value = "quick")]
-        mode: ConformanceMode,
-        /// A Ginkgo regular expression selecting specs, in place of the mode's.
-        #[arg(long, value_name = "REGEX")]
-        focus: Option<String>,
-        /// A Ginkgo regular expression of specs to leave out, beside the mode's.
-        #[arg(long, value_name = "REGEX")]
-        skip: Option<String>,
-        /// Specs run at once (serial specs still run alone, at the end).
-        #[arg(long, value_name = "N", default_value_t = 4)]
-        parallel: usize,
-        /// Nodes that may be NotReady during the run, comma-separated (named in the summary).
-        #[arg(long, value_delimiter = ',', value_name = "NODES")]
-        allow_not_ready: Vec<String>,
-        /// The unpacked bundle; default: the one under <root>/bundles built for the cluster.
-        #[arg(long, value_name = "DIR")]
-        bundle_dir: Option<PathBuf>,
-        /// The admin kubeconfig; default: <root>/<cluster>.kubeconfig.
-        #[arg(long, value_name = "FILE")]
-        kubeconfig: Option<PathBuf>,
-        /// The installer's state root.
-        #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
-        root: PathBuf,
-        /// The state database that recorded the install.
-        #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
-        state: PathBuf,
-        /// text: progress, then the summary; json: the summary as JSON on stdout.
-        #[arg(short, long, value_enum, default_value = "text")]
-        output: Output,
-    },
+    Conformance(ConformanceArgs),
     /// Write containerd hosts.toml files pointing every upstream of the bundle at a registry.
     HostsToml {
         #[arg(long, value_name = "DIR")]
@@ -329,4 +294,43 @@ pub enum Command {
 pub enum ConformanceMode {
     Quick,
     Certified,
+}
+
+/// `conformance`'s flags.
+#[derive(Args)]
+pub struct ConformanceArgs {
+    /// The cluster (metadata.name), as the state database recorded its install.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+    /// quick: a listed subset of about 50 specs (minutes); certified: every conformance
+    /// spec, serial ones included, as the Certified Kubernetes program runs them (hours).
+    #[arg(long, value_enum, default_value = "quick")]
+    pub mode: ConformanceMode,
+    /// A Ginkgo regular expression selecting specs, in place of the mode's.
+    #[arg(long, value_name = "REGEX")]
+    pub focus: Option<String>,
+    /// A Ginkgo regular expression of specs to leave out, beside the mode's.
+    #[arg(long, value_name = "REGEX")]
+    pub skip: Option<String>,
+    /// Specs run at once (serial specs still run alone, at the end).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub parallel: usize,
+    /// Nodes that may be NotReady during the run, comma-separated (named in the summary).
+    #[arg(long, value_delimiter = ',', value_name = "NODES")]
+    pub allow_not_ready: Vec<String>,
+    /// The unpacked bundle; default: the one under <root>/bundles built for the cluster.
+    #[arg(long, value_name = "DIR")]
+    pub bundle_dir: Option<PathBuf>,
+    /// The admin kubeconfig; default: <root>/<cluster>.kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The installer's state root.
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    pub root: PathBuf,
+    /// The state database that recorded the install.
+    #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
+    pub state: PathBuf,
+    /// text: progress, then the summary; json: the summary as JSON on stdout.
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: Output,
 }

@@ -165,36 +165,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Some(from) => draw(&from, timeline.as_deref(), output),
             None => status(&state, job, timeline.as_deref(), output),
         },
-        Command::Conformance {
-            cluster,
-            mode,
-            focus,
-            skip,
-            parallel,
-            allow_not_ready,
-            bundle_dir,
-            kubeconfig,
-            root,
-            state,
-            output,
-        } => conformance(
-            &ops::conformance::ConformanceOptions {
-                cluster,
-                root,
-                state,
-                bundle_dir,
-                kubeconfig,
-                mode: match mode {
-                    args::ConformanceMode::Quick => ops::conformance::Mode::Quick,
-                    args::ConformanceMode::Certified => ops::conformance::Mode::Certified,
-                },
-                focus,
-                skip,
-                parallel,
-                allow_not_ready,
-            },
-            output,
-        ),
+        Command::Conformance(a) => conformance(a),
         Command::HostsToml {
             bundle_dir,
             registry,
@@ -482,7 +453,23 @@ fn print_packages(report: ops::packages::PackagesReport) -> anyhow::Result<()> {
 
 /// `conformance`: checks, the run, its summary; a failed spec is a failure
 /// of the cluster (exit 7).
-fn conformance(o: &ops::conformance::ConformanceOptions, output: Output) -> anyhow::Result<()> {
+fn conformance(a: args::ConformanceArgs) -> anyhow::Result<()> {
+    let output = a.output;
+    let o = &ops::conformance::ConformanceOptions {
+        cluster: a.cluster,
+        root: a.root,
+        state: a.state,
+        bundle_dir: a.bundle_dir,
+        kubeconfig: a.kubeconfig,
+        mode: match a.mode {
+            args::ConformanceMode::Quick => ops::conformance::Mode::Quick,
+            args::ConformanceMode::Certified => ops::conformance::Mode::Certified,
+        },
+        focus: a.focus,
+        skip: a.skip,
+        parallel: a.parallel,
+        allow_not_ready: a.allow_not_ready,
+    };
     if !matches!(output, Output::Text | Output::Json) {
         return Err(ops::error::op(
             ops::error::OpError::Usage,

@@ -157,7 +157,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ginkgo_v2_cases_with_status_attributes_and_escapes() {
+    fn ginkgo_v2_cases_with_status_attributes_and_escapes() -> Result<(), String> {
         let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
   <testsuites tests="3" disabled="0" errors="0" failures="1" time="12.5">
       <testsuite name="Kubernetes e2e suite" package="/" tests="3">
@@ -170,7 +170,7 @@ mod tests {
           <testcase name="[sig-storage] a spec not focused" classname="Kubernetes e2e suite" status="skipped" time="0"/>
       </testsuite>
   </testsuites>"#;
-        let c = cases(xml).unwrap();
+        let c = cases(xml)?;
         assert_eq!(c.len(), 3);
         assert_eq!(
             c[0].name,
@@ -179,23 +179,26 @@ mod tests {
         assert_eq!((c[0].status, c[0].seconds), (Status::Passed, 7.25));
         assert_eq!(c[1].status, Status::Failed);
         assert_eq!(c[2].status, Status::Skipped);
+        Ok(())
     }
 
     #[test]
-    fn the_node_type_ginkgo_puts_first_is_not_part_of_the_name() {
+    fn the_node_type_ginkgo_puts_first_is_not_part_of_the_name() -> Result<(), String> {
         let xml = r#"<testcase name="[It] [sig-node] Pods should get a host IP [Conformance] [NodeConformance]" status="passed" time="2"></testcase>"#;
         assert_eq!(
-            cases(xml).unwrap()[0].name,
+            cases(xml)?[0].name,
             "[sig-node] Pods should get a host IP [Conformance] [NodeConformance]"
         );
+        Ok(())
     }
 
     #[test]
-    fn cases_without_a_status_read_their_children() {
+    fn cases_without_a_status_read_their_children() -> Result<(), String> {
         let xml =
             r#"<testcase name="a" time="1"></testcase><testcase name="b"><failure/></testcase><testcase name='c'><skipped/></testcase>"#;
-        let s: Vec<_> = cases(xml).unwrap().into_iter().map(|c| c.status).collect();
+        let s: Vec<_> = cases(xml)?.into_iter().map(|c| c.status).collect();
         assert_eq!(s, [Status::Passed, Status::Failed, Status::Skipped]);
+        Ok(())
     }
 
     #[test]
