@@ -12,7 +12,8 @@ the exact names e2e.test pulls (test/utils/image/manifest.go of v1.37.2),
 amd64 and arm64:
 
   e2e-test-images/agnhost:2.66.1    /agnhost (built from its module), with Debian's dig, curl,
-                                    nc (openbsd), ip, socat and busybox's applets (upstream: Alpine's)
+                                    nc (openbsd), ip, socat, getent, bash, dash as /bin/sh and
+                                    busybox's applets for the rest (upstream: Alpine's)
   e2e-test-images/agnhost:2.55      the same program (2.66.1) under the older tag      [stand-in]
   e2e-test-images/nautilus:1.8      agnhost with nautilus.jpg and data.json (from the module)
   e2e-test-images/busybox:1.37.0-2  Debian's busybox-static 1.35 and its applets       [stand-in]
@@ -164,10 +165,16 @@ def label(what):
 
 def agnhost(arch, extra=()):
     src = read_module_file
-    debian = list(rootfs(("bind9-dnsutils", "curl", "netcat-openbsd", "iproute2", "socat"), arch))
+    # The shell is dash, not busybox's: Debian's busybox-static runs its own
+    # applet for a command it has (nc) before looking in PATH, where
+    # upstream's Alpine sh finds netcat-openbsd. getent is glibc's (upstream:
+    # musl-utils); bash as upstream installs it.
+    debian = list(rootfs(("bind9-dnsutils", "curl", "netcat-openbsd", "iproute2", "socat", "dash", "bash", "libc-bin"),
+                         arch))
     taken = {f[0] for f in debian}
     files = [f for f in busybox_applets(arch) if f[0] not in taken] + debian
-    files = [f for f in files if f[0] != "usr/bin/nc"] + [("usr/bin/nc", "nc.openbsd", 0o777)]
+    files = [f for f in files if f[0] not in ("usr/bin/nc", "usr/bin/sh")]
+    files += [("usr/bin/nc", "nc.openbsd", 0o777), ("usr/bin/sh", "dash", 0o777)]
     files += [("agnhost", images.read(f"{BIN}/{arch}/agnhost"), 0o755), ("agnhost-2", "agnhost", 0o777),
               ("localhost.crt", src("test/images/agnhost/porter/localhost.crt"), 0o644),
               ("localhost.key", src("test/images/agnhost/porter/localhost.key"), 0o644),

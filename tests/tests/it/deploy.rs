@@ -2,7 +2,8 @@
 //! cluster (Kubernetes built from source) on five lab hosts from the signed
 //! bundle with the fixture upstream stopped; a failure between etcd and the
 //! control plane; the cluster checked through the handed-over kubeconfig;
-//! mode D; a re-run that changes nothing; reset. Mode A (haproxy +
+//! mode D; a re-run that changes nothing; Kubernetes' conformance tests
+//! (the quick subset); reset. Mode A (haproxy +
 //! keepalived, VIP failover) has its own test.
 
 use std::path::Path;
@@ -94,7 +95,8 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     let Some(lab) = Lab::up(5, 1) else { return };
     let dir = tempfile::tempdir().unwrap();
     let addr = |h: &str| lab.host(h).address.clone();
-    let config = lab.desc.main_job.clone();
+    // The main job's config with Kubernetes' conformance tests in its bundle.
+    let config = crate::conformance::config_with_conformance(&lab.desc.main_job, dir.path());
     let b = signed_bundle(&lab, &config);
     // The bundle-side config (same hosts, calico, NodeLocalDNS, MetalLB,
     // openebs): its addons are checked against this cluster's API server below.
@@ -284,6 +286,11 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     let again = ok(install(None), "install again");
     assert!(again.contains(": 0 steps applied"), "{again}");
 
+    // Kubernetes' conformance tests, the quick subset, from the bundle. lab5,
+    // the emulated arm64 host, is NotReady (no pod starts under qemu-user:
+    // runc's shim does not): allowed by name.
+    crate::conformance::quick_subset_passes(dir.path(), "lab", "lab5");
+
     // The addons the lab does not run (their images are not built), as
     // kubexm renders them from their bundle, checked by this cluster's API
     // server: NodeLocalDNS's and MetalLB's real upstream manifests (MetalLB's
@@ -315,6 +322,7 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     ] {
         assert!(!workloads.lines().any(|l| l == absent), "{absent} was created:\n{workloads}");
     }
+    crate::conformance::refusals(dir.path(), "lab");
     let pools = k("get ipaddresspools.metallb.io -A --no-headers");
     assert!(pools.trim().is_empty(), "an address pool was stored: {pools}");
     let reject = kubexm_e2e::install_command(

@@ -1,6 +1,7 @@
 //! End-to-end tests, in one binary. Lab tests need root; see kubexm_e2e.
 
 mod build;
+mod conformance;
 mod deploy;
 mod engine;
 mod hostile;

@@ -9,6 +9,8 @@
 #[derive(Debug, Clone, PartialEq)]
 pub struct Case {
     pub name: String,
+    /// One of the suite's own nodes (before and after the specs), not a spec.
+    pub suite: bool,
     pub status: Status,
     pub seconds: f64,
 }
@@ -30,7 +32,8 @@ pub fn cases(xml: &str) -> Result<Vec<Case>, String> {
         let end = tag_end(rest).ok_or("a <testcase> tag is not closed")?;
         let attrs = attributes(&rest[..end])?;
         let get = |k: &str| attrs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        let name = spec_name(get("name").ok_or("a <testcase> has no name")?);
+        let raw = get("name").ok_or("a <testcase> has no name")?;
+        let (name, suite) = (spec_name(raw), suite_node(raw));
         let status = match get("status") {
             Some("passed") => Status::Passed,
             Some("skipped" | "pending") => Status::Skipped,
@@ -40,7 +43,12 @@ pub fn cases(xml: &str) -> Result<Vec<Case>, String> {
             None => child_status(&rest[end..]),
         };
         let seconds = get("time").and_then(|t| t.parse().ok()).unwrap_or(0.0);
-        out.push(Case { name, status, seconds });
+        out.push(Case {
+            name,
+            suite,
+            status,
+            seconds,
+        });
         rest = &rest[end..];
     }
     Ok(out)
@@ -49,18 +57,23 @@ pub fn cases(xml: &str) -> Result<Vec<Case>, String> {
 /// A case's spec name: Ginkgo v2 puts the node type first (`[It] [sig-node]
 /// Pods ...`); the spec name (conformance.yaml's codename) follows it.
 fn spec_name(name: &str) -> String {
-    for node in [
-        "[It] ",
-        "[BeforeSuite] ",
-        "[AfterSuite] ",
-        "[SynchronizedBeforeSuite] ",
-        "[SynchronizedAfterSuite] ",
-    ] {
-        if let Some(rest) = name.strip_prefix(node) {
-            return rest.to_string();
-        }
-    }
-    name.to_string()
+    name.strip_prefix("[It] ").unwrap_or(name).to_string()
+}
+
+/// Whether a case is one of the suite's own nodes (`[SynchronizedBeforeSuite]`,
+/// `[ReportAfterSuite] ...`: one per parallel process), not a spec.
+fn suite_node(name: &str) -> bool {
+    [
+        "[ReportBeforeSuite]",
+        "[ReportAfterSuite]",
+        "[BeforeSuite]",
+        "[AfterSuite]",
+        "[SynchronizedBeforeSuite]",
+        "[SynchronizedAfterSuite]",
+        "[DeferCleanup (Suite)]",
+    ]
+    .iter()
+    .any(|n| name.starts_with(n))
 }
 
 /// The outcome from the children of a `<testcase>` that has no status.
@@ -188,6 +201,23 @@ mod tests {
         assert_eq!(
             cases(xml)?[0].name,
             "[sig-node] Pods should get a host IP [Conformance] [NodeConformance]"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_suites_own_nodes_are_not_specs() -> Result<(), String> {
+        let xml = r#"<testcase name="[SynchronizedBeforeSuite]" status="passed"></testcase>
+            <testcase name="[It] [sig-network] HostPort validates [Conformance]" status="passed"></testcase>
+            <testcase name="[ReportAfterSuite] Kubernetes e2e suite report" status="passed"></testcase>"#;
+        let c: Vec<(String, bool)> = cases(xml)?.into_iter().map(|c| (c.name, c.suite)).collect();
+        assert_eq!(
+            c,
+            [
+                ("[SynchronizedBeforeSuite]".to_string(), true),
+                ("[sig-network] HostPort validates [Conformance]".to_string(), false),
+                ("[ReportAfterSuite] Kubernetes e2e suite report".to_string(), true)
+            ]
         );
         Ok(())
     }

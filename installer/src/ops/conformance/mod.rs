@@ -74,8 +74,18 @@ pub struct Prepared {
     pub allow_not_ready: Vec<String>,
 }
 
-/// Checks everything a run needs and unpacks the test binaries.
+/// Checks everything a run needs and unpacks the test binaries. Paths are
+/// made absolute first: ginkgo runs e2e.test in another directory, where a
+/// relative `--root root` names nothing.
 pub fn prepare(o: &ConformanceOptions) -> anyhow::Result<Prepared> {
+    let absolute = |p: &Path| std::path::absolute(p).map_err(|e| op(OpError::Io, anyhow::anyhow!("{}: {e}", p.display())));
+    let o = &ConformanceOptions {
+        root: absolute(&o.root)?,
+        state: absolute(&o.state)?,
+        bundle_dir: o.bundle_dir.as_deref().map(absolute).transpose()?,
+        kubeconfig: o.kubeconfig.as_deref().map(absolute).transpose()?,
+        ..o.clone()
+    };
     known_cluster(&o.state, &o.cluster)?;
     let bundle = match &o.bundle_dir {
         Some(d) => d.clone(),
@@ -423,6 +433,16 @@ mod tests {
         let reset = st.begin_job("c", "reset")?;
         st.finish_job(reset, "succeeded")?;
         assert!(known_cluster(&db, "c").is_err(), "reset since");
+        Ok(())
+    }
+
+    #[test]
+    fn relative_paths_are_made_absolute_before_anything_reads_them() -> anyhow::Result<()> {
+        let mut o = options(Mode::Quick);
+        o.state = "relative/state.db".into();
+        let e = prepare(&o).err().ok_or_else(|| anyhow::anyhow!("accepted"))?;
+        let want = std::env::current_dir()?.join("relative/state.db");
+        assert!(format!("{e:#}").contains(&format!("{} records", want.display())), "{e:#}");
         Ok(())
     }
 

@@ -93,9 +93,19 @@ pub fn run(p: &Prepared) -> anyhow::Result<Summary> {
     })?;
     let cases = junit::cases(&xml).map_err(|e| op(OpError::Host, anyhow::anyhow!("{}: {e}", junit_path.display())))?;
     let selected = |name: &str| p.listed.is_empty() || p.listed.iter().any(|l| l.name == name);
-    let ran: Vec<_> = cases.iter().filter(|c| c.status != Status::Skipped && selected(&c.name)).collect();
-    let failures: Vec<String> = ran.iter().filter(|c| c.status == Status::Failed).map(|c| c.name.clone()).collect();
-    let passed = ran.len() - failures.len();
+    let ran: Vec<_> = cases
+        .iter()
+        .filter(|c| !c.suite && c.status != Status::Skipped && selected(&c.name))
+        .collect();
+    let passed = ran.iter().filter(|c| c.status == Status::Passed).count();
+    // A failed spec, or a failed suite node (a before-suite failure skips every spec).
+    let failures: Vec<String> = ran
+        .iter()
+        .copied()
+        .chain(cases.iter().filter(|c| c.suite))
+        .filter(|c| c.status == Status::Failed)
+        .map(|c| c.name.clone())
+        .collect();
     let will_run = will_run(&log_path);
     let not_run: Vec<String> = p
         .listed
