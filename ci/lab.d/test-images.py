@@ -16,11 +16,12 @@ amd64 and arm64:
                                     busybox's applets for the rest (upstream: Alpine's)
   e2e-test-images/agnhost:2.55      the same program (2.66.1) under the older tag      [stand-in]
   e2e-test-images/nautilus:1.8      agnhost with nautilus.jpg and data.json (from the module)
+  e2e-test-images/kitten:1.8        agnhost with kitten.jpg and data.json; Debian's os-release    [stand-in]
   e2e-test-images/busybox:1.37.0-2  Debian's busybox-static 1.35 and its applets       [stand-in]
   e2e-test-images/nginx:1.27.0-2    Debian's nginx-light 1.22                          [stand-in]
   e2e-test-images/glibc-dns-testing:2.1.1
-                                    Debian bookworm with dnsutils, as upstream's
-  e2e-test-images/nonewprivs:1.4    /usr/local/bin/nnp (setuid root, built from its module)
+                                    Debian bookworm with dnsutils, as upstream's (without its /coredns)
+  e2e-test-images/nonewprivs:1.4    /usr/local/bin/nnp (setuid root, built from its module) on busybox, not Alpine
   e2e-test-images/sample-apiserver:1.29.2
                                     /sample-apiserver built from k8s.io/sample-apiserver v0.37.2
   etcd:3.7.0-0                      the lab's etcd (v3.6.16) under kubeadm's tag       [stand-in]
@@ -200,6 +201,14 @@ def main():
     naut = {a: agnhost(a, [("nautilus.jpg", read_module_file("test/images/nautilus/html/nautilus.jpg"), 0o644),
                            ("data.json", read_module_file("test/images/nautilus/html/data.json"), 0o644)]) for a in ARCHES}
     lines.append(images.image(f"{E2E}/nautilus:1.8", naut, dict(cfg, Cmd=["test-webserver"])))
+    # The ImageVolume spec mounts kitten as a volume and reads its data.json
+    # and etc/os-release, which upstream's (Alpine) says "Alpine Linux": this
+    # one says Debian, so that spec fails here where upstream's would pass
+    # (and the lab's containerd 1.6 mounts no image volume anyway).
+    kit = {a: agnhost(a, [("kitten.jpg", read_module_file("test/images/kitten/html/kitten.jpg"), 0o644),
+                          ("data.json", read_module_file("test/images/kitten/html/data.json"), 0o644)]) for a in ARCHES}
+    lines.append(images.image(f"{E2E}/kitten:1.8", kit, dict(cfg, Cmd=["test-webserver"], Labels=label(
+        "agnhost 2.66.1 on Debian with kitten.jpg: etc/os-release is Debian's, not Alpine's"))))
     bb = {a: busybox_applets(a) + etc([]) for a in ARCHES}
     lines.append(images.image(f"{E2E}/busybox:1.37.0-2", bb,
                               {"Cmd": ["sh"], "Env": env, "Labels": label("Debian's busybox-static 1.35, not busybox 1.37")}))
@@ -211,9 +220,11 @@ def main():
                                "Labels": label("Debian's nginx-light 1.22, not nginx 1.27")}))
     dns = {a: list(rootfs(("bind9-dnsutils", "dash", "coreutils", "libc-bin", "grep", "sed"), a)) + etc([])
            + [("usr/bin/sh", "dash", 0o777)] for a in ARCHES}
-    lines.append(images.image(f"{E2E}/glibc-dns-testing:2.1.1", dns, {"Cmd": ["sh"], "Env": env}))
+    lines.append(images.image(f"{E2E}/glibc-dns-testing:2.1.1", dns, {"Cmd": ["sh"], "Env": env, "Labels": label(
+        "Debian bookworm's dnsutils as upstream's, without its /coredns 1.5.0")}))
     nnp = {a: [("usr/local/bin/nnp", images.read(f"{BIN}/{a}/nnp"), 0o4755)] + busybox_applets(a) + etc([]) for a in ARCHES}
-    lines.append(images.image(f"{E2E}/nonewprivs:1.4", nnp, {"Cmd": ["nnp"], "Env": env}))
+    lines.append(images.image(f"{E2E}/nonewprivs:1.4", nnp, {"Cmd": ["nnp"], "Env": env, "Labels": label(
+        "nnp built from k8s.io/kubernetes v1.37.2 on Debian's busybox, not Alpine")}))
     sa = {a: [("sample-apiserver", images.read(f"{BIN}/{a}/sample-apiserver"), 0o755)] for a in ARCHES}
     lines.append(images.image(f"{E2E}/sample-apiserver:1.29.2", sa,
                               {"Entrypoint": ["/sample-apiserver"], "Labels": label("k8s.io/sample-apiserver v0.37.2, not 1.29.2")}))

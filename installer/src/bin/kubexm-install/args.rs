@@ -302,7 +302,7 @@ pub struct ConformanceArgs {
     /// The cluster (metadata.name), as the state database recorded its install.
     #[arg(long, value_name = "NAME")]
     pub cluster: String,
-    /// quick: a listed subset of about 50 specs (minutes); certified: every conformance
+    /// quick: a listed subset of 56 specs (minutes); certified: every conformance
     /// spec, serial ones included, as the Certified Kubernetes program runs them (hours).
     #[arg(long, value_enum, default_value = "quick")]
     pub mode: ConformanceMode,

@@ -492,11 +492,14 @@ fn conformance(a: args::ConformanceArgs) -> anyhow::Result<()> {
     } else {
         Err(ops::error::op(
             ops::error::OpError::Host,
-            anyhow::anyhow!(
-                "{} of the selected specs failed or did not run; see {}",
-                summary.failed + summary.not_run.len(),
-                summary.log
-            ),
+            match summary.failed + summary.not_run.len() {
+                0 => anyhow::anyhow!(
+                    "no spec failed, but ginkgo exited with {} (interrupted, or an error of the suite itself); see {}",
+                    summary.exit_code.map_or("a signal".to_string(), |c| format!("code {c}")),
+                    summary.log
+                ),
+                n => anyhow::anyhow!("{n} of the selected specs failed or did not run; see {}", summary.log),
+            },
         ))
     }
 }

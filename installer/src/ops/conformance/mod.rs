@@ -72,6 +72,8 @@ pub struct Prepared {
     pub listed: Vec<specs::Listed>,
     pub out: PathBuf,
     pub allow_not_ready: Vec<String>,
+    /// `--skip` was given: a listed spec it skips is not "not run".
+    pub user_skip: bool,
 }
 
 /// Checks everything a run needs and unpacks the test binaries. Paths are
@@ -164,6 +166,7 @@ pub fn prepare(o: &ConformanceOptions) -> anyhow::Result<Prepared> {
         listed,
         out: o.root.join("conformance").join(&o.cluster).join(stamp()),
         allow_not_ready: o.allow_not_ready.clone(),
+        user_skip: o.skip.is_some(),
     })
 }
 

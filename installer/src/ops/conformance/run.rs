@@ -32,6 +32,8 @@ pub struct Summary {
     pub not_run: Vec<String>,
     /// Nodes NotReady during the run, allowed by name.
     pub not_ready_nodes: Vec<String>,
+    /// Images a pod failed to pull during the run, by reference.
+    pub pull_failures: Vec<String>,
     /// ginkgo's exit code.
     pub exit_code: Option<i32>,
     pub junit: String,
@@ -58,8 +60,16 @@ impl std::fmt::Display for Summary {
         for n in &self.not_run {
             writeln!(f, "  listed but not run: {}", printable(n))?;
         }
+        for i in &self.pull_failures {
+            writeln!(
+                f,
+                "  a pod failed to pull {}: is it in the bundle, and does the nodes' registry mirror serve it?",
+                printable(i)
+            )?;
+        }
         if !self.not_ready_nodes.is_empty() {
-            writeln!(f, "  NotReady nodes allowed: {}", self.not_ready_nodes.join(", "))?;
+            let nodes: Vec<String> = self.not_ready_nodes.iter().map(|n| printable(n)).collect();
+            writeln!(f, "  NotReady nodes allowed: {}", nodes.join(", "))?;
         }
         write!(f, "  JUnit report: {}\n  log: {}", self.junit, self.log)
     }
@@ -75,7 +85,7 @@ pub fn run(p: &Prepared) -> anyhow::Result<Summary> {
             OpError::Host,
             anyhow::anyhow!(
                 "NotReady nodes: {}; the tests would wait for them: fix them, or allow them by name with --allow-not-ready",
-                refused.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                refused.iter().map(|s| printable(s)).collect::<Vec<_>>().join(", ")
             ),
         ));
     }
@@ -106,11 +116,12 @@ pub fn run(p: &Prepared) -> anyhow::Result<Summary> {
         .filter(|c| c.status == Status::Failed)
         .map(|c| c.name.clone())
         .collect();
-    let will_run = will_run(&log_path);
+    let (will_run, pulls) = scan_log(&log_path);
     let not_run: Vec<String> = p
         .listed
         .iter()
         .filter(|l| !ran.iter().any(|c| c.name == l.name))
+        .filter(|l| !(p.user_skip && cases.iter().any(|c| !c.suite && c.name == l.name && c.status == Status::Skipped)))
         .map(|l| l.name.clone())
         .collect();
     let summary = Summary {
@@ -123,6 +134,7 @@ pub fn run(p: &Prepared) -> anyhow::Result<Summary> {
         failures,
         not_run,
         not_ready_nodes: not_ready,
+        pull_failures: pulls,
         exit_code,
         junit: junit_path.display().to_string(),
         log: log_path.display().to_string(),
@@ -199,29 +211,48 @@ fn ginkgo(p: &Prepared, log: &Path, not_ready: usize) -> anyhow::Result<Option<i
     let stderr = child.stderr.take().map(|s| {
         let log_file = log_file.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(s).lines().map_while(Result::ok) {
-                if let Ok(mut f) = log_file.lock() {
-                    let _ = writeln!(f, "{line}");
-                }
-            }
+            each_line(s, |bytes, _| append(&log_file, bytes));
         })
     });
     let mut progress = Progress::default();
     if let Some(out) = child.stdout.take() {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Ok(mut f) = log_file.lock() {
-                let _ = writeln!(f, "{line}");
-            }
-            if let Some(report) = progress.line(&line) {
+        each_line(out, |bytes, line| {
+            append(&log_file, bytes);
+            if let Some(report) = progress.line(line) {
                 eprintln!("{report}");
             }
-        }
+        });
     }
     if let Some(t) = stderr {
         let _ = t.join();
     }
     let status = child.wait().map_err(|e| op(OpError::Io, e))?;
     Ok(status.code())
+}
+
+/// Calls `f` with each line of `r`, as read and as text (invalid UTF-8
+/// replaced, so one bad byte neither ends the reading nor leaves ginkgo
+/// writing into a closed pipe), until its end.
+fn each_line(r: impl std::io::Read, mut f: impl FnMut(&[u8], &str)) {
+    let mut r = BufReader::new(r);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match r.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+                f(line, &String::from_utf8_lossy(line));
+            }
+        }
+    }
+}
+
+/// `line` and a newline onto the shared log.
+fn append(log: &std::sync::Mutex<fs_err::File>, line: &[u8]) {
+    if let Ok(mut f) = log.lock() {
+        let _ = f.write_all(line).and_then(|()| f.write_all(b"\n"));
+    }
 }
 
 /// Specs finished and failed so far, from ginkgo's verbose output.
@@ -260,10 +291,36 @@ fn will_run_in(line: &str) -> Option<usize> {
     tail.starts_with("of ").then(|| n.parse().ok()).flatten()
 }
 
-/// The count ginkgo announced in the log.
-fn will_run(log: &Path) -> Option<usize> {
-    let text = fs_err::read_to_string(log).ok()?;
-    text.lines().find_map(will_run_in)
+/// From the log, read a line at a time: the count ginkgo announced, and the
+/// images a pod failed to pull.
+fn scan_log(log: &Path) -> (Option<usize>, Vec<String>) {
+    let (mut will_run, mut pulls) = (None, std::collections::BTreeSet::new());
+    if let Ok(f) = fs_err::File::open(log) {
+        each_line(f, |_, line| {
+            will_run = will_run.or_else(|| will_run_in(line));
+            pull_failures_in(line, &mut pulls);
+        });
+    }
+    (will_run, pulls.into_iter().collect())
+}
+
+/// Images a pod failed to pull, from the events e2e.test dumps for a failed
+/// spec's namespace (`Failed to pull image "REF": ...`, `Back-off pulling
+/// image "REF"`, quotes escaped or not), into `out`.
+fn pull_failures_in(line: &str, out: &mut std::collections::BTreeSet<String>) {
+    for marker in ["Failed to pull image ", "Back-off pulling image "] {
+        let mut rest = line;
+        while let Some(at) = rest.find(marker) {
+            rest = &rest[at + marker.len()..];
+            let quoted = [r#"\""#, "\""].iter().find_map(|q| rest.strip_prefix(q).map(|r| (r, *q)));
+            let Some((r, close)) = quoted else { continue };
+            let Some(end) = r.find(close) else { continue };
+            let image = &r[..end];
+            if !image.is_empty() && image.len() <= 512 && image.chars().all(|c| c.is_ascii_graphic()) {
+                out.insert(image.to_string());
+            }
+        }
+    }
 }
 
 /// `s` with control characters shown as escapes: spec names and errors come
@@ -310,6 +367,38 @@ mod tests {
                 "conformance: 3 of 3 specs done, 2 failed",
             ]
         );
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_neither_ends_the_reading_nor_is_lost() {
+        let mut lines = Vec::new();
+        each_line(&b"a\xffb\nsecond\nlast without newline"[..], |bytes, text| {
+            lines.push((bytes.to_vec(), text.to_string()))
+        });
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0], (b"a\xffb".to_vec(), "a\u{fffd}b".to_string()));
+        assert_eq!(lines[2].1, "last without newline");
+    }
+
+    #[test]
+    fn images_that_failed_to_pull_are_named_once() {
+        let log = "I1126 dump.go:53] At 2026 - event for pod1: {kubelet lab4} Failed: Failed to pull image \"registry.k8s.io/e2e-test-images/agnhost:2.66.1\": rpc error\n\
+                   event for pod2: {kubelet lab3} BackOff: Back-off pulling image \\\"registry.k8s.io/e2e-test-images/nginx:1.27.0-2\\\"\n\
+                   Failed to pull image \"registry.k8s.io/e2e-test-images/agnhost:2.66.1\": again\n\
+                   Failed to pull image \"unterminated\n";
+        let pulls = |text: &str| {
+            let mut out = std::collections::BTreeSet::new();
+            text.lines().for_each(|l| pull_failures_in(l, &mut out));
+            out.into_iter().collect::<Vec<_>>()
+        };
+        assert_eq!(
+            pulls(log),
+            [
+                "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+                "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+            ]
+        );
+        assert!(pulls("no failure here").is_empty());
     }
 
     #[test]
