@@ -14,6 +14,7 @@ pub mod diag;
 pub mod image;
 pub mod mirror;
 pub mod net;
+pub mod record;
 pub mod resolve;
 pub mod topology;
 pub mod yaml;

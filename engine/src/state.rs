@@ -206,7 +206,9 @@ impl State {
                  started INTEGER NOT NULL, duration_ms INTEGER NOT NULL, log TEXT NOT NULL, PRIMARY KEY(job, node));
              CREATE INDEX IF NOT EXISTS steps_node ON steps(node, status);
              CREATE TABLE IF NOT EXISTS spans(job INTEGER NOT NULL, name TEXT NOT NULL, started INTEGER NOT NULL, duration_ms INTEGER NOT NULL, PRIMARY KEY(job, name));
-             CREATE TABLE IF NOT EXISTS known_hosts(endpoint TEXT PRIMARY KEY, key TEXT NOT NULL, first_seen INTEGER NOT NULL);",
+             CREATE TABLE IF NOT EXISTS known_hosts(endpoint TEXT PRIMARY KEY, key TEXT NOT NULL, first_seen INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS records(job INTEGER PRIMARY KEY, cluster TEXT NOT NULL, status TEXT NOT NULL, body TEXT NOT NULL);
+             CREATE INDEX IF NOT EXISTS records_cluster ON records(cluster, job);",
         )
         .map_err(err)?;
         add_timing_columns(&conn).map_err(err)?;
@@ -357,6 +359,50 @@ impl State {
             )
             .optional()
             .map_err(|e| self.err(e))
+    }
+
+    /// Keeps `body` (a cluster record, JSON the engine does not read) as
+    /// what `job` left `cluster` as, with the job's `status`.
+    pub fn put_record(&self, job: i64, cluster: &str, status: &str, body: &str) -> Result<(), StateError> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO records(job, cluster, status, body) VALUES (?1, ?2, ?3, ?4)",
+                params![job, cluster, status, body],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The latest record of `cluster` (of a succeeded job only, when
+    /// `succeeded`): its job and body.
+    pub fn last_record(&self, cluster: &str, succeeded: bool) -> Result<Option<(i64, String)>, StateError> {
+        let q = if succeeded {
+            "SELECT job, body FROM records WHERE cluster = ?1 AND status = 'succeeded' ORDER BY job DESC LIMIT 1"
+        } else {
+            "SELECT job, body FROM records WHERE cluster = ?1 ORDER BY job DESC LIMIT 1"
+        };
+        self.conn()
+            .query_row(q, params![cluster], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The names of the clusters with a record.
+    pub fn recorded_clusters(&self) -> Result<Vec<String>, StateError> {
+        let c = self.conn();
+        let mut stmt = c
+            .prepare("SELECT DISTINCT cluster FROM records ORDER BY cluster")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Forgets every record of `cluster` (its jobs and steps stay).
+    pub fn forget_records(&self, cluster: &str) -> Result<(), StateError> {
+        self.conn()
+            .execute("DELETE FROM records WHERE cluster = ?1", params![cluster])
+            .map_err(|e| self.err(e))?;
+        Ok(())
     }
 
     pub fn job(&self, id: Option<i64>) -> Result<Option<JobRecord>, StateError> {

@@ -33,6 +33,10 @@ pub trait Store: KnownHosts + Send + Sync {
     fn step_times(&self, job: i64) -> BoxFuture<'_, Result<Vec<StepRecord>, StateError>>;
     /// `log` with every secret the store knows replaced.
     fn redact(&self, log: &str) -> String;
+    /// Keeps a cluster record (JSON) as what `job` left `cluster` as.
+    fn put_record<'a>(&'a self, job: i64, cluster: &'a str, status: &'a str, body: &'a str) -> BoxFuture<'a, Result<(), StateError>>;
+    /// The latest record of `cluster` (of a succeeded job, when `succeeded`): its job and body.
+    fn last_record<'a>(&'a self, cluster: &'a str, succeeded: bool) -> BoxFuture<'a, Result<Option<(i64, String)>, StateError>>;
 }
 
 impl Store for State {
@@ -65,5 +69,11 @@ impl Store for State {
     }
     fn redact(&self, log: &str) -> String {
         State::redact(self, log)
+    }
+    fn put_record<'a>(&'a self, job: i64, cluster: &'a str, status: &'a str, body: &'a str) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move { State::put_record(self, job, cluster, status, body) })
+    }
+    fn last_record<'a>(&'a self, cluster: &'a str, succeeded: bool) -> BoxFuture<'a, Result<Option<(i64, String)>, StateError>> {
+        Box::pin(async move { State::last_record(self, cluster, succeeded) })
     }
 }

@@ -159,3 +159,33 @@ fn packages_from_a_plain_http_file_server_are_refused() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("plain HTTP is refused") && err.contains("https://"), "{err}");
 }
+
+/// Issue 29: `status --cluster` names a cluster without a record, exit 2,
+/// and refuses to mix with --job.
+#[test]
+fn status_of_a_cluster_without_a_record_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let st = kubexm_installer::engine::state::State::open(&state, vec![]).unwrap();
+    let job = st.begin_job("kept", "install").unwrap();
+    st.finish_job(job, "succeeded").unwrap();
+    let out = Command::cargo_bin("kubexm-install")
+        .unwrap()
+        .args(["status", "--cluster", "gone", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no record of cluster gone") && err.contains("none has a record yet"),
+        "{err}"
+    );
+    let out = Command::cargo_bin("kubexm-install")
+        .unwrap()
+        .args(["status", "--cluster", "gone", "--job", "1", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -181,3 +181,32 @@ fn conformance_adds_the_test_binaries_for_the_runner_and_its_images_for_every_ar
         .collect();
     assert_eq!(arches, ["arm64"]);
 }
+
+/// Issue 29: the cluster record of the HA example carries each host's roles,
+/// one version per component and every pinned file's digest, and reads back
+/// equal from its JSON (the completed config included).
+#[test]
+fn the_cluster_record_of_the_ha_example_round_trips() -> Result<(), Box<dyn std::error::Error>> {
+    use kubexm_bom::record::{ClusterRecord, JobRef, NodeState};
+    let path = Path::new(&manifest_dir()).join("../examples/ha.yaml");
+    let cluster = config::load_file(&path, &catalog())?;
+    let bom = resolve(&cluster, &catalog(), &Mirrors::default())?;
+    let job = JobRef {
+        id: 7,
+        kind: "install".into(),
+        status: "succeeded".into(),
+        finished: 1,
+    };
+    let r = ClusterRecord::new(&cluster, job, Some(&bom), Some("sha256:00"), &Default::default());
+    assert_eq!(r.nodes.len(), cluster.spec.hosts.len());
+    assert!(r.nodes.iter().all(|n| n.state == NodeState::Member && !n.roles.is_empty()));
+    assert_eq!(r.members().count(), r.nodes.len());
+    let pinned = bom.files.iter().filter(|f| matches!(f.checksum, Checksum::Sha256(_))).count();
+    assert_eq!(r.artifacts.iter().filter(|a| a.kind == "file").count(), pinned);
+    for c in ["kubeadm", "kubelet", "etcd", "containerd"] {
+        assert!(r.versions.contains_key(c), "no {c} in {:?}", r.versions);
+    }
+    let back: ClusterRecord = serde_json::from_str(&serde_json::to_string(&r)?)?;
+    assert_eq!(back, r);
+    Ok(())
+}

@@ -178,9 +178,13 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     ctx.arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
     let pipeline = session.span("plan", || pipeline::pipeline(&ctx))?;
     let ex = session.execute("install", run::Policy::FailFast, |_| Ok(pipeline))?;
+    let kept = session.keep_record(ex.job, Some(&bom), &ctx.arches);
     let skipped = ex.report.count(Outcome::Skipped);
     let applied = ex.report.count(Outcome::Applied);
     if !ex.ok() {
+        if let Err(e) = &kept {
+            tracing::warn!("{e:#}");
+        }
         let errors = ex.errors();
         return Err(op(
             OpError::Host,
@@ -191,6 +195,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
             ),
         ));
     }
+    kept?;
     Ok(InstallReport::Installed(Installed {
         cluster: cluster.metadata.name.clone(),
         job: ex.job,

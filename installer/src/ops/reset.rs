@@ -62,7 +62,11 @@ pub fn reset(session: &Session, yes: bool) -> anyhow::Result<ResetReport> {
     let whole = session.unreachable_hosts().is_empty();
     let kind = if whole { "reset" } else { "reset-hosts" };
     let ex = session.execute(kind, run::Policy::ContinueOtherHosts, |_| Ok(pipeline))?;
+    let kept = session.keep_record(ex.job, None, &Default::default());
     if !ex.ok() {
+        if let Err(e) = &kept {
+            tracing::warn!("{e:#}");
+        }
         let errors = ex.errors();
         return Err(op(
             OpError::Host,
@@ -74,6 +78,7 @@ pub fn reset(session: &Session, yes: bool) -> anyhow::Result<ResetReport> {
             ),
         ));
     }
+    kept?;
     let kubeconfig = session.settings().root.join(format!("{}.kubeconfig", cluster.metadata.name));
     if whole && kubeconfig.exists() {
         fs_err::remove_file(&kubeconfig)?;

@@ -8,13 +8,14 @@
 //! caller names unreachable are never connected to. This is the only place
 //! that builds an engine context or runs an engine job.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kubexm_bom::catalog::Catalog;
 use kubexm_bom::config::Cluster;
+use kubexm_bom::record::{ClusterRecord, JobRef};
 use kubexm_bundle::manifest::BundleManifest;
 
 use super::EngineSettings;
@@ -361,6 +362,38 @@ impl Session {
         Ok(report)
     }
 
+    /// Keeps the cluster record of `job` (which this session ran): the
+    /// completed config, each host's roles and arch (`arches`, as
+    /// gathered), the lock's versions and digests (`bom`), the bundle's
+    /// digest and the job's result. Written for a failed job too: `apply`
+    /// reads the last successful record plus the steps a failed one did.
+    pub fn keep_record(&self, job: i64, bom: Option<&kubexm_bom::Bom>, arches: &BTreeMap<String, String>) -> anyhow::Result<()> {
+        let e = self.engine()?;
+        let kept = e.rt.block_on(async {
+            let j = e.store.job(Some(job)).await?.ok_or_else(|| anyhow::anyhow!("no job {job}"))?;
+            let job_ref = JobRef {
+                id: j.id,
+                kind: j.kind,
+                status: j.status.clone(),
+                finished: j.finished.unwrap_or_else(now_ms),
+            };
+            let digest = self.bundle.as_ref().map(|b| b.digest.as_str());
+            let record = ClusterRecord::new(&self.cluster, job_ref, bom, digest, arches);
+            let body = serde_json::to_string(&record)?;
+            e.store.put_record(job, &self.cluster.metadata.name, &j.status, &body).await?;
+            anyhow::Ok(())
+        });
+        kept.map_err(|err| {
+            op(
+                OpError::Io,
+                anyhow::anyhow!(
+                    "job {job} ran, but the cluster record could not be kept in the state database ({err}); \
+                     check the disk and the file, then run it again (done steps are skipped)"
+                ),
+            )
+        })
+    }
+
     /// Runs the pipeline built for the hosts that answered as one job of
     /// `kind` under `policy`.
     pub fn execute(
@@ -432,13 +465,62 @@ mod tests {
                           \x20 roleGroups: {control-plane: [a], etcd: [a], worker: [b, c]}\n\
                           \x20 controlPlaneEndpoint: {mode: local-proxy}\n";
 
-    /// Issue 26: an operation on a cluster with one host named unreachable
-    /// never opens a connection to it, and runs its steps on the others.
+    /// Issue 29: a job's cluster record is kept through the store and read
+    /// back by `status --cluster`: each host's roles and arch, the job and
+    /// its result; a cluster without one is refused, naming those with one.
     #[test]
-    fn a_host_named_unreachable_is_never_contacted() -> anyhow::Result<()> {
+    fn a_job_keeps_the_cluster_record_status_reads() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
-        let engine = super::EngineSettings {
-            state: dir.path().join("state.db"),
+        let state = dir.path().join("state.db");
+        let config = dir.path().join("s.yaml");
+        std::fs::write(&config, CONFIG)?;
+        let mut settings = super::Settings::engine_only(engine(&state));
+        settings.root = dir.path().join("root");
+        let session =
+            super::Session::open(&super::Config::File(config), None, None, settings)?.with_connector(Arc::new(Recording::default()));
+        let step = crate::engine::jobs::one_task("probe", vec![], vec![]);
+        let ex = session.execute("install", crate::engine::run::Policy::FailFast, |_| Ok(step))?;
+        let arches = [("a".to_string(), "arm64".to_string())].into_iter().collect();
+        session.keep_record(ex.job, None, &arches)?;
+        let r = crate::ops::status::record(&state, "s")?;
+        assert_eq!(
+            (r.job.id, r.job.kind.as_str(), r.job.status.as_str()),
+            (ex.job, "install", "succeeded")
+        );
+        let nodes: Vec<(&str, Option<&str>, String)> = r
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.arch.as_deref(), n.roles.join(",")))
+            .collect();
+        assert_eq!(
+            nodes,
+            [
+                ("a", Some("arm64"), "etcd,control-plane".to_string()),
+                ("b", None, "worker,local-proxy".to_string()),
+                ("c", None, "worker,local-proxy".to_string())
+            ]
+        );
+        assert_eq!(r.endpoint_mode, "local-proxy");
+        assert_eq!(&r.config, session.cluster(), "the completed config is kept whole");
+        let text = r.to_string();
+        assert!(
+            text.contains("cluster s: last job") && text.contains("(install, succeeded)"),
+            "{text}"
+        );
+        let Err(e) = crate::ops::status::record(&state, "other") else {
+            anyhow::bail!("a cluster without a record was shown");
+        };
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("no record of cluster other") && msg.contains("clusters with a record: s"),
+            "{msg}"
+        );
+        Ok(())
+    }
+
+    fn engine(state: &std::path::Path) -> super::EngineSettings {
+        super::EngineSettings {
+            state: state.to_path_buf(),
             accept_new_host_key: false,
             concurrency: 4,
             events: None,
@@ -446,7 +528,15 @@ mod tests {
             trust: Default::default(),
             connect_timeout: super::super::CONNECT_TIMEOUT,
             connect_attempts: 1,
-        };
+        }
+    }
+
+    /// Issue 26: an operation on a cluster with one host named unreachable
+    /// never opens a connection to it, and runs its steps on the others.
+    #[test]
+    fn a_host_named_unreachable_is_never_contacted() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let engine = engine(&dir.path().join("state.db"));
         let config = dir.path().join("s.yaml");
         std::fs::write(&config, CONFIG)?;
         let settings = super::Settings {

@@ -1,6 +1,7 @@
 //! `kubexm-install status`: a job from the state database, each module and
 //! host, and the log tail of each failed step; or its timeline, written as
-//! an SVG picture or as JSON.
+//! an SVG picture or as JSON; or a cluster's record (what its last job
+//! applied).
 
 use std::path::Path;
 
@@ -22,6 +23,38 @@ fn open(state: &Path) -> anyhow::Result<State> {
 /// The description of `job` (the latest when `None`) in the state database at `state`.
 pub fn status(state: &Path, job: Option<i64>) -> anyhow::Result<String> {
     crate::engine::jobs::describe(&open(state)?, job)
+}
+
+/// The record of `cluster` in the state database at `state`: what its
+/// last job applied, whatever the job's result.
+pub fn record(state: &Path, cluster: &str) -> anyhow::Result<kubexm_bom::record::ClusterRecord> {
+    let st = open(state)?;
+    let Some((job, body)) = st.last_record(cluster, false)? else {
+        let known = st.recorded_clusters()?;
+        let known = if known.is_empty() {
+            "none has a record yet".to_string()
+        } else {
+            format!("clusters with a record: {}", known.join(", "))
+        };
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "no record of cluster {cluster} in the state database {} ({known}); a cluster installed \
+                 before kubexm kept records gets one when its install is run again (done steps are skipped)",
+                state.display()
+            ),
+        ));
+    };
+    serde_json::from_str(&body).map_err(|e| {
+        op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "the record of cluster {cluster} (job {job}) in {} is not one this kubexm reads ({e}); \
+                 run the install again with this kubexm to write a new one",
+                state.display()
+            ),
+        )
+    })
 }
 
 /// How a timeline is written.

@@ -242,11 +242,17 @@ pub enum Command {
         engine: EngineArgs,
     },
     /// Show a job: each module and host, and the log tail of each failed
-    /// step; with --timeline, where its time went, as a picture.
+    /// step; with --timeline, where its time went, as a picture; with
+    /// --cluster, the cluster's record (what its last job applied).
     Status {
         /// The job (default: the latest).
         #[arg(long)]
         job: Option<i64>,
+        /// Show the record of cluster NAME instead of a job: its nodes and
+        /// roles, versions, the bundle's digest and the last job's result
+        /// (-o json: the whole record, the completed config included).
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["job", "timeline", "from"])]
+        cluster: Option<String>,
         /// The state database.
         #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
         state: PathBuf,
@@ -261,7 +267,7 @@ pub enum Command {
         #[arg(long, value_name = "FILE", requires = "timeline", conflicts_with = "job")]
         from: Option<PathBuf>,
         /// text: the job's steps (and an SVG timeline); json: the timeline
-        /// as JSON (to --timeline FILE, else on stdout).
+        /// as JSON (to --timeline FILE, else on stdout), or the cluster's record.
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },

@@ -157,13 +157,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => print_reset(ops::reset::reset(&hosts_session(file, &engine, root, &unreachable)?, yes)?),
         Command::Status {
             job,
+            cluster,
             state,
             timeline,
             from,
             output,
-        } => match from {
-            Some(from) => draw(&from, timeline.as_deref(), output),
-            None => status(&state, job, timeline.as_deref(), output),
+        } => match (from, cluster) {
+            (Some(from), _) => draw(&from, timeline.as_deref(), output),
+            (None, Some(cluster)) => cluster_record(&state, &cluster, output),
+            (None, None) => status(&state, job, timeline.as_deref(), output),
         },
         Command::Conformance(a) => conformance(a),
         Command::HostsToml {
@@ -188,6 +190,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `status --cluster NAME`: the cluster's record, as text or JSON.
+fn cluster_record(state: &std::path::Path, cluster: &str, output: Output) -> anyhow::Result<()> {
+    let format = timeline_format(output)?;
+    let record = ops::status::record(state, cluster)?;
+    match format {
+        ops::status::TimelineFormat::Json => println!("{}", serde_json::to_string_pretty(&record)?),
+        ops::status::TimelineFormat::Svg => print!("{record}"),
+    }
+    Ok(())
 }
 
 /// What `serve` prints once it listens.
