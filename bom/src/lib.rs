@@ -9,6 +9,7 @@
 pub mod addons;
 mod bom;
 pub mod catalog;
+pub mod changes;
 pub mod config;
 pub mod diag;
 pub mod image;

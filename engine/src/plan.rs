@@ -215,12 +215,23 @@ impl Plan {
 
     /// Modules in order, then steps per host (for `--dry-run`).
     pub fn describe(&self) -> String {
+        self.describe_without(&Default::default())
+    }
+
+    /// [`Plan::describe`] without the steps in `done` (earlier jobs did
+    /// them: a run skips them), and a last line counting them.
+    pub fn describe_without(&self, done: &std::collections::HashSet<String>) -> String {
         let order = petgraph::algo::toposort(&self.graph, None).unwrap_or_default();
         let mut modules: Vec<String> = Vec::new();
         let mut by: BTreeMap<(usize, String), Vec<String>> = BTreeMap::new();
+        let mut skipped = 0;
         for n in order {
             let node = &self.graph[n];
             if node.barrier {
+                continue;
+            }
+            if done.contains(&node.id) {
+                skipped += 1;
                 continue;
             }
             let mi = match modules.iter().position(|m| *m == node.module) {
@@ -240,6 +251,9 @@ impl Plan {
             for ((_, host), steps) in by.range((i, String::new())..(i + 1, String::new())) {
                 let _ = writeln!(out, "  {host}: {}", steps.join(", "));
             }
+        }
+        if skipped > 0 {
+            let _ = writeln!(out, "({skipped} steps done by earlier jobs are skipped)");
         }
         out
     }

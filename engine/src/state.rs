@@ -183,10 +183,13 @@ fn job_row(r: &rusqlite::Row) -> rusqlite::Result<JobRecord> {
     })
 }
 
-/// What [`State::done_nodes`] reads: steps completed by earlier jobs of the
-/// same cluster and kind, after the cluster's last successful reset.
-const DONE_NODES: &str = "SELECT DISTINCT s.node FROM steps s JOIN jobs j ON j.id = s.job \
-     WHERE j.cluster = ?1 AND j.id < ?2 AND j.kind = (SELECT kind FROM jobs WHERE id = ?2) \
+/// What [`State::done_nodes`] and [`State::done_steps`] read: steps
+/// completed by jobs of the cluster before job `?2` of operation `?3`, after
+/// the cluster's last successful reset. An `apply` runs the install's
+/// steps: the two are one operation here.
+const DONE_STEPS: &str = "SELECT DISTINCT s.node FROM steps s JOIN jobs j ON j.id = s.job \
+     WHERE j.cluster = ?1 AND j.id < ?2 \
+     AND (CASE j.kind WHEN 'apply' THEN 'install' ELSE j.kind END) = (CASE ?3 WHEN 'apply' THEN 'install' ELSE ?3 END) \
      AND j.id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind = 'reset' AND status = 'succeeded' AND id < ?2), 0) \
      AND s.status IN ('applied', 'skipped')";
 
@@ -337,21 +340,39 @@ impl State {
     /// a later operation's steps with the same id are not masked by an
     /// install's, and install, reset, install runs every step again.
     pub fn done_nodes(&self, cluster: &str, job: i64) -> Result<std::collections::HashSet<String>, StateError> {
+        let kind: Option<String> = self
+            .conn()
+            .query_row("SELECT kind FROM jobs WHERE id = ?1", params![job], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        match kind {
+            Some(kind) => self.done_before(cluster, job, &kind),
+            None => Ok(Default::default()),
+        }
+    }
+
+    /// Every step a job of operation `kind` on `cluster` would skip if it
+    /// started now (what a dry run leaves out of its plan).
+    pub fn done_steps(&self, cluster: &str, kind: &str) -> Result<std::collections::HashSet<String>, StateError> {
+        self.done_before(cluster, i64::MAX, kind)
+    }
+
+    fn done_before(&self, cluster: &str, job: i64, kind: &str) -> Result<std::collections::HashSet<String>, StateError> {
         let c = self.conn();
-        let mut stmt = c.prepare(DONE_NODES).map_err(|e| self.err(e))?;
+        let mut stmt = c.prepare_cached(DONE_STEPS).map_err(|e| self.err(e))?;
         let rows = stmt
-            .query_map(params![cluster, job], |r| r.get::<_, String>(0))
+            .query_map(params![cluster, job, kind], |r| r.get::<_, String>(0))
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
-    /// The latest successful install of `cluster` since its last successful
-    /// reset, if any.
+    /// The latest successful install (or apply) of `cluster` since its last
+    /// successful reset, if any.
     pub fn installed(&self, cluster: &str) -> Result<Option<JobRecord>, StateError> {
         self.conn()
             .query_row(
                 "SELECT id, cluster, kind, started, finished, status FROM jobs \
-                 WHERE cluster = ?1 AND kind = 'install' AND status = 'succeeded' \
+                 WHERE cluster = ?1 AND kind IN ('install', 'apply') AND status = 'succeeded' \
                  AND id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind = 'reset' AND status = 'succeeded'), 0) \
                  ORDER BY id DESC LIMIT 1",
                 params![cluster],

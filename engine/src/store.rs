@@ -25,6 +25,8 @@ pub trait Store: KnownHosts + Send + Sync {
     /// Every node an earlier job of `cluster` of the same operation as
     /// `job` completed, since the cluster's last successful reset.
     fn done_nodes<'a>(&'a self, cluster: &'a str, job: i64) -> BoxFuture<'a, Result<HashSet<String>, StateError>>;
+    /// Every step a job of operation `kind` on `cluster` would skip if it started now.
+    fn done_steps<'a>(&'a self, cluster: &'a str, kind: &'a str) -> BoxFuture<'a, Result<HashSet<String>, StateError>>;
     /// A job by id, or the latest.
     fn job(&self, id: Option<i64>) -> BoxFuture<'_, Result<Option<JobRecord>, StateError>>;
     /// A job's step results.
@@ -57,6 +59,9 @@ impl Store for State {
     }
     fn done_nodes<'a>(&'a self, cluster: &'a str, job: i64) -> BoxFuture<'a, Result<HashSet<String>, StateError>> {
         Box::pin(async move { State::done_nodes(self, cluster, job) })
+    }
+    fn done_steps<'a>(&'a self, cluster: &'a str, kind: &'a str) -> BoxFuture<'a, Result<HashSet<String>, StateError>> {
+        Box::pin(async move { State::done_steps(self, cluster, kind) })
     }
     fn job(&self, id: Option<i64>) -> BoxFuture<'_, Result<Option<JobRecord>, StateError>> {
         Box::pin(async move { State::job(self, id) })

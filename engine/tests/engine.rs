@@ -750,4 +750,16 @@ async fn operations_sharing_step_ids_keep_separate_state_and_a_reset_forgets_it(
     op("reset", &["r1"]).await;
     op("install", &["s1"]).await;
     assert_eq!(applied(), 3, "after a successful reset, install runs every step again");
+    // Issue 29: an apply runs the install's steps: it skips what installs
+    // did, and an install after it skips what it did; a dry run's plan
+    // leaves out the same steps.
+    let done = st.done_steps("c", "apply").unwrap();
+    assert!(done.len() == 1 && done.iter().all(|n| n.contains("/s1@")), "{done:?}");
+    op("apply", &["s1"]).await;
+    assert_eq!(applied(), 3, "an apply ran a step an install did");
+    op("apply", &["s1", "s2"]).await;
+    let s2 = || log.calls().iter().filter(|(_, c)| c == "apply s2").count();
+    assert_eq!(s2(), 1);
+    op("install", &["s1", "s2"]).await;
+    assert_eq!((applied(), s2()), (3, 1), "an install ran a step an apply did");
 }

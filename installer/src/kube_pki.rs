@@ -49,15 +49,22 @@ fn token_part(len: usize) -> std::io::Result<String> {
     Ok(out)
 }
 
+/// The credentials kept in `dir` while they are young enough to reuse;
+/// reads only (a dry run's plan names the step a real run would).
+pub fn fresh_credentials(dir: &Path) -> Option<JoinCredentials> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+    let text = fs_err::read_to_string(dir.join("join.json")).ok()?;
+    serde_json::from_str::<JoinCredentials>(&text)
+        .ok()
+        .filter(|c| now.saturating_sub(c.created) < CREDENTIALS_FOR_SECS)
+}
+
 /// The credentials in `dir`, made or renewed when missing or older than the
 /// certificate key's life.
 pub fn ensure_credentials(dir: &Path) -> anyhow::Result<JoinCredentials> {
     let path = dir.join("join.json");
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
-    if let Ok(text) = fs_err::read_to_string(&path)
-        && let Ok(c) = serde_json::from_str::<JoinCredentials>(&text)
-        && now.saturating_sub(c.created) < CREDENTIALS_FOR_SECS
-    {
+    if let Some(c) = fresh_credentials(dir) {
         return Ok(c);
     }
     let c = JoinCredentials {

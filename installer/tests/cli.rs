@@ -189,3 +189,35 @@ fn status_of_a_cluster_without_a_record_is_refused() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Issue 29: apply takes no phases (it runs what the change needs) and needs
+/// the changed config.
+#[test]
+fn apply_refuses_phases_and_needs_a_config() {
+    let ha = format!("{}/../examples/ha.yaml", manifest_dir());
+    let out = Command::cargo_bin("kubexm-install")
+        .unwrap()
+        .args([
+            "apply",
+            "-f",
+            &ha,
+            "--bundle",
+            "k.tar.zst",
+            "--allow-unsigned",
+            "--phases",
+            "workers",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("apply takes no --phases"), "{err}");
+    let out = Command::cargo_bin("kubexm-install")
+        .unwrap()
+        .args(["apply", "--bundle", "k.tar.zst"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("pass -f cluster.yaml"), "{err}");
+}

@@ -52,6 +52,9 @@ pub struct Host {
     pub netns: String,
     pub root: PathBuf,
     pub pid: u32,
+    /// Up, but in neither generated config (`ci/lab up --spare`): a host to add.
+    #[serde(default)]
+    pub spare: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -200,6 +203,12 @@ impl Lab {
     /// Brings up `hosts` hosts, the last `arm64` of them emulated arm64.
     /// Returns `None` (after saying why) when the lab cannot run outside CI.
     pub fn up(hosts: usize, arm64: usize) -> Option<Lab> {
+        Lab::up_with_spares(hosts, arm64, 0)
+    }
+
+    /// [`Lab::up`], and `spare` amd64 hosts after them that neither
+    /// generated config names (hosts a day-2 test adds).
+    pub fn up_with_spares(hosts: usize, arm64: usize, spare: usize) -> Option<Lab> {
         if let Some(why) = unavailable() {
             assert!(!in_ci(), "CI=true but the lab cannot run: {why}");
             eprintln!("SKIP lab test: {why}");
@@ -213,7 +222,14 @@ impl Lab {
         lab_cmd(&["down"]);
         remove_bundles_of_ended_processes();
         lab_cmd(&["prepare"]);
-        lab_cmd(&["up", &hosts.to_string(), "--arm64", &arm64.to_string()]);
+        lab_cmd(&[
+            "up",
+            &hosts.to_string(),
+            "--arm64",
+            &arm64.to_string(),
+            "--spare",
+            &spare.to_string(),
+        ]);
         let path = std::env::var("KUBEXM_LAB").unwrap_or_else(|_| "/run/kubexm-lab/lab.json".into());
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
         let desc = serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {path}: {e}"));

@@ -28,6 +28,9 @@ pub struct InstallOptions {
     /// The bundle the job asked for (`sha256:<hex>` of its signed
     /// `bundle.yaml`): any other, even one signed, is refused once read.
     pub expect_digest: Option<String>,
+    /// Run as an `apply` job (`apply` checked the change against the
+    /// cluster's record first): the install's steps, done ones skipped.
+    pub apply: bool,
 }
 
 /// What `install` did.
@@ -110,7 +113,14 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         .clone()
         .unwrap_or_else(|| settings.root.join(format!("{}.kubeconfig", cluster.metadata.name)));
     let kube = if phases.contains(&Phase::ControlPlane) || phases.contains(&Phase::Workers) {
-        Some(crate::kube_pki::KubePki::ensure(&pki)?)
+        let mut kube = crate::kube_pki::KubePki::ensure(&pki)?;
+        // A dry run names the join credentials a real run would reuse.
+        if args.dry_run
+            && let Some(c) = crate::kube_pki::fresh_credentials(&pki_dir.join("kubernetes"))
+        {
+            kube.creds = c;
+        }
+        Some(kube)
     } else {
         None
     };
@@ -143,7 +153,14 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         for h in &cluster.spec.hosts {
             ctx.arches.entry(h.name.clone()).or_insert_with(|| "amd64".into());
         }
-        return Ok(InstallReport::Plan(pipeline::pipeline(&ctx)?.plan()?.describe()));
+        let plan = pipeline::pipeline(&ctx)?.plan()?;
+        // An apply's plan leaves out what earlier jobs did: what it will run.
+        let done = if args.apply {
+            session.done_steps("apply")?
+        } else {
+            Default::default()
+        };
+        return Ok(InstallReport::Plan(plan.describe_without(&done)));
     }
     // The file server runs for the install's duration.
     let opts = serve::ServeOptions {
@@ -177,7 +194,8 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     }
     ctx.arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
     let pipeline = session.span("plan", || pipeline::pipeline(&ctx))?;
-    let ex = session.execute("install", run::Policy::FailFast, |_| Ok(pipeline))?;
+    let kind = if args.apply { "apply" } else { "install" };
+    let ex = session.execute(kind, run::Policy::FailFast, |_| Ok(pipeline))?;
     let kept = session.keep_record(ex.job, Some(&bom), &ctx.arches);
     let skipped = ex.report.count(Outcome::Skipped);
     let applied = ex.report.count(Outcome::Applied);
@@ -189,7 +207,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         return Err(op(
             OpError::Host,
             anyhow::anyhow!(
-                "install failed (job {}; {applied} steps applied, {skipped} skipped); fix and run again, done steps are skipped:\n  {}",
+                "{kind} failed (job {}; {applied} steps applied, {skipped} skipped); fix and run again, done steps are skipped:\n  {}",
                 ex.job,
                 errors.join("\n  ")
             ),

@@ -5,6 +5,7 @@
 //! hosts-toml). Progress goes out as the engine's events, to the sink the
 //! caller gives (the CLI's printer).
 
+pub mod apply;
 pub mod conformance;
 pub mod error;
 pub mod facts;

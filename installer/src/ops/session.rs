@@ -122,6 +122,8 @@ struct Engine {
 pub struct Session {
     cluster: Cluster,
     config: String,
+    /// Where the config came from (its text is read again for positions).
+    source: Option<Config>,
     bundle: Option<OpenBundle>,
     settings: Settings,
     /// The caller's store; `None`: the state database `settings` names.
@@ -199,6 +201,7 @@ impl Session {
         }
         session.bundle = bundle;
         session.store = store;
+        session.source = Some(config.clone());
         Ok(session)
     }
 
@@ -208,6 +211,7 @@ impl Session {
         Session {
             cluster,
             config,
+            source: None,
             bundle: None,
             settings,
             store: None,
@@ -360,6 +364,41 @@ impl Session {
         ))?;
         *self.last_job.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.job);
         Ok(report)
+    }
+
+    /// The config's text indexed by YAML path, for errors that name a line
+    /// (`None` when it cannot be read again).
+    pub fn located(&self) -> Option<kubexm_bom::yaml::Located> {
+        let text = match self.source.as_ref()? {
+            Config::File(p) => fs_err::read_to_string(p).ok()?,
+            Config::Text { text, .. } => text.clone(),
+        };
+        kubexm_bom::yaml::parse(&text).ok()
+    }
+
+    /// The cluster's latest record (of a succeeded job, when `succeeded`).
+    /// Without a store of the caller's and without a state database, none:
+    /// reading creates nothing.
+    pub fn last_record(&self, succeeded: bool) -> anyhow::Result<Option<ClusterRecord>> {
+        if self.store.is_none() && !self.settings.engine.state.exists() {
+            return Ok(None);
+        }
+        let e = self.engine()?;
+        let name = &self.cluster.metadata.name;
+        let Some((job, body)) = e.rt.block_on(e.store.last_record(name, succeeded))? else {
+            return Ok(None);
+        };
+        super::status::parse_record(name, job, &body).map(Some)
+    }
+
+    /// Every step a job of operation `kind` would skip if it started now
+    /// (none without a state database: reading creates nothing).
+    pub fn done_steps(&self, kind: &str) -> anyhow::Result<std::collections::HashSet<String>> {
+        if self.store.is_none() && !self.settings.engine.state.exists() {
+            return Ok(Default::default());
+        }
+        let e = self.engine()?;
+        Ok(e.rt.block_on(e.store.done_steps(&self.cluster.metadata.name, kind))?)
     }
 
     /// Keeps the cluster record of `job` (which this session ran): the

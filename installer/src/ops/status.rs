@@ -45,13 +45,17 @@ pub fn record(state: &Path, cluster: &str) -> anyhow::Result<kubexm_bom::record:
             ),
         ));
     };
-    serde_json::from_str(&body).map_err(|e| {
+    parse_record(cluster, job, &body)
+}
+
+/// A record's JSON (`body`, of `job`) read back.
+pub fn parse_record(cluster: &str, job: i64, body: &str) -> anyhow::Result<kubexm_bom::record::ClusterRecord> {
+    serde_json::from_str(body).map_err(|e| {
         op(
             OpError::Usage,
             anyhow::anyhow!(
-                "the record of cluster {cluster} (job {job}) in {} is not one this kubexm reads ({e}); \
-                 run the install again with this kubexm to write a new one",
-                state.display()
+                "the record of cluster {cluster} (job {job}) in the state database is not one this kubexm reads ({e}); \
+                 run the install again with this kubexm to write a new one"
             ),
         )
     })

@@ -160,6 +160,15 @@ fn waited_nodes(c: &Cluster) -> Vec<String> {
     nodes.into_iter().collect()
 }
 
+/// A short tag of the nodes a wait waits for, in its step's name: when the
+/// cluster gains a node (`apply`), the wait is a new step and waits for it
+/// too, instead of one an earlier job already did.
+fn nodes_tag(nodes: &[String]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(nodes.join(",").as_bytes());
+    hex::encode(&digest[..4])
+}
+
 /// How long an addon's workloads, the nodes and CoreDNS may take to be ready.
 const WORKLOAD_WAIT: u64 = 300;
 
@@ -296,6 +305,7 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
     let registry = i.registry()?.address.clone();
     let kubectl = waits::kubectl();
     let nodes = waited_nodes(i.cluster);
+    let tag = nodes_tag(&nodes);
     let mut tasks = Vec::new();
     let mut previous: Option<String> = None;
     for addon in enabled(&i.topo, want)? {
@@ -351,20 +361,28 @@ fn phase(i: &Context, phase: &str, want: AddonPhase) -> anyhow::Result<Module> {
         // DaemonSets run on every node waited for; after the CNI those nodes
         // are Ready and CoreDNS (kubeadm's) is available.
         for (kind, ns, workload) in waits::workloads(&all) {
-            let probe = if kind == "daemonset" {
-                waits::daemonset_on(&ns, &workload, &nodes)
+            let (probe, name) = if kind == "daemonset" {
+                (
+                    waits::daemonset_on(&ns, &workload, &nodes),
+                    format!("{addon}-{workload}-ready-{tag}"),
+                )
             } else {
-                waits::deployment_available(&ns, &workload)
+                (waits::deployment_available(&ns, &workload), format!("{addon}-{workload}-ready"))
             };
             steps.push(waits::wait(
-                &format!("{addon}-{workload}-ready"),
+                &name,
                 &format!("{addon}'s {kind} {ns}/{workload}"),
                 &probe,
                 WORKLOAD_WAIT,
             ));
         }
         if want == AddonPhase::Cni {
-            steps.push(waits::wait("nodes-ready", "nodes", &waits::nodes_ready(&nodes), WORKLOAD_WAIT));
+            steps.push(waits::wait(
+                &format!("nodes-ready-{tag}"),
+                "nodes",
+                &waits::nodes_ready(&nodes),
+                WORKLOAD_WAIT,
+            ));
             steps.push(waits::wait(
                 "coredns-ready",
                 "CoreDNS",

@@ -168,6 +168,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             (None, None) => status(&state, job, timeline.as_deref(), output),
         },
         Command::Conformance(a) => conformance(a),
+        Command::Apply(a) => apply(a),
         Command::HostsToml {
             bundle_dir,
             registry,
@@ -309,14 +310,51 @@ fn hosts_session(
     Ok(session)
 }
 
+/// `apply`: the config checked against the cluster's record, then only
+/// what the difference needs.
+fn apply(args: InstallArgs) -> anyhow::Result<()> {
+    if !args.phases.is_empty() || args.server_dry_run {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("apply takes no --phases or --server-dry-run: it runs what the change needs"),
+        ));
+    }
+    let Some(file) = args.file.clone() else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass -f cluster.yaml (the changed config)"),
+        ));
+    };
+    let dry_run = args.dry_run;
+    let session = bundle_session(file, args)?;
+    print!("{}", ops::apply::apply(&session, &ops::apply::ApplyOptions { dry_run })?);
+    Ok(())
+}
+
 /// The install: one operation, its report printed.
 fn install(args: InstallArgs) -> anyhow::Result<()> {
-    let Some(file) = args.file else {
+    let Some(file) = args.file.clone() else {
         return Err(classified(
             Class::Usage,
             anyhow::anyhow!("nothing to do: pass -f cluster.yaml --bundle k.tar.zst to install, or a subcommand (see --help)"),
         ));
     };
+    let phases = kubexm_installer::pipelines::install::parse(&args.phases)
+        .map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
+    let opts = ops::install::InstallOptions {
+        phases,
+        dry_run: args.dry_run,
+        server_dry_run: args.server_dry_run,
+        expect_digest: None,
+        apply: false,
+    };
+    let session = bundle_session(file, args)?;
+    print!("{}", ops::install::install(&session, &opts)?);
+    Ok(())
+}
+
+/// A session of `file` with the bundle and trust decision `args` give.
+fn bundle_session(file: std::path::PathBuf, args: InstallArgs) -> anyhow::Result<Session> {
     let Some(bundle) = args.bundle else {
         return Err(classified(
             Class::Usage,
@@ -341,17 +379,7 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         kubeconfig: args.kubeconfig,
         installer: None,
     };
-    let session = Session::open(&Config::File(file), Some(&bundle), None, settings)?;
-    let phases = kubexm_installer::pipelines::install::parse(&args.phases)
-        .map_err(|e| classified(Class::Usage, anyhow::anyhow!("--phases: {e}")))?;
-    let opts = ops::install::InstallOptions {
-        phases,
-        dry_run: args.dry_run,
-        server_dry_run: args.server_dry_run,
-        expect_digest: None,
-    };
-    print!("{}", ops::install::install(&session, &opts)?);
-    Ok(())
+    Session::open(&Config::File(file), Some(&bundle), None, settings)
 }
 
 /// `facts`: the plan, or each host's facts (a table or JSON); the hosts that

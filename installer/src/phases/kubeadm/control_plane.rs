@@ -138,9 +138,11 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
                 &waits::api_server(None),
                 API_SERVER_WAIT,
             ));
-            // Credentials renewed on a later run (the token lives 24 h, uploaded certificates 2 h).
+            // Credentials renewed on a later run (the token lives 24 h, uploaded
+            // certificates 2 h): the step is named by the token, so a renewed one
+            // is a new step, not one an earlier job already did.
             steps.push(Arc::new(RunWith {
-                name: "join-credentials".into(),
+                name: format!("join-credentials-{}", creds.token_id()),
                 check: format!("grep -qx {} {CONFIG_DIR}/tokens 2>/dev/null", creds.token_id()),
                 files: vec![(format!("{CONFIG_DIR}/init.yaml"), init.into_bytes(), 0o600)],
                 command: format!(

@@ -1,0 +1,385 @@
+//! What `apply` is asked to change: a completed config against the record
+//! of the cluster's last successful job. Every problem is reported at once,
+//! located in the new config like a validation error:
+//!
+//! - fields that can never change on an installed cluster (its networks,
+//!   endpoint mode and name, etcd mode, network plugin), a host whose
+//!   address or arch changed under the same name: invalid (exit 3);
+//! - what `apply` does not do yet (a version change, which is an upgrade;
+//!   removing hosts; a host that changes roles or joins as more than a
+//!   worker; any other setting): not supported yet (exit 8).
+//!
+//! What is left is what apply runs: the hosts the config adds as workers.
+
+use serde_json::Value;
+
+use crate::config::Cluster;
+use crate::diag::{Diagnostic, Diagnostics, Kind, MAX_DIAGNOSTICS};
+use crate::record::ClusterRecord;
+use crate::yaml::Located;
+
+/// Paths that never change once a cluster exists, and why.
+const FIXED: &[(&str, &str)] = &[
+    (
+        "spec.kubernetes.podCIDR",
+        "every pod address and the network plugin's config depend on it",
+    ),
+    (
+        "spec.kubernetes.serviceCIDR",
+        "every Service's address and the API server's certificate depend on it",
+    ),
+    ("spec.controlPlaneEndpoint.mode", "every kubeconfig and node points at the endpoint"),
+    ("spec.controlPlaneEndpoint.domain", "every kubeconfig and certificate names it"),
+    ("spec.controlPlaneEndpoint.port", "every kubeconfig and node points at it"),
+    ("spec.etcd.mode", "the cluster's data lives there"),
+    ("spec.network.plugin", "every pod's network is made by it"),
+];
+
+/// Settings that only the builder or the installer's own connection reads:
+/// a change needs nothing done on the cluster.
+const LOCAL: &[&str] = &["spec.bundle", "spec.conformance", "spec.preflight", "spec.hostDefaults"];
+
+/// Per-host settings of the installer's connection only.
+const HOST_LOCAL: &[&str] = &["port", "user", "auth", "bastion"];
+
+/// What apply will do.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Changes {
+    /// Hosts the config adds (as workers), in config order.
+    pub added: Vec<String>,
+}
+
+impl Changes {
+    /// Nothing to do on the hosts.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty()
+    }
+}
+
+/// The changes from `record` (the last successful job's) to `new` (its
+/// text indexed by `located`, named `file` in messages); every refusal at
+/// once.
+pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>, file: &str) -> Result<Changes, Diagnostics> {
+    let pos = |path: &str| located.and_then(|l| l.pos(path));
+    let mut out = Vec::new();
+    let old_v = serde_json::to_value(&record.config).unwrap_or_default();
+    let new_v = serde_json::to_value(new).unwrap_or_default();
+    for (path, why) in FIXED {
+        let (a, b) = (at(&old_v, path), at(&new_v, path));
+        if a != b {
+            out.push(
+                Diagnostic::new(
+                    Kind::Invalid,
+                    *path,
+                    format!(
+                        "cannot change on an installed cluster ({why}): recorded {}, now {}",
+                        show(a),
+                        show(b)
+                    ),
+                )
+                .hint("put the recorded value back; a cluster with another value is a new cluster (reset, then install)")
+                .at(pos(path)),
+            );
+        }
+    }
+    let version = "spec.kubernetes.version";
+    if at(&old_v, version) != at(&new_v, version) {
+        out.push(
+            Diagnostic::new(
+                Kind::Unsupported,
+                version,
+                format!(
+                    "changing the Kubernetes version ({} to {}) is an upgrade: not supported yet",
+                    show(at(&old_v, version)),
+                    show(at(&new_v, version))
+                ),
+            )
+            .hint("put the recorded version back to apply other changes")
+            .at(pos(version)),
+        );
+    }
+    let added = hosts(record, new, &pos, &mut out);
+    // Everything else must be as recorded.
+    let mut rest = Vec::new();
+    diff(&strip(old_v), &strip(new_v), "", &mut rest);
+    out.extend(rest.iter().map(|path| unchanged(path, pos(path))));
+    if out.is_empty() {
+        return Ok(Changes { added });
+    }
+    out.sort_by_key(|d| (d.line.unwrap_or(u32::MAX), d.column));
+    let more = out.len().saturating_sub(MAX_DIAGNOSTICS);
+    out.truncate(MAX_DIAGNOSTICS);
+    Err(Diagnostics {
+        file: file.into(),
+        diagnostics: out,
+        more,
+    })
+}
+
+/// The hosts `new` adds; a host removed, changed or given other roles is refused.
+fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<crate::yaml::Pos>, out: &mut Vec<Diagnostic>) -> Vec<String> {
+    let mut added = Vec::new();
+    for (i, h) in new.spec.hosts.iter().enumerate() {
+        let roles = new.roles_of(&h.name);
+        let Some(old) = record.members().find(|n| n.name == h.name) else {
+            if roles.iter().any(|r| r != "worker" && r != "local-proxy") {
+                let path = format!("spec.hosts[{i}]");
+                out.push(
+                    Diagnostic::new(
+                        Kind::Unsupported,
+                        path.as_str(),
+                        format!("adding {} as {} is not supported yet; apply adds workers", h.name, roles.join(", ")),
+                    )
+                    .at(pos(&path)),
+                );
+            } else {
+                added.push(h.name.clone());
+            }
+            continue;
+        };
+        if old.address != h.address {
+            let path = format!("spec.hosts[{i}].address");
+            out.push(
+                Diagnostic::new(
+                    Kind::Invalid,
+                    path.as_str(),
+                    format!("host {}'s address changed: recorded {}, now {}", h.name, old.address, h.address),
+                )
+                .hint("a host keeps its name and address: remove it, and add the new machine under a new name")
+                .at(pos(&path)),
+            );
+        }
+        if let (Some(a), Some(b)) = (&old.arch, &h.arch)
+            && a != b
+        {
+            let path = format!("spec.hosts[{i}].arch");
+            out.push(
+                Diagnostic::new(
+                    Kind::Invalid,
+                    path.as_str(),
+                    format!("host {}'s arch changed: recorded {a}, now {b}", h.name),
+                )
+                .hint("a host keeps its arch: remove it, and add the new machine under a new name")
+                .at(pos(&path)),
+            );
+        }
+        if old.roles != roles {
+            let path = format!("spec.hosts[{i}]");
+            out.push(
+                Diagnostic::new(
+                    Kind::Unsupported,
+                    path.as_str(),
+                    format!(
+                        "changing {}'s roles ({} to {}) is not supported yet",
+                        h.name,
+                        old.roles.join(", "),
+                        roles.join(", ")
+                    ),
+                )
+                .at(pos(&path)),
+            );
+        }
+        let (a, b) = (
+            serde_json::to_value(record.config.spec.hosts.iter().find(|o| o.name == h.name)),
+            serde_json::to_value(h),
+        );
+        if let (Ok(a), Ok(b)) = (a, b) {
+            let mut rest = Vec::new();
+            // A moved host's internal address follows its address (the default).
+            let moved = old.address != h.address;
+            diff(&strip_host(a, moved), &strip_host(b, moved), &format!("spec.hosts[{i}]"), &mut rest);
+            out.extend(rest.iter().map(|path| unchanged(path, pos(path))));
+        }
+    }
+    for old in record.members() {
+        if !new.spec.hosts.iter().any(|h| h.name == old.name) {
+            out.push(
+                Diagnostic::new(
+                    Kind::Unsupported,
+                    "spec.hosts",
+                    format!(
+                        "removing host {} ({}) is not supported by apply yet",
+                        old.name,
+                        old.roles.join(", ")
+                    ),
+                )
+                .hint("keep it in the config for now")
+                .at(pos("spec.hosts")),
+            );
+        }
+    }
+    added
+}
+
+/// A setting at `path` changed that apply does not change yet.
+fn unchanged(path: &str, pos: Option<crate::yaml::Pos>) -> Diagnostic {
+    Diagnostic::new(
+        Kind::Unsupported,
+        path,
+        "changing this on an installed cluster is not supported by apply yet",
+    )
+    .hint("put the recorded value back (kubexm-install status --cluster NAME -o json shows it)")
+    .at(pos)
+}
+
+/// The value at a dotted path.
+fn at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(v, |v, k| v.get(k))
+}
+
+fn show(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => "(unset)".into(),
+    }
+}
+
+/// The config without what [`changes`] checks itself and what needs nothing done.
+fn strip(mut v: Value) -> Value {
+    let fixed = FIXED.iter().map(|(p, _)| *p);
+    for path in fixed
+        .chain(LOCAL.iter().copied())
+        .chain(["spec.kubernetes.version", "spec.hosts", "spec.roleGroups"])
+    {
+        let (parent, key) = path.rsplit_once('.').unwrap_or(("", path));
+        let target = if parent.is_empty() {
+            Some(&mut v)
+        } else {
+            parent.split('.').try_fold(&mut v, |v, k| v.get_mut(k))
+        };
+        if let Some(Value::Object(m)) = target {
+            m.remove(key);
+        }
+    }
+    v
+}
+
+/// A host without what [`hosts`] checks itself and its connection
+/// settings (and its internal address, when `moved`).
+fn strip_host(mut v: Value, moved: bool) -> Value {
+    if let Value::Object(m) = &mut v {
+        for k in HOST_LOCAL.iter().chain(&["name", "address", "arch"]) {
+            m.remove(*k);
+        }
+        if moved {
+            m.remove("internalAddress");
+        }
+    }
+    v
+}
+
+/// Every path where `a` and `b` differ (whole arrays, leaf values).
+fn diff(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                match (x.get(k), y.get(k)) {
+                    (Some(a), Some(b)) => diff(a, b, &p, out),
+                    _ => out.push(p),
+                }
+            }
+        }
+        _ if a != b => out.push(path.to_string()),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::JobRef;
+
+    const BASE: &str = "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  hosts:\n\
+        \x20   - {name: a, address: 10.0.0.1, arch: amd64, auth: {agent: true}}\n\
+        \x20   - {name: b, address: 10.0.0.2, auth: {agent: true}}\n\
+        \x20 roleGroups: {control-plane: [a], etcd: [a], worker: [b]}\n\
+        \x20 controlPlaneEndpoint: {mode: local-proxy}\n\
+        \x20 kubernetes: {version: v1.37.2}\n";
+
+    fn load(text: &str) -> Result<Cluster, Box<dyn std::error::Error>> {
+        Ok(crate::config::load_str_hosts(text, "c.yaml")?)
+    }
+
+    fn record(text: &str) -> Result<ClusterRecord, Box<dyn std::error::Error>> {
+        let job = JobRef {
+            id: 1,
+            kind: "install".into(),
+            status: "succeeded".into(),
+            finished: 0,
+        };
+        Ok(ClusterRecord::new(&load(text)?, job, None, None, &Default::default()))
+    }
+
+    fn check(new: &str) -> Result<Result<Changes, Diagnostics>, Box<dyn std::error::Error>> {
+        let located = crate::yaml::parse(new).map_err(|e| e.to_string())?;
+        Ok(changes(&record(BASE)?, &load(new)?, Some(&located), "c.yaml"))
+    }
+
+    /// The same config is no change; a new worker and a new login are an add.
+    #[test]
+    fn an_added_worker_is_the_only_change() -> Result<(), Box<dyn std::error::Error>> {
+        assert_eq!(check(BASE)?.map_err(|e| e.to_string())?, Changes::default());
+        let new = BASE
+            .replace(
+                "  roleGroups: {control-plane: [a], etcd: [a], worker: [b]}",
+                "    - {name: d, address: 10.0.0.4, auth: {agent: true}}\n  roleGroups: {control-plane: [a], etcd: [a], worker: [b, d]}",
+            )
+            .replace(
+                "{name: b, address: 10.0.0.2, auth: {agent: true}}",
+                "{name: b, address: 10.0.0.2, user: ops, auth: {agent: true}}",
+            );
+        let c = check(&new)?.map_err(|e| e.to_string())?;
+        assert_eq!(c.added, ["d"]);
+        Ok(())
+    }
+
+    /// Fixed fields and a moved host are invalid (exit 3), a version change,
+    /// a removed host, an etcd member added and any other setting are not
+    /// supported yet; all at once, each at its line.
+    #[test]
+    fn every_refusal_is_reported_at_once_with_its_line() -> Result<(), Box<dyn std::error::Error>> {
+        let new = BASE
+            .replace(
+                "kubernetes: {version: v1.37.2}",
+                "kubernetes: {version: v1.38.0, podCIDR: 10.244.0.0/17}",
+            )
+            .replace("address: 10.0.0.1, arch: amd64", "address: 10.0.0.9, arch: arm64")
+            .replace(
+                "    - {name: b, address: 10.0.0.2, auth: {agent: true}}\n",
+                "    - {name: e, address: 10.0.0.5, auth: {agent: true}}\n",
+            )
+            .replace(
+                "etcd: [a], worker: [b]}",
+                "etcd: [e], worker: [e]}\n  dns: {coredns: {enabled: false}}",
+            );
+        let Err(d) = check(&new)? else {
+            return Err("accepted".into());
+        };
+        let text = d.to_string();
+        for want in [
+            "spec.kubernetes.podCIDR: cannot change on an installed cluster",
+            "spec.kubernetes.version: changing the Kubernetes version (v1.37.2 to v1.38.0)",
+            "spec.hosts[0].address: host a's address changed: recorded 10.0.0.1, now 10.0.0.9",
+            "spec.hosts[0].arch: host a's arch changed: recorded amd64, now arm64",
+            "spec.hosts[1]: adding e as etcd, worker",
+            "removing host b (worker, local-proxy)",
+            "spec.dns.coredns.enabled: changing this on an installed cluster",
+        ] {
+            assert!(text.contains(want), "no {want:?} in:\n{text}");
+        }
+        assert!(
+            text.contains("c.yaml:12:34: spec.kubernetes.podCIDR"),
+            "no line of the kubernetes setting:\n{text}"
+        );
+        assert!(
+            !text.contains("internalAddress"),
+            "a moved host's default internal address reported:\n{text}"
+        );
+        let kinds: Vec<Kind> = d.diagnostics.iter().map(|d| d.kind).collect();
+        assert!(kinds.contains(&Kind::Invalid) && kinds.contains(&Kind::Unsupported));
+        Ok(())
+    }
+}
