@@ -85,6 +85,24 @@ impl Transport for Fake {
         })
     }
 
+    /// The file's content is what the script prints for `get PATH`.
+    fn get_file<'a>(&'a self, path: &'a str, local: &'a std::path::Path) -> BoxFuture<'a, Result<String, TransportError>> {
+        Box::pin(async move {
+            self.log.push(&self.host, format!("get {path}"));
+            let out = (self.script)(&self.host, &format!("get {path}"))?;
+            let fail = |why: String| TransportError::Download {
+                host: self.host.clone(),
+                path: path.to_string(),
+                why,
+            };
+            if !out.success() {
+                return Err(fail(out.stderr));
+            }
+            std::fs::write(local, out.stdout.as_bytes()).map_err(|e| fail(e.to_string()))?;
+            Ok(kubexm_bundle::digest::sha256_hex(out.stdout.as_bytes()))
+        })
+    }
+
     fn put_file<'a>(
         &'a self,
         _local: &'a std::path::Path,

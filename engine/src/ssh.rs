@@ -380,17 +380,22 @@ impl Ssh {
         }
     }
 
+    /// An SFTP session over a new channel of the connection.
+    async fn sftp(&self) -> Result<russh_sftp::client::SftpSession, String> {
+        let ch = self.handle.channel_open_session().await.map_err(|e| e.to_string())?;
+        ch.request_subsystem(true, "sftp").await.map_err(|e| e.to_string())?;
+        russh_sftp::client::SftpSession::new(ch.into_stream())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// Writes `src` to a new file at `path` (exclusive create, mode 0600);
     /// a local file goes in chunks, never whole in memory.
     async fn sftp_write(&self, src: &Source<'_>, path: &str) -> Result<(), String> {
         use russh_sftp::protocol::{FileAttributes, OpenFlags};
         use std::io::Write;
         use tokio::io::AsyncReadExt;
-        let ch = self.handle.channel_open_session().await.map_err(|e| e.to_string())?;
-        ch.request_subsystem(true, "sftp").await.map_err(|e| e.to_string())?;
-        let sftp = russh_sftp::client::SftpSession::new(ch.into_stream())
-            .await
-            .map_err(|e| e.to_string())?;
+        let sftp = self.sftp().await?;
         let attrs = FileAttributes {
             permissions: Some(0o600),
             ..FileAttributes::empty()
@@ -489,6 +494,92 @@ impl Ssh {
     }
 }
 
+impl Ssh {
+    /// Copies the host's `path` to `local` (see [`Transport::get_file`]): as
+    /// root into a private directory of the login user, whose copy SFTP
+    /// reads in chunks into a temporary file beside `local`, renamed once
+    /// its sha256 equals the one root computed on the host.
+    async fn download(&self, path: &str, local: &std::path::Path) -> Result<String, TransportError> {
+        let fail = |why: String| TransportError::Download {
+            host: self.name.clone(),
+            path: path.to_string(),
+            why,
+        };
+        let made = self
+            .exec_within(
+                "umask 077 && mktemp -d \"${TMPDIR:-/tmp}/.kubexm-download.XXXXXXXXXXXX\"",
+                true,
+                Duration::from_secs(60),
+            )
+            .await?;
+        let dir = made.stdout.trim().to_string();
+        if !made.success() || !dir.starts_with('/') || dir.contains(['\'', '\n']) {
+            return Err(fail(format!("cannot make a private directory (mktemp -d): {}", made.stderr.trim())));
+        }
+        let copy = format!(
+            "set -e; d={d}; cp -- {p} \"$d/get\"; chown --reference=\"$d\" \"$d/get\"; chmod 600 \"$d/get\"; sha256sum \"$d/get\" | cut -d' ' -f1",
+            d = shell_quote(&dir),
+            p = shell_quote(path)
+        );
+        let result = async {
+            let out = self.run(&copy, Duration::from_secs(600)).await?;
+            if !out.success() {
+                return Err(fail(out.stderr.trim().to_string()));
+            }
+            let want = out.stdout.trim().to_string();
+            let got = self
+                .sftp_read(&format!("{dir}/get"), local)
+                .await
+                .map_err(|e| fail(format!("SFTP: {e}")))?;
+            if got != want {
+                return Err(fail(format!("sha256 {got} as received, {want} on the host; nothing was kept")));
+            }
+            Ok(got)
+        }
+        .await;
+        let _ = self
+            .exec_within(&format!("rm -rf {}", shell_quote(&dir)), false, Duration::from_secs(30))
+            .await;
+        if result.is_err() {
+            let _ = std::fs::remove_file(partial(local));
+        }
+        let got = result?;
+        std::fs::rename(partial(local), local).map_err(|e| fail(format!("renaming into {}: {e}", local.display())))?;
+        Ok(got)
+    }
+
+    /// Reads the host's `path` over SFTP into `local`'s temporary file; its sha256.
+    async fn sftp_read(&self, path: &str, local: &std::path::Path) -> Result<String, String> {
+        use std::io::Write;
+        use tokio::io::AsyncReadExt;
+        let sftp = self.sftp().await?;
+        let mut f = sftp.open(path).await.map_err(|e| e.to_string())?;
+        let tmp = partial(local);
+        let to = std::fs::File::create(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+        let mut to = kubexm_bundle::digest::Hashing::new(std::io::BufWriter::new(to));
+        let mut buf = vec![0u8; UPLOAD_CHUNK];
+        loop {
+            let n = f.read(&mut buf).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                break;
+            }
+            to.write_all(&buf[..n]).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+        }
+        let (sha, w) = to.finish();
+        let file = w.into_inner().map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+        file.sync_all().map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+        sftp.close().await.map_err(|e| e.to_string())?;
+        Ok(sha)
+    }
+}
+
+/// Where a download is written until it is whole.
+fn partial(local: &std::path::Path) -> std::path::PathBuf {
+    let mut p = local.as_os_str().to_owned();
+    p.push(".partial");
+    p.into()
+}
+
 /// What an upload sends: bytes held in memory, or a local file read in chunks.
 enum Source<'a> {
     Bytes(&'a [u8]),
@@ -540,6 +631,10 @@ impl Transport for Ssh {
 
     fn put<'a>(&'a self, data: &'a [u8], path: &'a str, mode: u32) -> BoxFuture<'a, Result<(), TransportError>> {
         Box::pin(self.upload(Source::Bytes(data), path, mode))
+    }
+
+    fn get_file<'a>(&'a self, path: &'a str, local: &'a std::path::Path) -> BoxFuture<'a, Result<String, TransportError>> {
+        Box::pin(self.download(path, local))
     }
 
     fn put_file<'a>(

@@ -45,6 +45,8 @@ pub enum TransportError {
     Lost { host: String, why: String },
     #[error("{host}: uploading {path}: {why}")]
     Upload { host: String, path: String, why: String },
+    #[error("{host}: copying {path} from the host: {why}")]
+    Download { host: String, path: String, why: String },
     #[error(
         "{host}: no host key is pinned for {endpoint}, and a job from a request connects only to hosts whose key an operator pinned; it was not connected to. Pin it on the server: `kubexm host-key scan {endpoint}` (check the key it shows), or `kubexm host-key add {endpoint} 'ssh-ed25519 AAAA...'`"
     )]
@@ -84,6 +86,19 @@ pub trait Transport: Send + Sync {
         path: &'a str,
         mode: u32,
     ) -> BoxFuture<'a, Result<(), TransportError>>;
+    /// Copies the host's file `path` (as root reads it) to the local file
+    /// `local`, in chunks, whole or not at all (a temporary file beside it,
+    /// renamed once its sha256 matched the host's); returns that sha256.
+    fn get_file<'a>(&'a self, path: &'a str, local: &'a std::path::Path) -> BoxFuture<'a, Result<String, TransportError>> {
+        let _ = local;
+        Box::pin(async move {
+            Err(TransportError::Download {
+                host: self.host().to_string(),
+                path: path.to_string(),
+                why: "this transport copies no file from a host".into(),
+            })
+        })
+    }
     /// After a step failed: whether the host is going away (shutting down,
     /// or the connection already lost), which explains the failure better
     /// than the step's own error. Asked only after failures.

@@ -8,6 +8,7 @@
 pub mod apply;
 pub mod conformance;
 pub mod error;
+pub mod etcd;
 pub mod facts;
 pub mod hosts_toml;
 pub mod install;

@@ -241,6 +241,9 @@ pub enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// etcd of an installed cluster: `snapshot`.
+    #[command(subcommand)]
+    Etcd(EtcdCommand),
     /// Change an installed cluster to what its config now says, running only what the
     /// difference needs: today, hosts added as workers. Checked against the cluster's record
     /// first: a field that can never change exits 3, a change apply does not make yet exits 8,
@@ -344,4 +347,31 @@ pub struct ConformanceArgs {
     /// text: progress, then the summary; json: the summary as JSON on stdout.
     #[arg(short, long, value_enum, default_value = "text")]
     pub output: Output,
+}
+
+#[derive(Subcommand)]
+pub enum EtcdCommand {
+    /// Take a snapshot of the cluster's etcd through a healthy member and copy it here:
+    /// <dir>/<cluster>-<UTC time>.db with its .sha256 and a .json sidecar naming the
+    /// cluster, etcd's cluster ID and members; the newest --keep are kept.
+    Snapshot {
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        /// Snapshots of this cluster to keep in the directory (the newest).
+        #[arg(long, value_name = "N", default_value_t = kubexm_installer::ops::etcd::KEEP)]
+        keep: usize,
+        /// Where snapshots go. Default: <root>/clusters/<cluster>/snapshots.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Hosts known to be down, comma-separated: never contacted.
+        #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+        unreachable: Vec<String>,
+        /// The installer's state root.
+        #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+        root: PathBuf,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
 }

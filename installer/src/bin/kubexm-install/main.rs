@@ -169,6 +169,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Conformance(a) => conformance(a),
         Command::Apply(a) => apply(a),
+        Command::Etcd(args::EtcdCommand::Snapshot {
+            file,
+            keep,
+            dir,
+            unreachable,
+            root,
+            output,
+            engine,
+        }) => {
+            let session = hosts_session(file, &engine, root, &unreachable)?;
+            let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir })?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&s)?),
+                _ => print!("{s}"),
+            }
+            Ok(())
+        }
         Command::HostsToml {
             bundle_dir,
             registry,
