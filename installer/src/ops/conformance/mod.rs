@@ -170,8 +170,10 @@ pub fn prepare(o: &ConformanceOptions) -> anyhow::Result<Prepared> {
     })
 }
 
-/// Refused unless the state database recorded a successful install of
-/// `cluster` since its last reset.
+/// Refused unless the cluster's record says its last successful job
+/// installed it (an install or apply, not a reset); a state database of a
+/// kubexm before records: unless it has a successful install since the
+/// last reset.
 fn known_cluster(state: &Path, cluster: &str) -> anyhow::Result<()> {
     let unknown = || {
         op(
@@ -186,10 +188,15 @@ fn known_cluster(state: &Path, cluster: &str) -> anyhow::Result<()> {
     if !state.is_file() {
         return Err(unknown());
     }
-    match State::open(state, vec![])?.installed(cluster)? {
-        Some(_) => Ok(()),
-        None => Err(unknown()),
-    }
+    let st = State::open(state, vec![])?;
+    let known = match st.last_record(cluster, true)? {
+        Some((job, body)) => {
+            let r = crate::ops::status::parse_record(cluster, job, &body)?;
+            matches!(r.job.kind.as_str(), "install" | "apply")
+        }
+        None => st.installed(cluster)?.is_some(),
+    };
+    if known { Ok(()) } else { Err(unknown()) }
 }
 
 /// The one unpacked bundle built for `cluster` under `<root>/bundles`.
@@ -436,6 +443,26 @@ mod tests {
         let reset = st.begin_job("c", "reset")?;
         st.finish_job(reset, "succeeded")?;
         assert!(known_cluster(&db, "c").is_err(), "reset since");
+        // Issue 29: with records, the last successful job's record decides.
+        let record = |id: i64, kind: &str| -> anyhow::Result<()> {
+            let cluster = kubexm_bom::config::load_str_hosts(
+                "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata: {name: d}\nspec:\n  hosts: [{name: a, address: 10.0.0.1, auth: {agent: true}}]\n  roleGroups: {control-plane: [a], etcd: [a], worker: [a]}\n  controlPlaneEndpoint: {mode: local-proxy}\n",
+                "d.yaml",
+            )?;
+            let job = kubexm_bom::record::JobRef {
+                id,
+                kind: kind.into(),
+                status: "succeeded".into(),
+                finished: 0,
+            };
+            let r = kubexm_bom::record::ClusterRecord::new(&cluster, job, None, None, &Default::default());
+            st.put_record(id, "d", "succeeded", &serde_json::to_string(&r)?)?;
+            Ok(())
+        };
+        record(100, "apply")?;
+        known_cluster(&db, "d")?;
+        record(101, "reset")?;
+        assert!(known_cluster(&db, "d").is_err(), "a cluster whose record says reset");
         Ok(())
     }
 
