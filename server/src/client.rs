@@ -175,6 +175,12 @@ impl Client {
         self.post_config("/api/v1/clusters/facts", text).await
     }
 
+    /// Stores an etcd snapshot job for the cluster of `text`, keeping the newest `keep`.
+    pub async fn create_etcd_snapshot(&self, text: String, keep: Option<u32>) -> Result<i64, ClientError> {
+        let q = keep.map(|k| format!("?keep={k}")).unwrap_or_default();
+        self.post_config(&format!("/api/v1/clusters/etcd-snapshot{q}"), text).await
+    }
+
     /// Stores a reset job for the cluster of `text` (confirmed by the caller).
     pub async fn create_reset(&self, text: String) -> Result<i64, ClientError> {
         self.post_config("/api/v1/clusters/reset?confirm=true", text).await

@@ -114,7 +114,13 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
     let v: serde_json::Value = r.json().await.unwrap();
     assert!(v["error"].as_str().unwrap().contains("?confirm=true"), "{v}");
     let bad = EXAMPLE.replace("port: 22", "port: 99999");
-    for path in ["/api/v1/clusters/facts", "/api/v1/clusters/reset?confirm=true"] {
+    let r = post("/api/v1/clusters/etcd-snapshot?keep=0", EXAMPLE.to_string()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    for path in [
+        "/api/v1/clusters/facts",
+        "/api/v1/clusters/reset?confirm=true",
+        "/api/v1/clusters/etcd-snapshot",
+    ] {
         let r = post(path, bad.clone()).await.unwrap();
         assert_eq!(r.status(), 422, "{path}");
         let v: serde_json::Value = r.json().await.unwrap();
@@ -129,6 +135,7 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
     for (path, kind) in [
         ("/api/v1/clusters/facts", "facts"),
         ("/api/v1/clusters/reset?confirm=true", "reset"),
+        ("/api/v1/clusters/etcd-snapshot?keep=3", "etcd-snapshot"),
     ] {
         let r = post(path, EXAMPLE.to_string()).await.unwrap();
         assert_eq!(r.status(), 202, "{path}");
@@ -138,6 +145,9 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
         if kind == "reset" {
             // The claiming worker's --root.
             assert_eq!(j.options["root"], serde_json::Value::Null);
+        }
+        if kind == "etcd-snapshot" {
+            assert_eq!(j.options["keep"], 3, "{}", j.options);
         }
     }
     s.handle.shutdown();
@@ -155,6 +165,7 @@ async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_40
         (reqwest::Method::POST, "/api/v1/clusters"),
         (reqwest::Method::POST, "/api/v1/clusters/facts"),
         (reqwest::Method::POST, "/api/v1/clusters/reset"),
+        (reqwest::Method::POST, "/api/v1/clusters/etcd-snapshot"),
     ] {
         let r = c.request(m.clone(), s.url(p)).send().await.unwrap();
         assert_eq!(r.status(), 401, "{m} {p}");

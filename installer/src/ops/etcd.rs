@@ -62,7 +62,7 @@ pub struct Member {
 }
 
 /// A snapshot taken.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Snapshot {
     pub job: i64,
     pub file: PathBuf,

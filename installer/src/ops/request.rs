@@ -23,6 +23,20 @@ pub enum Request {
     Reset(HostsRequest),
     /// Gather every host's facts.
     Facts(HostsRequest),
+    /// Take a snapshot of the cluster's etcd, kept under the worker's root.
+    EtcdSnapshot(SnapshotRequest),
+}
+
+/// An etcd snapshot's options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotRequest {
+    /// Hosts known to be down: never contacted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<String>,
+    /// Snapshots of the cluster kept (the newest); default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<u32>,
 }
 
 /// An install's options.
@@ -52,6 +66,7 @@ impl Request {
             Request::Install(_) => "install",
             Request::Reset(_) => "reset",
             Request::Facts(_) => "facts",
+            Request::EtcdSnapshot(_) => "etcd-snapshot",
         }
     }
 
@@ -59,7 +74,7 @@ impl Request {
     pub fn bundle(&self) -> Option<&str> {
         match self {
             Request::Install(r) => Some(&r.bundle),
-            Request::Reset(_) | Request::Facts(_) => None,
+            Request::Reset(_) | Request::Facts(_) | Request::EtcdSnapshot(_) => None,
         }
     }
 
@@ -68,6 +83,7 @@ impl Request {
         match self {
             Request::Install(_) => &[],
             Request::Reset(r) | Request::Facts(r) => &r.unreachable,
+            Request::EtcdSnapshot(r) => &r.unreachable,
         }
     }
 
@@ -99,6 +115,7 @@ pub enum Report {
     Install(install::Installed),
     Reset(reset::Reset),
     Facts(Gathered),
+    EtcdSnapshot(super::etcd::Snapshot),
 }
 
 /// The facts of every host.
@@ -123,6 +140,7 @@ impl std::fmt::Display for Report {
                 }
                 writeln!(f, "facts of {} host(s) gathered", g.facts.len())
             }
+            Report::EtcdSnapshot(s) => write!(f, "{s}"),
         }
     }
 }
@@ -155,6 +173,13 @@ pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
             )),
             facts::FactsReport::Plan(_) => Err(anyhow::anyhow!("a facts request planned instead of gathering")),
         },
+        Request::EtcdSnapshot(r) => {
+            let o = super::etcd::SnapshotOptions {
+                keep: r.keep.map_or(super::etcd::KEEP, |k| k as usize),
+                dir: None,
+            };
+            Ok(Report::EtcdSnapshot(super::etcd::snapshot(session, &o)?))
+        }
     }
 }
 
@@ -184,6 +209,11 @@ mod tests {
                 unreachable: vec!["a".into(), "b".into()],
             }),
             Request::Facts(HostsRequest::default()),
+            Request::EtcdSnapshot(SnapshotRequest {
+                unreachable: vec!["a".into()],
+                keep: Some(3),
+            }),
+            Request::EtcdSnapshot(SnapshotRequest::default()),
         ];
         for r in all {
             let text = serde_json::to_string(&r)?;

@@ -152,6 +152,7 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
         .route("/api/v1/clusters", post(create_cluster))
         .route("/api/v1/clusters/facts", post(create_facts))
         .route("/api/v1/clusters/reset", post(create_reset))
+        .route("/api/v1/clusters/etcd-snapshot", post(create_etcd_snapshot))
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{id}", get(job))
         .route("/api/v1/jobs/{id}/logs", get(logs))
@@ -507,7 +508,34 @@ async fn create_reset(
     hosts_job(app, body, OpRequest::Reset(Default::default()), who).await
 }
 
-/// A facts or reset job for the hosts of the body's config.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SnapshotQuery {
+    keep: Option<u32>,
+}
+
+async fn create_etcd_snapshot(
+    State(app): State<Arc<App>>,
+    Query(q): Query<SnapshotQuery>,
+    Extension(who): Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    body_type(&headers)?;
+    if q.keep == Some(0) {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "keep must be at least 1 (the snapshot just taken); nothing was stored".into(),
+        ));
+    }
+    let request = OpRequest::EtcdSnapshot(kubexm_installer::ops::request::SnapshotRequest {
+        unreachable: vec![],
+        keep: q.keep,
+    });
+    hosts_job(app, body, request, who).await
+}
+
+/// A facts, reset or etcd snapshot job for the hosts of the body's config.
 async fn hosts_job(app: Arc<App>, body: Bytes, request: OpRequest, who: Principal) -> Result<Response, ApiError> {
     let _turn = app.validating.acquire().await.map_err(internal)?;
     let (cluster, text) = blocking(move || {

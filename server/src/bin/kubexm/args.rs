@@ -271,6 +271,21 @@ pub(crate) enum Create {
     Cluster(CreateCluster),
     /// A facts job: every host of cluster.yaml asked for its OS, arch, kernel, ports, leftovers.
     Facts(HostsJob),
+    /// An etcd snapshot job: a snapshot of the cluster's etcd through a healthy member,
+    /// kept with its sha256 and sidecar under the worker's --root (clusters/<name>/snapshots).
+    EtcdSnapshot(EtcdSnapshotJob),
+}
+
+#[derive(Args)]
+pub(crate) struct EtcdSnapshotJob {
+    #[command(flatten)]
+    pub(crate) job: HostsJob,
+    /// Snapshots of the cluster kept (the newest). Default: 5.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) keep: Option<u32>,
+    /// The state root of a job run here: snapshots go under <root>/clusters/<name>/snapshots.
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    pub(crate) root: PathBuf,
 }
 
 /// A job that only reaches the config's hosts (no bundle).

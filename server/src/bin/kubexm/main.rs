@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use kubexm_cli::{Class, classified};
-use kubexm_installer::ops::request::{HostsRequest, Request};
+use kubexm_installer::ops::request::{HostsRequest, Request, SnapshotRequest};
 use kubexm_server::jobdb::{JobDb, LogLine, Scope};
 use kubexm_server::{api, bundles, client, credentials, ops, worker};
 
@@ -514,6 +514,22 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
             let id = ops::create_cluster(&db, &c.file, &c.phases, local).await?;
             run_created(&db, id, c.detach, &live, (c.state, key), &quit).await
         }
+        Command::Create {
+            what: Create::EtcdSnapshot(e),
+        } => {
+            let h = e.job;
+            let live = detachable(&db, h.detach).await?;
+            let local = kubexm_server::job_request::Local {
+                root: Some(e.root),
+                ..Default::default()
+            };
+            let request = Request::EtcdSnapshot(SnapshotRequest {
+                unreachable: h.unreachable.clone(),
+                keep: e.keep,
+            });
+            let id = ops::create_hosts_job(&db, &h.file, &request, Some(local)).await?;
+            run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
+        }
         Command::Create { what: Create::Facts(h) } => {
             let live = detachable(&db, h.detach).await?;
             let request = Request::Facts(HostsRequest {
@@ -658,6 +674,14 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
             let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
             let id = c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?;
             follow_created(&c, id, cc.detach).await
+        }
+        Command::Create {
+            what: Create::EtcdSnapshot(e),
+        } => {
+            remote_unreachable(&e.job)?;
+            let text = fs_err::read_to_string(&e.job.file).map_err(|err| classified(Class::Io, err))?;
+            let id = c.create_etcd_snapshot(text, e.keep).await.map_err(api)?;
+            follow_created(&c, id, e.job.detach).await
         }
         Command::Create { what: Create::Facts(h) } => {
             remote_unreachable(&h)?;
