@@ -59,6 +59,7 @@ fn unpacked(root: &Path, tests: bool, images: &[&str]) {
     let dir = root.join("bundles").join("b1");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("bundle.yaml"), m.to_yaml().unwrap()).unwrap();
+    std::fs::write(dir.join(".kubexm-complete"), "b1\n").unwrap();
 }
 
 fn installed(root: &Path, cluster: &str) {

@@ -151,7 +151,7 @@ pub fn prepare(o: &ConformanceOptions) -> anyhow::Result<Prepared> {
             ),
         ));
     }
-    let bin = unpack_binaries(&o.root.join("conformance").join("bin"), &bundle, tests, &bundle.join(&kubectl.path))?;
+    let bin = unpack_binaries(&o.root.join("conformance").join("bin"), &bundle, tests, kubectl)?;
     let (focus, skip, listed) = selection(o, &lock.kubernetes_version)?;
     Ok(Prepared {
         cluster: o.cluster.clone(),
@@ -206,7 +206,7 @@ fn find_bundle(root: &Path, cluster: &str) -> anyhow::Result<PathBuf> {
     if let Ok(entries) = fs_err::read_dir(&dir) {
         for e in entries.flatten() {
             let p = e.path();
-            if read_manifest(&p).is_ok_and(|m| m.name == cluster) {
+            if p.join(crate::unpack::COMPLETE).is_file() && read_manifest(&p).is_ok_and(|m| m.name == cluster) {
                 found.push(p);
             }
         }
@@ -268,29 +268,71 @@ fn missing_images(manifest: &BundleManifest, bundle: &Path) -> anyhow::Result<()
     Ok(())
 }
 
+/// The sha256 the lock pins for `f`: 64 lowercase hex digits, or refused.
+fn pinned(f: &kubexm_bom::FileItem) -> anyhow::Result<String> {
+    match &f.checksum {
+        kubexm_bom::Checksum::Sha256(h) if h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => Ok(h.clone()),
+        _ => Err(op(
+            OpError::Verify,
+            anyhow::anyhow!(
+                "the bundle's lock pins no sha256 for {}",
+                crate::ops::conformance::run::printable(&f.path)
+            ),
+        )),
+    }
+}
+
+/// `f`'s file in the unpacked bundle: a path inside it, or refused.
+fn in_bundle(bundle: &Path, f: &kubexm_bom::FileItem) -> anyhow::Result<PathBuf> {
+    let rel = Path::new(&f.path);
+    if rel.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+        return Ok(bundle.join(rel));
+    }
+    Err(op(
+        OpError::Verify,
+        anyhow::anyhow!(
+            "the bundle's lock names {} outside the bundle",
+            crate::ops::conformance::run::printable(&f.path)
+        ),
+    ))
+}
+
+/// Refused unless the file at `path` hashes to `sha256`.
+fn verify(path: &Path, sha256: &str) -> anyhow::Result<()> {
+    let f = fs_err::File::open(path).map_err(|e| op(OpError::Io, e))?;
+    let mut h = kubexm_bundle::digest::Hashing::new(std::io::BufReader::new(f));
+    std::io::copy(&mut h, &mut std::io::sink()).map_err(|e| op(OpError::Io, anyhow::anyhow!("reading {}: {e}", path.display())))?;
+    let (got, _) = h.finish();
+    if got != sha256 {
+        return Err(op(
+            OpError::Verify,
+            anyhow::anyhow!(
+                "{} has sha256 {got}, the bundle's lock pins {sha256}: the unpacked bundle was changed; unpack it again",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `e2e.test`, `ginkgo` (from the test archive) and `kubectl`, executable,
-/// in a directory named by the archive's digest: unpacked once, atomically.
-fn unpack_binaries(under: &Path, bundle: &Path, tests: &kubexm_bom::FileItem, kubectl: &Path) -> anyhow::Result<PathBuf> {
-    let digest = match &tests.checksum {
-        kubexm_bom::Checksum::Sha256(h) => h.clone(),
-        _ => {
-            return Err(op(
-                OpError::Verify,
-                anyhow::anyhow!("the bundle's lock has no digest for {}", tests.path),
-            ));
-        }
-    };
-    let dir = under.join(&digest[..digest.len().min(16)]);
+/// in a directory named by the archive's digest: unpacked once, atomically,
+/// from files whose sha256 matched the lock's.
+fn unpack_binaries(under: &Path, bundle: &Path, tests: &kubexm_bom::FileItem, kubectl: &kubexm_bom::FileItem) -> anyhow::Result<PathBuf> {
+    let digest = pinned(tests)?;
+    let dir = under.join(&digest[..16]);
     if dir.join("e2e.test").is_file() && dir.join("ginkgo").is_file() && dir.join("kubectl").is_file() {
         return Ok(dir);
     }
+    let (archive, kubectl_file) = (in_bundle(bundle, tests)?, in_bundle(bundle, kubectl)?);
+    verify(&archive, &digest)?;
+    verify(&kubectl_file, &pinned(kubectl)?)?;
     fs_err::create_dir_all(under).map_err(|e| op(OpError::Io, e))?;
-    let tmp = under.join(format!(".{}.tmp-{}", &digest[..digest.len().min(16)], std::process::id()));
+    let tmp = under.join(format!(".{}.tmp-{}", &digest[..16], std::process::id()));
     let _ = fs_err::remove_dir_all(&tmp);
     fs_err::create_dir_all(&tmp).map_err(|e| op(OpError::Io, e))?;
-    let archive = bundle.join(&tests.path);
     let result = extract(&archive, &tmp).and_then(|()| {
-        fs_err::copy(kubectl, tmp.join("kubectl")).map_err(|e| op(OpError::Io, e))?;
+        fs_err::copy(&kubectl_file, tmp.join("kubectl")).map_err(|e| op(OpError::Io, e))?;
         for b in ["e2e.test", "ginkgo", "kubectl"] {
             make_executable(&tmp.join(b))?;
         }

@@ -323,12 +323,15 @@ fn pull_failures_in(line: &str, out: &mut std::collections::BTreeSet<String>) {
     }
 }
 
-/// `s` with control characters shown as escapes: spec names and errors come
-/// from the suite's output.
-fn printable(s: &str) -> String {
+/// `s` with control characters, and the format and separator characters
+/// that reorder or break a terminal's line (bidi overrides and isolates,
+/// zero-width marks, line and paragraph separators, the BOM), shown as
+/// escapes: spec names and errors come from the suite's output.
+pub(crate) fn printable(s: &str) -> String {
+    let hidden = |c: char| matches!(c as u32, 0x061C | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x2069 | 0xFEFF);
     s.chars()
         .map(|c| {
-            if c.is_control() {
+            if c.is_control() || hidden(c) {
                 format!("\\u{{{:x}}}", c as u32)
             } else {
                 c.to_string()
@@ -413,5 +416,6 @@ mod tests {
     #[test]
     fn spec_names_reach_the_terminal_without_control_characters() {
         assert_eq!(printable("a\u{1b}[2Jb\rc"), "a\\u{1b}[2Jb\\u{d}c");
+        assert_eq!(printable("x\u{202e}y\u{2028}z"), "x\\u{202e}y\\u{2028}z");
     }
 }
