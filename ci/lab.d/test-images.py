@@ -17,7 +17,7 @@ amd64 and arm64:
   e2e-test-images/agnhost:2.55      the same program (2.66.1) under the older tag      [stand-in]
   e2e-test-images/nautilus:1.8      agnhost with nautilus.jpg and data.json (from the module)
   e2e-test-images/kitten:1.8        agnhost with kitten.jpg and data.json; Debian's os-release    [stand-in]
-  e2e-test-images/busybox:1.37.0-2  Debian's busybox-static 1.35 and its applets       [stand-in]
+  e2e-test-images/busybox:1.37.0-2  Debian's busybox-static 1.35 and its applets, bash as /bin/sh   [stand-in]
   e2e-test-images/nginx:1.27.0-2    Debian's nginx-light 1.22                          [stand-in]
   e2e-test-images/glibc-dns-testing:2.1.1
                                     Debian bookworm with dnsutils, as upstream's (without its /coredns)
@@ -160,6 +160,17 @@ def etc(users):
             ("tmp/.keep", b"", 0o644)]
 
 
+def bash_as_sh(files, arch):
+    """files with Debian's bash (and its glibc) as /bin/sh. Debian's busybox
+    ash (1.35, and trixie's 1.37 too) and dash drop environment variables
+    whose names are not shell identifiers (`data-1`, from a ConfigMap's or
+    Secret's envFrom) before running a command; upstream's busybox sh keeps
+    them, and the conformance specs `sh -c env` and read them back."""
+    debian = list(rootfs(("bash",), arch))
+    taken = {f[0] for f in debian} | {"usr/bin/sh"}
+    return [f for f in files if f[0] not in taken] + debian + [("usr/bin/sh", "bash", 0o777)]
+
+
 def label(what):
     return {"io.kubexm.lab.stand-in": what}
 
@@ -209,9 +220,9 @@ def main():
                           ("data.json", read_module_file("test/images/kitten/html/data.json"), 0o644)]) for a in ARCHES}
     lines.append(images.image(f"{E2E}/kitten:1.8", kit, dict(cfg, Cmd=["test-webserver"], Labels=label(
         "agnhost 2.66.1 on Debian with kitten.jpg: etc/os-release is Debian's, not Alpine's"))))
-    bb = {a: busybox_applets(a) + etc([]) for a in ARCHES}
-    lines.append(images.image(f"{E2E}/busybox:1.37.0-2", bb,
-                              {"Cmd": ["sh"], "Env": env, "Labels": label("Debian's busybox-static 1.35, not busybox 1.37")}))
+    bb = {a: bash_as_sh(busybox_applets(a), a) + etc([]) for a in ARCHES}
+    lines.append(images.image(f"{E2E}/busybox:1.37.0-2", bb, {"Cmd": ["sh"], "Env": env, "Labels": label(
+        "Debian's busybox-static 1.35, not busybox 1.37; sh is Debian's bash (busybox's ash drops env names like data-1)")}))
     ng = {a: list(rootfs(("nginx-light",), a)) + etc([("www-data", 33, 33)])
           + [("var/log/nginx/.keep", b"", 0o644), ("var/lib/nginx/.keep", b"", 0o644), ("run/.keep", b"", 0o644)]
           for a in ARCHES}

@@ -196,7 +196,12 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     let pipeline = session.span("plan", || pipeline::pipeline(&ctx))?;
     let kind = if args.apply { "apply" } else { "install" };
     let ex = session.execute(kind, run::Policy::FailFast, |_| Ok(pipeline))?;
-    let kept = session.keep_record(ex.job, Some(&bom), &ctx.arches);
+    // A server-side dry run changes no host: the record stays the last real job's.
+    let kept = if args.server_dry_run {
+        Ok(())
+    } else {
+        session.keep_record(ex.job, Some(&bom), &ctx.arches)
+    };
     let skipped = ex.report.count(Outcome::Skipped);
     let applied = ex.report.count(Outcome::Applied);
     if !ex.ok() {

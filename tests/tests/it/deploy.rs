@@ -83,16 +83,69 @@ fn timeline_of_the_install(dir: &Path, hosts: &[&str]) {
     eprintln!("the install's timeline: {} (and .svg beside it)", png.display());
 }
 
+/// `status --cluster lab -o json`: the cluster's record (issue 29).
+fn record_of(dir: &Path) -> serde_json::Value {
+    let out = Command::new(bin("kubexm-install"))
+        .args(["status", "--cluster", "lab", "-o", "json", "--state"])
+        .arg(dir.join("state.db"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "status --cluster: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The record the install kept: every host with its roles and gathered
+/// arch, the bundle's digest, the lock's versions and digests.
+fn record_of_the_install(dir: &Path) {
+    let r = record_of(dir);
+    assert_eq!(r["job"]["kind"], "install", "{r}");
+    assert_eq!(r["job"]["status"], "succeeded", "{r}");
+    assert!(r["bundle"].as_str().is_some_and(|b| b.starts_with("sha256:")), "{r}");
+    let nodes: Vec<String> = r["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            format!(
+                "{} {} {}",
+                n["name"].as_str().unwrap(),
+                n["arch"].as_str().unwrap_or("?"),
+                n["roles"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            r#"lab1 amd64 ["etcd","control-plane","worker"]"#,
+            r#"lab2 amd64 ["etcd","control-plane","worker"]"#,
+            r#"lab3 amd64 ["etcd","control-plane","worker"]"#,
+            r#"lab4 amd64 ["worker","local-proxy"]"#,
+            r#"lab5 arm64 ["worker","local-proxy"]"#,
+        ],
+        "{r}"
+    );
+    for c in ["kubeadm", "etcd", "containerd"] {
+        assert!(r["versions"][c].is_string(), "no {c} version in the record: {r}");
+    }
+    assert!(
+        r["artifacts"].as_array().is_some_and(|a| a.iter().any(|x| x["kind"] == "image")),
+        "{r}"
+    );
+}
+
 /// The main job's scenario (`ci/main-job` runs the same): a real cluster
 /// from the signed bundle with the fixture upstream stopped, on five hosts
 /// (lab1 to lab3 control-plane nodes and etcd members, lab4 an amd64 worker
 /// behind its local API proxy, lab5 an emulated arm64 worker); a failure
 /// between etcd and the control plane; the cluster checked through the
 /// handed-over kubeconfig; mode D with an API server stopped; a re-run that
-/// applies nothing; reset leaving clean hosts.
+/// applies nothing; the conformance quick subset; `apply` adding lab6 (a
+/// spare) as a worker; reset leaving clean hosts.
 #[test]
 fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_reset() {
-    let Some(lab) = Lab::up(5, 1) else { return };
+    // lab6: a spare, added as a worker by apply (issue 29).
+    let Some(lab) = Lab::up_with_spares(5, 1, 1) else { return };
     let dir = tempfile::tempdir().unwrap();
     let addr = |h: &str| lab.host(h).address.clone();
     // The main job's config with Kubernetes' conformance tests in its bundle.
@@ -134,6 +187,7 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         "the end-of-run summary: {first}"
     );
     timeline_of_the_install(dir.path(), &["lab1", "lab2", "lab3", "lab4", "lab5"]);
+    record_of_the_install(dir.path());
 
     // etcd: three members, healthy over TLS with our certificates.
     let endpoints: Vec<String> = members.iter().map(|m| format!("https://{}:2379", addr(m))).collect();
@@ -309,6 +363,8 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     .unwrap();
     let checked = ok(checked, "install --phases cni,addons --server-dry-run");
     eprintln!("{checked}");
+    // A server-side dry run of another config leaves the cluster's record alone.
+    assert_eq!(record_of(dir.path())["config"]["spec"]["network"]["plugin"], "flannel");
     for crd in ["ipaddresspools.metallb.io", "l2advertisements.metallb.io", "bgppeers.metallb.io"] {
         k(&format!("get crd {crd}"));
     }
@@ -343,6 +399,10 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         text(&reject.stderr)
     );
 
+    // Day 2: apply adds lab6 as a worker; reset takes it too.
+    let config = crate::day2::apply_adds_a_worker(&lab, &config, &b, dir.path(), &k);
+    crate::day2::etcd_snapshots_are_taken_and_pruned(&config, dir.path());
+
     // No secret stays on the hosts.
     for h in &lab.desc.hosts {
         lab.ssh_ok(
@@ -374,6 +434,12 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         text(&refused.stderr)
     );
     ok(reset(true), "reset --yes");
+    let r = record_of(dir.path());
+    assert_eq!(
+        (&r["job"]["kind"], &r["job"]["status"]),
+        (&"reset".into(), &"succeeded".into()),
+        "{r}"
+    );
     for h in &lab.desc.hosts {
         let left = lab.ssh_ok(
             &h.name,

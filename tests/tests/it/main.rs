@@ -2,6 +2,7 @@
 
 mod build;
 mod conformance;
+mod day2;
 mod deploy;
 mod engine;
 mod hostile;
