@@ -28,7 +28,12 @@ const FIXED: &[(&str, &str)] = &[
         "spec.kubernetes.serviceCIDR",
         "every Service's address and the API server's certificate depend on it",
     ),
+    (
+        "spec.kubernetes.nodeCIDR",
+        "the hosts' network, checked against the pod and service networks",
+    ),
     ("spec.controlPlaneEndpoint.mode", "every kubeconfig and node points at the endpoint"),
+    ("spec.controlPlaneEndpoint.address", "every certificate and kubeconfig names it"),
     ("spec.controlPlaneEndpoint.domain", "every kubeconfig and certificate names it"),
     ("spec.controlPlaneEndpoint.port", "every kubeconfig and node points at it"),
     ("spec.etcd.mode", "the cluster's data lives there"),
@@ -99,6 +104,32 @@ pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>,
         );
     }
     let added = hosts(record, new, &pos, &mut out);
+    // Each role group as recorded, order included (the first control-plane
+    // node inits; the registry's host serves every node), but for added hosts.
+    let (old_g, new_g) = (&record.config.spec.role_groups, &new.spec.role_groups);
+    for (group, a, b) in [
+        ("etcd", &old_g.etcd, &new_g.etcd),
+        ("control-plane", &old_g.control_plane, &new_g.control_plane),
+        ("worker", &old_g.worker, &new_g.worker),
+        ("loadbalancer", &old_g.loadbalancer, &new_g.loadbalancer),
+        ("registry", &old_g.registry, &new_g.registry),
+    ] {
+        let kept: Vec<&String> = b.iter().filter(|h| !added.contains(*h)).collect();
+        if kept != a.iter().collect::<Vec<_>>() {
+            let path = format!("spec.roleGroups.{group}");
+            out.push(
+                Diagnostic::new(
+                    Kind::Unsupported,
+                    path.as_str(),
+                    format!(
+                        "changing roleGroups.{group} on an installed cluster is not supported yet (recorded: [{}]; apply adds new hosts as workers)",
+                        a.join(", ")
+                    ),
+                )
+                .at(pos(&path)),
+            );
+        }
+    }
     // Everything else must be as recorded.
     let mut rest = Vec::new();
     diff(&strip(old_v), &strip(new_v), "", &mut rest);
@@ -114,6 +145,35 @@ pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>,
         diagnostics: out,
         more,
     })
+}
+
+/// What the bundle `bom` (its lock) would change of what `record` installed:
+/// a component at another version, an artifact with another digest, a
+/// component the lock no longer has. Additions (an image more) change
+/// nothing installed. One line each; empty: nothing.
+pub fn bundle_changes(record: &ClusterRecord, bom: &crate::Bom) -> Vec<String> {
+    let mut out = Vec::new();
+    let now = crate::record::versions(bom);
+    for (c, v) in &record.versions {
+        match now.get(c) {
+            Some(n) if n != v => out.push(format!("{c} {v} is installed, the bundle has {n}")),
+            None => out.push(format!("{c} {v} is installed, the bundle has none")),
+            _ => {}
+        }
+    }
+    let artifacts = crate::record::artifacts(bom);
+    for a in &record.artifacts {
+        if let Some(n) = artifacts.iter().find(|n| n.kind == a.kind && n.name == a.name && n.arch == a.arch)
+            && n.digest != a.digest
+        {
+            let arch = a.arch.as_deref().map(|x| format!(" ({x})")).unwrap_or_default();
+            out.push(format!(
+                "{} {}{arch}: {} is installed, the bundle has {}",
+                a.kind, a.name, a.digest, n.digest
+            ));
+        }
+    }
+    out
 }
 
 /// The hosts `new` adds; a host removed, changed or given other roles is refused.
@@ -149,6 +209,28 @@ fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<cra
                 .at(pos(&path)),
             );
         }
+        let old_host = record.config.spec.hosts.iter().find(|o| o.name == h.name);
+        let internal = |x: &crate::config::model::Host| x.internal_address.clone().unwrap_or_else(|| x.address.clone());
+        if old.address == h.address
+            && let Some(o) = old_host
+            && internal(o) != internal(h)
+        {
+            let path = format!("spec.hosts[{i}].internalAddress");
+            out.push(
+                Diagnostic::new(
+                    Kind::Invalid,
+                    path.as_str(),
+                    format!(
+                        "host {}'s internal address changed: recorded {}, now {}",
+                        h.name,
+                        internal(o),
+                        internal(h)
+                    ),
+                )
+                .hint("the cluster's components know the host by it: remove it, and add the machine under a new name")
+                .at(pos(&path)),
+            );
+        }
         if let (Some(a), Some(b)) = (&old.arch, &h.arch)
             && a != b
         {
@@ -179,15 +261,10 @@ fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<cra
                 .at(pos(&path)),
             );
         }
-        let (a, b) = (
-            serde_json::to_value(record.config.spec.hosts.iter().find(|o| o.name == h.name)),
-            serde_json::to_value(h),
-        );
+        let (a, b) = (serde_json::to_value(old_host), serde_json::to_value(h));
         if let (Ok(a), Ok(b)) = (a, b) {
             let mut rest = Vec::new();
-            // A moved host's internal address follows its address (the default).
-            let moved = old.address != h.address;
-            diff(&strip_host(a, moved), &strip_host(b, moved), &format!("spec.hosts[{i}]"), &mut rest);
+            diff(&strip_host(a), &strip_host(b), &format!("spec.hosts[{i}]"), &mut rest);
             out.extend(rest.iter().map(|path| unchanged(path, pos(path))));
         }
     }
@@ -255,15 +332,11 @@ fn strip(mut v: Value) -> Value {
     v
 }
 
-/// A host without what [`hosts`] checks itself and its connection
-/// settings (and its internal address, when `moved`).
-fn strip_host(mut v: Value, moved: bool) -> Value {
+/// A host without what [`hosts`] checks itself and its connection settings.
+fn strip_host(mut v: Value) -> Value {
     if let Value::Object(m) = &mut v {
-        for k in HOST_LOCAL.iter().chain(&["name", "address", "arch"]) {
+        for k in HOST_LOCAL.iter().chain(&["name", "address", "internalAddress", "arch"]) {
             m.remove(*k);
-        }
-        if moved {
-            m.remove("internalAddress");
         }
     }
     v
@@ -333,6 +406,67 @@ mod tests {
             );
         let c = check(&new)?.map_err(|e| e.to_string())?;
         assert_eq!(c.added, ["d"]);
+        Ok(())
+    }
+
+    fn file(component: &str, version: &str, sha: &str) -> crate::FileItem {
+        crate::FileItem {
+            component: component.into(),
+            version: version.into(),
+            arch: "amd64".into(),
+            url: String::new(),
+            source: String::new(),
+            checksum: crate::Checksum::Sha256(sha.into()),
+            path: String::new(),
+            archive: crate::catalog::ArchiveKind::None,
+            install: vec![],
+        }
+    }
+
+    /// A role group reordered (another first control-plane node) and an
+    /// internal address changed are refused; a bundle with another version
+    /// or digest of what is installed is named, an added image is not.
+    #[test]
+    fn role_groups_internal_addresses_and_the_bundle_are_as_recorded() -> Result<(), Box<dyn std::error::Error>> {
+        let two = BASE.replace("control-plane: [a]", "control-plane: [a, b]");
+        let located = crate::yaml::parse(&two).map_err(|e| e.to_string())?;
+        let swapped = two.replace("control-plane: [a, b]", "control-plane: [b, a]");
+        let moved = two.replace(
+            "{name: b, address: 10.0.0.2,",
+            "{name: b, address: 10.0.0.2, internalAddress: 10.1.0.2,",
+        );
+        for (new, want) in [
+            (&swapped, "spec.roleGroups.control-plane: changing roleGroups.control-plane"),
+            (&moved, "host b's internal address changed: recorded 10.0.0.2, now 10.1.0.2"),
+        ] {
+            let l = crate::yaml::parse(new).map_err(|e| e.to_string())?;
+            let Err(d) = changes(&record(&two)?, &load(new)?, Some(&l), "c.yaml") else {
+                return Err(format!("accepted:\n{new}").into());
+            };
+            assert!(d.to_string().contains(want), "no {want:?} in {d}");
+        }
+        assert!(changes(&record(&two)?, &load(&two)?, Some(&located), "c.yaml").is_ok());
+        let old = crate::Bom {
+            files: vec![file("etcd", "v3.6.1", "aa"), file("runc", "v1.1.12", "bb")],
+            ..Default::default()
+        };
+        let mut r = record(&two)?;
+        r.versions = crate::record::versions(&old);
+        r.artifacts = crate::record::artifacts(&old);
+        let mut new = old.clone();
+        assert!(bundle_changes(&r, &new).is_empty());
+        new.files[0] = file("etcd", "v3.6.2", "cc");
+        new.files[1] = file("runc", "v1.1.12", "dd");
+        new.files.push(file("helm", "v3.20.2", "ee"));
+        let got = bundle_changes(&r, &new);
+        assert_eq!(
+            got,
+            [
+                "etcd v3.6.1 is installed, the bundle has v3.6.2",
+                "file etcd (amd64): sha256:aa is installed, the bundle has sha256:cc",
+                "file runc (amd64): sha256:bb is installed, the bundle has sha256:dd",
+            ]
+        );
         Ok(())
     }
 

@@ -142,7 +142,7 @@ impl ClusterRecord {
 
 /// Each component's version in the lock (one per component: the lock pins
 /// one version of a component for every arch).
-fn versions(bom: &Bom) -> BTreeMap<String, String> {
+pub fn versions(bom: &Bom) -> BTreeMap<String, String> {
     let mut v: BTreeMap<String, String> = bom.files.iter().map(|f| (f.component.clone(), f.version.clone())).collect();
     v.extend(bom.manifests.iter().map(|m| (m.addon.clone(), m.version.clone())));
     v.extend(bom.charts.iter().map(|c| (format!("chart/{}", c.name), c.version.clone())));
@@ -150,7 +150,7 @@ fn versions(bom: &Bom) -> BTreeMap<String, String> {
 }
 
 /// Every artifact of the lock that has a digest.
-fn artifacts(bom: &Bom) -> Vec<Artifact> {
+pub fn artifacts(bom: &Bom) -> Vec<Artifact> {
     let mut out = Vec::new();
     for f in &bom.files {
         if let Checksum::Sha256(d) = &f.checksum {

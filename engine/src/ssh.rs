@@ -555,7 +555,17 @@ impl Ssh {
         let sftp = self.sftp().await?;
         let mut f = sftp.open(path).await.map_err(|e| e.to_string())?;
         let tmp = partial(local);
-        let to = std::fs::File::create(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+        // A copy may hold secrets (an etcd snapshot holds every Secret): the owner's only.
+        let to = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(|e| format!("creating {}: {e}", tmp.display()))?
+        };
         let mut to = kubexm_bundle::digest::Hashing::new(std::io::BufWriter::new(to));
         let mut buf = vec![0u8; UPLOAD_CHUNK];
         loop {

@@ -56,7 +56,8 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
             OpError::Usage,
             anyhow::anyhow!(
                 "the state database {} records no successful install of cluster {name}: install it first \
-                 (kubexm-install --bundle ... -f ...), or pass the --state it was installed with",
+                 (kubexm-install --bundle ... -f ...), or pass the --state it was installed with; a cluster \
+                 installed by a kubexm before records gets one when its install is run again (done steps are skipped)",
                 state.display()
             ),
         )
@@ -70,6 +71,37 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
                 record.job.id
             ),
         ));
+    }
+    // A reset since, even a failed one, left hosts half undone: install again.
+    if let Some(last) = session.last_record(false)?
+        && last.job.kind.starts_with("reset")
+    {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "cluster {name}'s last job was a {} ({}, job {}): its hosts are not as the install left them; \
+                 finish the reset and install again",
+                last.job.kind,
+                last.job.status,
+                last.job.id
+            ),
+        ));
+    }
+    // Another bundle may add images; what is installed stays as it is.
+    if let Some(b) = session.bundle() {
+        let changed = kubexm_bom::changes::bundle_changes(&record, &b.manifest.lock);
+        if !changed.is_empty() {
+            return Err(op(
+                OpError::Unsupported,
+                anyhow::anyhow!(
+                    "the bundle {} would change what cluster {name} runs, an upgrade (not supported yet):\n  {}\n\
+                     apply with the bundle it was installed from ({})",
+                    b.path.display(),
+                    changed.join("\n  "),
+                    record.bundle.as_deref().unwrap_or("not recorded")
+                ),
+            ));
+        }
     }
     let located = session.located();
     let changes = kubexm_bom::changes::changes(&record, cluster, located.as_ref(), session.config_name())

@@ -113,14 +113,23 @@ pub fn snapshot(session: &Session, o: &SnapshotOptions) -> anyhow::Result<Snapsh
         .dir
         .clone()
         .unwrap_or_else(|| session.settings().root.join("clusters").join(&name).join("snapshots"));
-    fs_err::create_dir_all(&dir).map_err(|e| op(OpError::Io, e))?;
+    // Snapshots hold every Secret of the cluster: the directory is the owner's only.
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| op(OpError::Io, anyhow::anyhow!("creating {}: {e}", dir.display())))?;
+    }
     let now = super::super::engine::state::now_ms();
     let stamp = utc_stamp(now);
     let file = dir.join(format!("{name}-{stamp}.db"));
     let step = Arc::new(SaveSnapshot {
         name: format!("etcd-snapshot-{stamp}"),
         endpoints: members.iter().map(|m| format!("https://{}:2379", topo.address(m))).collect(),
-        remote: format!("{REMOTE_DIR}/{name}-{stamp}.db"),
+        // Two snapshots in the same millisecond through one host: another process.
+        remote: format!("{REMOTE_DIR}/{name}-{stamp}-{}.db", std::process::id()),
         local: file.clone(),
         taken: Mutex::new(None),
     });
@@ -182,7 +191,7 @@ fn prune(dir: &Path, cluster: &str, keep: usize) -> anyhow::Result<Vec<PathBuf>>
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".db") && n.len() == prefix.len() + 19)
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".db") && n.len() == prefix.len() + 23)
         })
         .collect();
     found.sort();
@@ -198,7 +207,7 @@ fn prune(dir: &Path, cluster: &str, keep: usize) -> anyhow::Result<Vec<PathBuf>>
     Ok(removed)
 }
 
-/// `YYYYmmddTHHMMSSZ` of `ms` since the epoch (UTC).
+/// `YYYYmmddTHHMMSS.mmmZ` of `ms` since the epoch (UTC): names that sort by time.
 fn utc_stamp(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
@@ -212,7 +221,13 @@ fn utc_stamp(ms: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        ms.rem_euclid(1000)
+    )
 }
 
 /// What the step learnt.
@@ -256,22 +271,21 @@ impl SaveSnapshot {
         }
         let (cluster_id, list) = member_list(&members.stdout).ok_or_else(|| fail("etcdctl member list: unreadable", &members))?;
         let one = Self::ctl(&healthy);
-        let save = t
+        let r = shell_quote(&self.remote);
+        let saved = t
             .run(
-                &format!(
-                    "set -e; umask 077; mkdir -p {REMOTE_DIR}; {one} snapshot save {r} >/dev/null",
-                    r = shell_quote(&self.remote)
-                ),
+                &format!("set -e; umask 077; mkdir -p {REMOTE_DIR}; {one} snapshot save {r} >/dev/null"),
                 Duration::from_secs(600),
             )
-            .await?;
-        if !save.success() {
-            return Err(fail("etcdctl snapshot save", &save));
-        }
-        let got = t.get_file(&self.remote, &self.local).await;
-        let _ = t
-            .run(&format!("rm -f {}", shell_quote(&self.remote)), Duration::from_secs(30))
             .await;
+        let got = match saved {
+            Ok(out) if out.success() => t.get_file(&self.remote, &self.local).await.map_err(StepError::from),
+            Ok(out) => Err(fail("etcdctl snapshot save", &out)),
+            Err(e) => Err(e.into()),
+        };
+        // Whatever happened, no copy of etcd stays on the host (etcdctl
+        // writes `.part` first).
+        let _ = t.run(&format!("rm -f {r} {r}.part"), Duration::from_secs(30)).await;
         let sha256 = got?;
         *self.taken.lock().unwrap_or_else(|e| e.into_inner()) = Some(Taken {
             host: t.host().to_string(),
@@ -327,9 +341,9 @@ mod tests {
 
     #[test]
     fn stamps_are_utc_and_sort_by_time() {
-        assert_eq!(utc_stamp(0), "19700101T000000Z");
-        assert_eq!(utc_stamp(1_795_712_588_000), "20261126T170308Z");
-        assert!(utc_stamp(1_000) < utc_stamp(60_000));
+        assert_eq!(utc_stamp(0), "19700101T000000.000Z");
+        assert_eq!(utc_stamp(1_795_712_588_042), "20261126T170308.042Z");
+        assert!(utc_stamp(1_000) < utc_stamp(1_001) && utc_stamp(1_999) < utc_stamp(60_000));
     }
 
     /// etcdctl's JSON: the healthy endpoint, the cluster ID and members in hex.
@@ -409,15 +423,15 @@ mod tests {
     #[test]
     fn pruning_keeps_the_newest() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        for s in ["20260101T000000Z", "20260102T000000Z", "20260103T000000Z"] {
+        for s in ["20260101T000000.000Z", "20260102T000000.000Z", "20260103T000000.000Z"] {
             std::fs::write(dir.path().join(format!("c-{s}.db")), s)?;
             std::fs::write(dir.path().join(format!("c-{s}.db.json")), s)?;
         }
-        std::fs::write(dir.path().join("other-20250101T000000Z.db"), "x")?;
+        std::fs::write(dir.path().join("other-20250101T000000.000Z.db"), "x")?;
         let removed = prune(dir.path(), "c", 2)?;
-        assert_eq!(removed, [dir.path().join("c-20260101T000000Z.db")]);
-        assert!(!dir.path().join("c-20260101T000000Z.db.json").exists());
-        assert!(dir.path().join("c-20260102T000000Z.db").exists() && dir.path().join("other-20250101T000000Z.db").exists());
+        assert_eq!(removed, [dir.path().join("c-20260101T000000.000Z.db")]);
+        assert!(!dir.path().join("c-20260101T000000.000Z.db.json").exists());
+        assert!(dir.path().join("c-20260102T000000.000Z.db").exists() && dir.path().join("other-20250101T000000.000Z.db").exists());
         Ok(())
     }
 }

@@ -143,8 +143,6 @@ pub fn etcd_snapshots_are_taken_and_pruned(config: &Path, dir: &Path) {
             .unwrap();
         let s: serde_json::Value = serde_json::from_str(&ok(out, "etcd snapshot")).unwrap();
         taken.push(s["file"].as_str().unwrap().to_string());
-        // The file names have a second's resolution.
-        std::thread::sleep(std::time::Duration::from_millis(1100));
     }
     let mut left: Vec<String> = std::fs::read_dir(&snapshots)
         .unwrap()

@@ -225,29 +225,6 @@ fn create_cluster_runs_as_a_job_that_a_worker_claims_and_a_client_follows() {
     ok(create(&[], &config).output().unwrap(), "create 4 after a cancel");
     assert_eq!(job_json(d, 4)["job"]["status"], "Success");
 
-    // Issue 29: an etcd snapshot as a job, claimed by the running worker and
-    // followed here; the snapshot and its sidecars under the job's root.
-    let snap = ok(
-        kubexm(d, &["create", "etcd-snapshot", "--keep", "1", "-f"])
-            .arg(&config)
-            .arg("--root")
-            .arg(&root)
-            .arg("--state")
-            .arg(&state)
-            .output()
-            .unwrap(),
-        "create etcd-snapshot",
-    );
-    assert!(snap.contains("etcd snapshot of cluster lab"), "{snap}");
-    assert_eq!(job_json(d, 5)["job"]["status"], "Success");
-    let snapshots: Vec<String> = std::fs::read_dir(root.join("clusters/lab/snapshots"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(snapshots.iter().filter(|f| f.ends_with(".db")).count(), 1, "{snapshots:?}");
-    assert!(snapshots.iter().any(|f| f.ends_with(".db.json")), "{snapshots:?}");
-
     ok(Command::new("kill").args(["-INT", &wpid]).output().unwrap(), "SIGINT");
     let status = worker.wait().unwrap();
     assert!(status.success(), "{}", std::fs::read_to_string(d.join("worker.log")).unwrap());
@@ -330,9 +307,28 @@ fn create_cluster_runs_as_a_job_that_a_worker_claims_and_a_client_follows() {
         .output()
         .unwrap();
     let remote_out = ok(remote, "create cluster through the API");
-    assert!(remote_out.starts_with("Job created with ID 6."), "{remote_out}");
+    assert!(remote_out.starts_with("Job created with ID 5."), "{remote_out}");
     assert!(remote_out.contains(": 0 steps applied"), "{remote_out}");
+    assert_eq!(job_json(d, 5)["job"]["status"], "Success");
+    // Issue 29: an etcd snapshot as a job through the API server, run by its
+    // worker; the snapshot and its sidecars under the server's --root.
+    let snap = Command::new(bin("kubexm"))
+        .arg("--config")
+        .arg(d.join("client.yaml"))
+        .args(["create", "etcd-snapshot", "--keep", "1", "-f"])
+        .arg(&request)
+        .output()
+        .unwrap();
+    let snap = ok(snap, "create etcd-snapshot through the API");
+    assert!(snap.contains("etcd snapshot of cluster lab"), "{snap}");
     assert_eq!(job_json(d, 6)["job"]["status"], "Success");
+    let snapshots: Vec<String> = std::fs::read_dir(root.join("clusters/lab/snapshots"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(snapshots.iter().filter(|f| f.ends_with(".db")).count(), 1, "{snapshots:?}");
+    assert!(snapshots.iter().any(|f| f.ends_with(".db.json")), "{snapshots:?}");
     ok(
         Command::new("kill").args(["-INT", &server.id().to_string()]).output().unwrap(),
         "SIGINT api-server",
