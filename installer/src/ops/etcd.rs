@@ -181,19 +181,30 @@ fn sidecar(file: &Path, ext: &str) -> PathBuf {
     p.into()
 }
 
+/// A copy older than this that never became whole (its process died) is removed.
+const STALE_PARTIAL: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Removes `cluster`'s snapshots in `dir` beyond the newest `keep`, with
-/// their sidecars; the files removed.
+/// their sidecars, and copies of its that never became whole and are older
+/// than an hour (a running copy is younger); the snapshots removed.
 fn prune(dir: &Path, cluster: &str, keep: usize) -> anyhow::Result<Vec<PathBuf>> {
     let prefix = format!("{cluster}-");
-    let mut found: Vec<PathBuf> = fs_err::read_dir(dir)?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".db") && n.len() == prefix.len() + 23)
-        })
-        .collect();
+    let named = |p: &Path, ext: &str| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(ext) && n.len() == prefix.len() + 20 + ext.len())
+    };
+    let entries: Vec<PathBuf> = fs_err::read_dir(dir)?.flatten().map(|e| e.path()).collect();
+    for p in entries.iter().filter(|p| named(p, ".db.partial")) {
+        let age = fs_err::metadata(p)
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok());
+        if age.is_some_and(|a| a > STALE_PARTIAL) {
+            let _ = fs_err::remove_file(p);
+        }
+    }
+    let mut found: Vec<PathBuf> = entries.into_iter().filter(|p| named(p, ".db")).collect();
     found.sort();
     let old = found.len().saturating_sub(keep);
     let mut removed = Vec::new();
@@ -428,8 +439,18 @@ mod tests {
             std::fs::write(dir.path().join(format!("c-{s}.db.json")), s)?;
         }
         std::fs::write(dir.path().join("other-20250101T000000.000Z.db"), "x")?;
+        // A copy that never became whole: removed once older than an hour.
+        let stale = dir.path().join("c-20251231T000000.000Z.db.partial");
+        let fresh = dir.path().join("c-20260104T000000.000Z.db.partial");
+        std::fs::write(&stale, "x")?;
+        std::fs::write(&fresh, "x")?;
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)?
+            .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(7200))?;
         let removed = prune(dir.path(), "c", 2)?;
         assert_eq!(removed, [dir.path().join("c-20260101T000000.000Z.db")]);
+        assert!(!stale.exists() && fresh.exists(), "only the stale partial copy goes");
         assert!(!dir.path().join("c-20260101T000000.000Z.db.json").exists());
         assert!(dir.path().join("c-20260102T000000.000Z.db").exists() && dir.path().join("other-20250101T000000.000Z.db").exists());
         Ok(())
