@@ -151,48 +151,29 @@ pub fn versions(bom: &Bom) -> BTreeMap<String, String> {
 
 /// Every artifact of the lock that has a digest.
 pub fn artifacts(bom: &Bom) -> Vec<Artifact> {
-    let mut out = Vec::new();
-    for f in &bom.files {
-        if let Checksum::Sha256(d) = &f.checksum {
-            out.push(Artifact {
-                kind: "file".into(),
-                name: f.component.clone(),
-                arch: Some(f.arch.clone()),
-                digest: format!("sha256:{d}"),
-            });
-        }
-    }
-    for i in &bom.images {
-        if let Some(d) = &i.digest {
-            out.push(Artifact {
-                kind: "image".into(),
-                name: i.reference.to_string(),
-                arch: None,
-                digest: d.clone(),
-            });
-        }
-    }
-    for c in &bom.charts {
-        if let Some(d) = &c.sha256 {
-            out.push(Artifact {
-                kind: "chart".into(),
-                name: c.name.clone(),
-                arch: None,
-                digest: format!("sha256:{d}"),
-            });
-        }
-    }
-    for m in &bom.manifests {
-        if let Some(d) = &m.sha256 {
-            out.push(Artifact {
-                kind: "manifest".into(),
-                name: m.addon.clone(),
-                arch: None,
-                digest: format!("sha256:{d}"),
-            });
-        }
-    }
-    out
+    let one = |kind: &str, name: &str, arch: Option<&str>, digest: String| Artifact {
+        kind: kind.into(),
+        name: name.into(),
+        arch: arch.map(str::to_string),
+        digest,
+    };
+    let files = bom.files.iter().filter_map(|f| match &f.checksum {
+        Checksum::Sha256(d) => Some(one("file", &f.component, Some(&f.arch), format!("sha256:{d}"))),
+        _ => None,
+    });
+    let images = bom.images.iter().filter_map(|i| {
+        let d = i.digest.clone()?;
+        Some(one("image", &i.reference.to_string(), None, d))
+    });
+    let charts = bom
+        .charts
+        .iter()
+        .filter_map(|c| Some(one("chart", &c.name, None, format!("sha256:{}", c.sha256.as_ref()?))));
+    let manifests = bom
+        .manifests
+        .iter()
+        .filter_map(|m| Some(one("manifest", &m.addon, None, format!("sha256:{}", m.sha256.as_ref()?))));
+    files.chain(images).chain(charts).chain(manifests).collect()
 }
 
 impl std::fmt::Display for ClusterRecord {

@@ -380,6 +380,27 @@ impl Ssh {
         }
     }
 
+    /// A fresh directory of the login user (`mktemp -d`, mode 0700, random
+    /// name) that files cross SFTP through; the inner error says why none
+    /// could be made.
+    async fn private_dir(&self, what: &str) -> Result<Result<String, String>, TransportError> {
+        let made = self
+            .exec_within(
+                &format!("umask 077 && mktemp -d \"${{TMPDIR:-/tmp}}/.kubexm-{what}.XXXXXXXXXXXX\""),
+                true,
+                Duration::from_secs(60),
+            )
+            .await?;
+        let dir = made.stdout.trim().to_string();
+        if !made.success() || !dir.starts_with('/') || dir.contains(['\'', '\n']) {
+            return Ok(Err(format!(
+                "cannot make a private {what} directory (mktemp -d): {}",
+                made.stderr.trim()
+            )));
+        }
+        Ok(Ok(dir))
+    }
+
     /// An SFTP session over a new channel of the connection.
     async fn sftp(&self) -> Result<russh_sftp::client::SftpSession, String> {
         let ch = self.handle.channel_open_session().await.map_err(|e| e.to_string())?;
@@ -451,20 +472,7 @@ impl Ssh {
         // SFTP writes as the login user, so the file lands in a private
         // directory of that user first (see the module header) and moves
         // into place as root after its digest checked out.
-        let made = self
-            .exec_within(
-                "umask 077 && mktemp -d \"${TMPDIR:-/tmp}/.kubexm-upload.XXXXXXXXXXXX\"",
-                true,
-                Duration::from_secs(60),
-            )
-            .await?;
-        let dir = made.stdout.trim().to_string();
-        if !made.success() || !dir.starts_with('/') || dir.contains(['\'', '\n']) {
-            return Err(fail(format!(
-                "cannot make a private upload directory (mktemp -d): {}",
-                made.stderr.trim()
-            )));
-        }
+        let dir = self.private_dir("upload").await?.map_err(fail)?;
         let tmp = format!("{dir}/upload");
         let written = self.sftp_write(&src, &tmp).await;
         let script = format!(
@@ -505,17 +513,7 @@ impl Ssh {
             path: path.to_string(),
             why,
         };
-        let made = self
-            .exec_within(
-                "umask 077 && mktemp -d \"${TMPDIR:-/tmp}/.kubexm-download.XXXXXXXXXXXX\"",
-                true,
-                Duration::from_secs(60),
-            )
-            .await?;
-        let dir = made.stdout.trim().to_string();
-        if !made.success() || !dir.starts_with('/') || dir.contains(['\'', '\n']) {
-            return Err(fail(format!("cannot make a private directory (mktemp -d): {}", made.stderr.trim())));
-        }
+        let dir = self.private_dir("download").await?.map_err(fail)?;
         let copy = format!(
             "set -e; d={d}; cp -- {p} \"$d/get\"; chown --reference=\"$d\" \"$d/get\"; chmod 600 \"$d/get\"; sha256sum \"$d/get\" | cut -d' ' -f1",
             d = shell_quote(&dir),

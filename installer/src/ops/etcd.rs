@@ -106,7 +106,14 @@ pub fn snapshot(session: &Session, o: &SnapshotOptions) -> anyhow::Result<Snapsh
     let Some(via) = members.iter().find(|m| !session.unreachable_hosts().contains(*m)).cloned() else {
         return Err(op(
             OpError::Usage,
-            anyhow::anyhow!("cluster {name} has no etcd member that is not named unreachable to take a snapshot through"),
+            anyhow::anyhow!(
+                "cluster {name} has no etcd member to take a snapshot through: roleGroups.etcd is empty{}",
+                if members.is_empty() {
+                    ""
+                } else {
+                    " once the hosts named --unreachable are left out; name fewer"
+                }
+            ),
         ));
     };
     let dir = o

@@ -169,23 +169,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Conformance(a) => conformance(a),
         Command::Apply(a) => apply(a),
-        Command::Etcd(args::EtcdCommand::Snapshot {
-            file,
-            keep,
-            dir,
-            unreachable,
-            root,
-            output,
-            engine,
-        }) => {
-            let session = hosts_session(file, &engine, root, &unreachable)?;
-            let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir })?;
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&s)?),
-                _ => print!("{s}"),
-            }
-            Ok(())
-        }
+        Command::Etcd(e) => etcd(e),
         Command::HostsToml {
             bundle_dir,
             registry,
@@ -193,21 +177,43 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ca,
             plain_http,
             out,
-        } => {
-            let files = ops::hosts_toml::hosts_toml(&ops::hosts_toml::HostsTomlOptions {
-                bundle_dir,
-                registry,
-                flatten,
-                ca,
-                plain_http,
-                out,
-            })?;
-            for f in files {
-                println!("{}", f.display());
-            }
-            Ok(())
-        }
+        } => print_paths(ops::hosts_toml::hosts_toml(&ops::hosts_toml::HostsTomlOptions {
+            bundle_dir,
+            registry,
+            flatten,
+            ca,
+            plain_http,
+            out,
+        })?),
     }
+}
+
+/// One path a line (the files `hosts-toml` wrote).
+fn print_paths(files: Vec<std::path::PathBuf>) -> anyhow::Result<()> {
+    for f in files {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
+
+/// `etcd snapshot`: one snapshot, as text or JSON.
+fn etcd(command: args::EtcdCommand) -> anyhow::Result<()> {
+    let args::EtcdCommand::Snapshot {
+        file,
+        keep,
+        dir,
+        unreachable,
+        root,
+        output,
+        engine,
+    } = command;
+    let session = hosts_session(file, &engine, root, &unreachable)?;
+    let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir })?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&s)?),
+        _ => print!("{s}"),
+    }
+    Ok(())
 }
 
 /// `status --cluster NAME`: the cluster's record, as text or JSON.
