@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::config::Cluster;
 use crate::diag::{Diagnostic, Diagnostics, Kind, MAX_DIAGNOSTICS};
-use crate::record::ClusterRecord;
+use crate::record::{ClusterRecord, NodeRecord};
 use crate::yaml::Located;
 
 /// Paths that never change once a cluster exists, and why.
@@ -182,6 +182,27 @@ fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<cra
     for (i, h) in new.spec.hosts.iter().enumerate() {
         let roles = new.roles_of(&h.name);
         let Some(old) = record.members().find(|n| n.name == h.name) else {
+            if record.nodes.iter().any(|n| n.name == h.name) {
+                let path = format!("spec.hosts[{i}]");
+                out.push(
+                    Diagnostic::new(
+                        Kind::Invalid,
+                        path.as_str(),
+                        format!(
+                            "host {} was removed while unreachable and never reset: it may still hold a kubelet certificate",
+                            h.name
+                        ),
+                    )
+                    .hint(format!(
+                        "reset it first: kubexm-install remove node {} -f CONFIG (with the host in CONFIG), then apply",
+                        h.name
+                    ))
+                    .at(pos(&path)),
+                );
+                // Not reported again as a change of its role groups.
+                added.push(h.name.clone());
+                continue;
+            }
             if roles.iter().any(|r| r != "worker" && r != "local-proxy") {
                 let path = format!("spec.hosts[{i}]");
                 out.push(
@@ -197,54 +218,7 @@ fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<cra
             }
             continue;
         };
-        if old.address != h.address {
-            let path = format!("spec.hosts[{i}].address");
-            out.push(
-                Diagnostic::new(
-                    Kind::Invalid,
-                    path.as_str(),
-                    format!("host {}'s address changed: recorded {}, now {}", h.name, old.address, h.address),
-                )
-                .hint("a host keeps its name and address: remove it, and add the new machine under a new name")
-                .at(pos(&path)),
-            );
-        }
-        let old_host = record.config.spec.hosts.iter().find(|o| o.name == h.name);
-        let internal = |x: &crate::config::model::Host| x.internal_address.clone().unwrap_or_else(|| x.address.clone());
-        if old.address == h.address
-            && let Some(o) = old_host
-            && internal(o) != internal(h)
-        {
-            let path = format!("spec.hosts[{i}].internalAddress");
-            out.push(
-                Diagnostic::new(
-                    Kind::Invalid,
-                    path.as_str(),
-                    format!(
-                        "host {}'s internal address changed: recorded {}, now {}",
-                        h.name,
-                        internal(o),
-                        internal(h)
-                    ),
-                )
-                .hint("the cluster's components know the host by it: remove it, and add the machine under a new name")
-                .at(pos(&path)),
-            );
-        }
-        if let (Some(a), Some(b)) = (&old.arch, &h.arch)
-            && a != b
-        {
-            let path = format!("spec.hosts[{i}].arch");
-            out.push(
-                Diagnostic::new(
-                    Kind::Invalid,
-                    path.as_str(),
-                    format!("host {}'s arch changed: recorded {a}, now {b}", h.name),
-                )
-                .hint("a host keeps its arch: remove it, and add the new machine under a new name")
-                .at(pos(&path)),
-            );
-        }
+        identity(i, h, old, record, pos, out);
         if old.roles != roles {
             let path = format!("spec.hosts[{i}]");
             out.push(
@@ -261,6 +235,7 @@ fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<cra
                 .at(pos(&path)),
             );
         }
+        let old_host = record.config.spec.hosts.iter().find(|o| o.name == h.name);
         let (a, b) = (serde_json::to_value(old_host), serde_json::to_value(h));
         if let (Ok(a), Ok(b)) = (a, b) {
             let mut rest = Vec::new();
@@ -274,18 +249,106 @@ fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<cra
                 Diagnostic::new(
                     Kind::Unsupported,
                     "spec.hosts",
-                    format!(
-                        "removing host {} ({}) is not supported by apply yet",
-                        old.name,
-                        old.roles.join(", ")
-                    ),
+                    format!("removing host {} ({}) is not done by apply", old.name, old.roles.join(", ")),
                 )
-                .hint("keep it in the config for now")
+                .hint(format!(
+                    "remove it with kubexm-install remove node {} -f CONFIG (it drains, deletes and resets the node), \
+                     or keep it in the config",
+                    old.name
+                ))
                 .at(pos("spec.hosts")),
             );
         }
     }
     added
+}
+
+/// `h` (the config's `i`th host) is still the machine recorded as `old`:
+/// the same address, internal address and arch, or a refusal (exit 3) each.
+fn identity(
+    i: usize,
+    h: &crate::config::model::Host,
+    old: &NodeRecord,
+    record: &ClusterRecord,
+    pos: &dyn Fn(&str) -> Option<crate::yaml::Pos>,
+    out: &mut Vec<Diagnostic>,
+) {
+    if old.address != h.address {
+        let path = format!("spec.hosts[{i}].address");
+        out.push(
+            Diagnostic::new(
+                Kind::Invalid,
+                path.as_str(),
+                format!("host {}'s address changed: recorded {}, now {}", h.name, old.address, h.address),
+            )
+            .hint("a host keeps its name and address: remove it, and add the new machine under a new name")
+            .at(pos(&path)),
+        );
+    }
+    let old_host = record.config.spec.hosts.iter().find(|o| o.name == h.name);
+    let internal = |x: &crate::config::model::Host| x.internal_address.clone().unwrap_or_else(|| x.address.clone());
+    if old.address == h.address
+        && let Some(o) = old_host
+        && internal(o) != internal(h)
+    {
+        let path = format!("spec.hosts[{i}].internalAddress");
+        out.push(
+            Diagnostic::new(
+                Kind::Invalid,
+                path.as_str(),
+                format!(
+                    "host {}'s internal address changed: recorded {}, now {}",
+                    h.name,
+                    internal(o),
+                    internal(h)
+                ),
+            )
+            .hint("the cluster's components know the host by it: remove it, and add the machine under a new name")
+            .at(pos(&path)),
+        );
+    }
+    if let (Some(a), Some(b)) = (&old.arch, &h.arch)
+        && a != b
+    {
+        let path = format!("spec.hosts[{i}].arch");
+        out.push(
+            Diagnostic::new(
+                Kind::Invalid,
+                path.as_str(),
+                format!("host {}'s arch changed: recorded {a}, now {b}", h.name),
+            )
+            .hint("a host keeps its arch: remove it, and add the new machine under a new name")
+            .at(pos(&path)),
+        );
+    }
+}
+
+/// Each of `hosts` that `new` (the operator's config, text indexed by
+/// `located`, named `file`) still lists is the machine the record knows by
+/// that name: its address and arch changed are refused (exit 3), both
+/// values named.
+pub fn same_hosts(
+    record: &ClusterRecord,
+    new: &Cluster,
+    hosts: &[String],
+    located: Option<&Located>,
+    file: &str,
+) -> Result<(), Diagnostics> {
+    let pos = |path: &str| located.and_then(|l| l.pos(path));
+    let mut out = Vec::new();
+    for (i, h) in new.spec.hosts.iter().enumerate().filter(|(_, h)| hosts.contains(&h.name)) {
+        if let Some(old) = record.nodes.iter().find(|n| n.name == h.name) {
+            identity(i, h, old, record, &pos, &mut out);
+        }
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    Err(Diagnostics {
+        file: file.into(),
+        diagnostics: out,
+        more: 0,
+    })
 }
 
 /// A setting at `path` changed that apply does not change yet.

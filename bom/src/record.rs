@@ -138,6 +138,42 @@ impl ClusterRecord {
     pub fn members(&self) -> impl Iterator<Item = &NodeRecord> {
         self.nodes.iter().filter(|n| n.state == NodeState::Member)
     }
+
+    /// The record after `host` left the cluster in `job`: gone from the
+    /// config (its hosts and every role group); gone from the nodes when it
+    /// was reset, else kept there as removed, not reset.
+    pub fn without(&self, host: &str, reset: bool, job: JobRef) -> ClusterRecord {
+        let mut r = self.clone();
+        r.job = job;
+        r.config.spec.hosts.retain(|h| h.name != host);
+        let g = &mut r.config.spec.role_groups;
+        for group in [
+            &mut g.etcd,
+            &mut g.control_plane,
+            &mut g.worker,
+            &mut g.loadbalancer,
+            &mut g.registry,
+        ] {
+            group.retain(|h| h != host);
+        }
+        if reset {
+            r.nodes.retain(|n| n.name != host);
+        } else if let Some(n) = r.nodes.iter_mut().find(|n| n.name == host) {
+            n.state = NodeState::RemovedNotReset;
+        }
+        r
+    }
+
+    /// `self` with the hosts `prev` holds as removed, not reset, that this
+    /// record does not list: a later job keeps saying they wait for a reset.
+    pub fn keeping_removed(mut self, prev: &ClusterRecord) -> ClusterRecord {
+        for n in prev.nodes.iter().filter(|n| n.state == NodeState::RemovedNotReset) {
+            if !self.nodes.iter().any(|m| m.name == n.name) {
+                self.nodes.push(n.clone());
+            }
+        }
+        self
+    }
 }
 
 /// Each component's version in the lock (one per component: the lock pins
@@ -193,7 +229,10 @@ impl std::fmt::Display for ClusterRecord {
         for n in &self.nodes {
             let state = match n.state {
                 NodeState::Member => String::new(),
-                NodeState::RemovedNotReset => "  removed, not reset: run `kubexm-install reset` on it when it is back".into(),
+                NodeState::RemovedNotReset => format!(
+                    "  removed, not reset: when it is back, `kubexm-install remove node {} -f CONFIG` resets it",
+                    n.name
+                ),
             };
             writeln!(
                 f,

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
+use crate::inventory::{Connected, Connector};
+use crate::ssh::{KnownHosts, Target};
 use crate::transport::{CmdOutput, Transport, TransportError};
 
 /// Decides the answer to one command on one host.
@@ -114,5 +116,37 @@ impl Transport for Fake {
             self.log.push(&self.host, format!("put {path}"));
             Ok(())
         })
+    }
+}
+
+/// Hands out a fake host for every target (answering by `script`, else
+/// [`Fake::ok`]'s way) and records every host it was asked to connect to.
+#[derive(Default)]
+pub struct Connecting {
+    pub asked: Mutex<Vec<String>>,
+    pub log: Log,
+    pub script: Option<Script>,
+}
+
+impl Connecting {
+    /// The hosts asked for, in order.
+    pub fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Connector for Connecting {
+    fn connect<'a>(&'a self, targets: &'a [Target], _: Arc<dyn KnownHosts>) -> BoxFuture<'a, Connected> {
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = std::collections::HashMap::new();
+        for t in targets {
+            asked.push(t.name.clone());
+            let mut fake = Fake::ok(&t.name, self.log.clone());
+            if let Some(s) = &self.script {
+                fake.script = s.clone();
+            }
+            out.insert(t.name.clone(), Arc::new(fake) as Arc<dyn Transport>);
+        }
+        Box::pin(async move { (out, Vec::new()) })
     }
 }

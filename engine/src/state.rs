@@ -190,8 +190,10 @@ fn job_row(r: &rusqlite::Row) -> rusqlite::Result<JobRecord> {
 const DONE_STEPS: &str = "SELECT DISTINCT s.node FROM steps s JOIN jobs j ON j.id = s.job \
      WHERE j.cluster = ?1 AND j.id < ?2 \
      AND (CASE j.kind WHEN 'apply' THEN 'install' ELSE j.kind END) = (CASE ?3 WHEN 'apply' THEN 'install' ELSE ?3 END) \
-     AND j.id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind = 'reset' AND status = 'succeeded' AND id < ?2), 0) \
-     AND s.status IN ('applied', 'skipped')";
+     AND j.id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind IN ('reset', 'delete-cluster') AND status = 'succeeded' AND id < ?2), 0) \
+     AND s.status IN ('applied', 'skipped') \
+     AND ?3 NOT IN ('remove-node', 'certs-check') \
+     AND NOT EXISTS (SELECT 1 FROM removed_hosts x WHERE x.cluster = ?1 AND x.host = s.host AND x.job >= j.id AND x.job < ?2)";
 
 impl State {
     /// Opens (creating if needed) the database at `path`; `secrets` are redacted from logs.
@@ -211,7 +213,8 @@ impl State {
              CREATE TABLE IF NOT EXISTS spans(job INTEGER NOT NULL, name TEXT NOT NULL, started INTEGER NOT NULL, duration_ms INTEGER NOT NULL, PRIMARY KEY(job, name));
              CREATE TABLE IF NOT EXISTS known_hosts(endpoint TEXT PRIMARY KEY, key TEXT NOT NULL, first_seen INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS records(job INTEGER PRIMARY KEY, cluster TEXT NOT NULL, status TEXT NOT NULL, body TEXT NOT NULL);
-             CREATE INDEX IF NOT EXISTS records_cluster ON records(cluster, job);",
+             CREATE INDEX IF NOT EXISTS records_cluster ON records(cluster, job);
+             CREATE TABLE IF NOT EXISTS removed_hosts(job INTEGER NOT NULL, cluster TEXT NOT NULL, host TEXT NOT NULL, PRIMARY KEY(job, host));",
         )
         .map_err(err)?;
         add_timing_columns(&conn).map_err(err)?;
@@ -373,7 +376,7 @@ impl State {
             .query_row(
                 "SELECT id, cluster, kind, started, finished, status FROM jobs \
                  WHERE cluster = ?1 AND kind IN ('install', 'apply') AND status = 'succeeded' \
-                 AND id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind = 'reset' AND status = 'succeeded'), 0) \
+                 AND id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind IN ('reset', 'delete-cluster') AND status = 'succeeded'), 0) \
                  ORDER BY id DESC LIMIT 1",
                 params![cluster],
                 job_row,
@@ -391,6 +394,31 @@ impl State {
                 params![job, cluster, status, body],
             )
             .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Notes that `job` took `hosts` out of `cluster`: what earlier jobs
+    /// did on them is no longer done (a host added again gets every step).
+    pub fn put_removed(&self, job: i64, cluster: &str, hosts: &[String]) -> Result<(), StateError> {
+        let c = self.conn();
+        for h in hosts {
+            c.execute(
+                "INSERT OR REPLACE INTO removed_hosts(job, cluster, host) VALUES (?1, ?2, ?3)",
+                params![job, cluster, h],
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Forgets `cluster`'s records (after `delete cluster`): no status, no
+    /// apply, until it is installed again. Its jobs stay, as history.
+    pub fn forget_cluster(&self, cluster: &str) -> Result<(), StateError> {
+        let c = self.conn();
+        for table in ["records", "removed_hosts"] {
+            c.execute(&format!("DELETE FROM {table} WHERE cluster = ?1"), params![cluster])
+                .map_err(|e| self.err(e))?;
+        }
         Ok(())
     }
 

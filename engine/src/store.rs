@@ -37,6 +37,11 @@ pub trait Store: KnownHosts + Send + Sync {
     fn redact(&self, log: &str) -> String;
     /// Keeps a cluster record (JSON) as what `job` left `cluster` as.
     fn put_record<'a>(&'a self, job: i64, cluster: &'a str, status: &'a str, body: &'a str) -> BoxFuture<'a, Result<(), StateError>>;
+    /// Notes that `job` took `hosts` out of `cluster`: no step done on them
+    /// before counts as done after.
+    fn put_removed<'a>(&'a self, job: i64, cluster: &'a str, hosts: &'a [String]) -> BoxFuture<'a, Result<(), StateError>>;
+    /// Forgets `cluster`'s records (its jobs stay).
+    fn forget_cluster<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<(), StateError>>;
     /// The latest record of `cluster` (of a succeeded job, when `succeeded`): its job and body.
     fn last_record<'a>(&'a self, cluster: &'a str, succeeded: bool) -> BoxFuture<'a, Result<Option<(i64, String)>, StateError>>;
 }
@@ -77,6 +82,12 @@ impl Store for State {
     }
     fn put_record<'a>(&'a self, job: i64, cluster: &'a str, status: &'a str, body: &'a str) -> BoxFuture<'a, Result<(), StateError>> {
         Box::pin(async move { State::put_record(self, job, cluster, status, body) })
+    }
+    fn forget_cluster<'a>(&'a self, cluster: &'a str) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move { State::forget_cluster(self, cluster) })
+    }
+    fn put_removed<'a>(&'a self, job: i64, cluster: &'a str, hosts: &'a [String]) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move { State::put_removed(self, job, cluster, hosts) })
     }
     fn last_record<'a>(&'a self, cluster: &'a str, succeeded: bool) -> BoxFuture<'a, Result<Option<(i64, String)>, StateError>> {
         Box::pin(async move { State::last_record(self, cluster, succeeded) })

@@ -762,4 +762,23 @@ async fn operations_sharing_step_ids_keep_separate_state_and_a_reset_forgets_it(
     assert_eq!(s2(), 1);
     op("install", &["s1", "s2"]).await;
     assert_eq!((applied(), s2()), (3, 1), "an install ran a step an apply did");
+    // Issue 29: a host taken out of the cluster (remove node) and added
+    // again gets every step: what was done on it before no longer counts.
+    let removal = st.begin_job("c", "remove-node").unwrap();
+    st.finish_job(removal, "succeeded").unwrap();
+    st.put_removed(removal, "c", &[hs[0].clone()]).unwrap();
+    assert!(
+        st.done_steps("c", "apply").unwrap().is_empty(),
+        "steps on a removed host count as done"
+    );
+    op("apply", &["s1", "s2"]).await;
+    assert_eq!(
+        (applied(), s2()),
+        (4, 2),
+        "a host added again skipped a step done before its removal"
+    );
+    // A removal checks each of its steps again, whatever an earlier one did.
+    op("remove-node", &["s1"]).await;
+    op("remove-node", &["s1"]).await;
+    assert_eq!(applied(), 6, "a removal skipped a step an earlier removal did");
 }

@@ -15,7 +15,9 @@ for u in haproxy keepalived; do
 done
 # Shims outlive containerd; -x matches the process name (comm), never this script.
 pkill -x containerd-shim 2>/dev/null
-grep -o ' /run/containerd[^ ]*\| /var/lib/containerd[^ ]*\| /var/lib/kubelet[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+# Only what is mounted below them: the directories themselves may be the
+# operator's own mounts (a disk for containerd's images), which stay.
+grep -o ' /run/containerd/[^ ]*\| /var/lib/containerd/[^ ]*\| /var/lib/kubelet/[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
 # The pod network: the CNI's interfaces, the pods' network namespaces, and
 # the iptables chains kube-proxy, kubelet and the CNI wrote (with the rules
 # jumping to them); the host's own rules stay.

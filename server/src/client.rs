@@ -181,6 +181,33 @@ impl Client {
         self.post_config(&format!("/api/v1/clusters/etcd-snapshot{q}"), text).await
     }
 
+    /// Stores a remove-node job for the cluster of `text`.
+    pub async fn create_remove_node(&self, text: String, r: &kubexm_installer::ops::request::RemoveRequest) -> Result<i64, ClientError> {
+        let mut q = format!("?hosts={}", list(&r.hosts));
+        if !r.unreachable.is_empty() {
+            q.push_str(&format!("&unreachable={}", list(&r.unreachable)));
+        }
+        if let Some(t) = r.drain_timeout {
+            q.push_str(&format!("&drainTimeout={t}"));
+        }
+        if r.force_drain {
+            q.push_str("&forceDrain=true");
+        }
+        self.post_config(&format!("/api/v1/clusters/remove-node{q}"), text).await
+    }
+
+    /// Stores a delete job for the cluster of `text` (confirmed by the caller).
+    pub async fn create_delete(&self, text: String, r: &kubexm_installer::ops::request::DeleteRequest) -> Result<i64, ClientError> {
+        let mut q = "?confirm=true".to_string();
+        if !r.unreachable.is_empty() {
+            q.push_str(&format!("&unreachable={}", list(&r.unreachable)));
+        }
+        if r.purge {
+            q.push_str("&purge=true");
+        }
+        self.post_config(&format!("/api/v1/clusters/delete{q}"), text).await
+    }
+
     /// Stores a reset job for the cluster of `text` (confirmed by the caller).
     pub async fn create_reset(&self, text: String) -> Result<i64, ClientError> {
         self.post_config("/api/v1/clusters/reset?confirm=true", text).await
@@ -290,4 +317,17 @@ async fn read_events(resp: reqwest::Response, after: &mut i64, line: &mut impl F
         }
     }
     Ok(false)
+}
+
+/// `names` comma-separated for a query: host names are DNS labels once
+/// validated; anything else is percent-escaped.
+fn list(names: &[String]) -> String {
+    names
+        .join(",")
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b',' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

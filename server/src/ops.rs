@@ -140,7 +140,7 @@ pub enum CreateError {
 /// operations read it: no catalog needed). Nothing is stored when it is invalid.
 pub async fn create_hosts_job(db: &JobDb, file: &Path, request: &Request, local: Option<Local>) -> anyhow::Result<i64> {
     let cluster = kubexm_bom::config::load_file_hosts(file)?;
-    kubexm_installer::ops::session::check_hosts(&cluster, request.unreachable())?;
+    kubexm_installer::ops::session::check_hosts(&cluster, &request.named_hosts())?;
     let local = local.map(Local::absolute).transpose()?;
     store_operators(db, file, &cluster, request, local.as_ref()).await
 }

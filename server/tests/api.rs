@@ -116,10 +116,32 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
     let bad = EXAMPLE.replace("port: 22", "port: 99999");
     let r = post("/api/v1/clusters/etcd-snapshot?keep=0", EXAMPLE.to_string()).await.unwrap();
     assert_eq!(r.status(), 400);
+    // A removal names hosts of the config, at least one; its drain takes time.
+    for (q, says) in [
+        ("hosts=", "no host to remove"),
+        ("hosts=worker1&drainTimeout=0", "drainTimeout"),
+        ("hosts=worker1,nobody", "nobody is not a host of cluster demo"),
+        ("hosts=worker1&unreachable=x%27%3Brm", "is not a host of cluster demo"),
+    ] {
+        let r = post(&format!("/api/v1/clusters/remove-node?{q}"), EXAMPLE.to_string())
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{q}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert!(v["error"].as_str().unwrap().contains(says), "{q}: {v}");
+    }
+    for (q, says) in [("", "?confirm=true"), ("confirm=true&unreachable=cp1,ghost", "ghost is not a host")] {
+        let r = post(&format!("/api/v1/clusters/delete?{q}"), EXAMPLE.to_string()).await.unwrap();
+        assert_eq!(r.status(), 400, "{q}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert!(v["error"].as_str().unwrap().contains(says), "{q}: {v}");
+    }
     for path in [
         "/api/v1/clusters/facts",
         "/api/v1/clusters/reset?confirm=true",
         "/api/v1/clusters/etcd-snapshot",
+        "/api/v1/clusters/remove-node?hosts=worker1",
+        "/api/v1/clusters/delete?confirm=true",
     ] {
         let r = post(path, bad.clone()).await.unwrap();
         assert_eq!(r.status(), 422, "{path}");
@@ -136,6 +158,11 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
         ("/api/v1/clusters/facts", "facts"),
         ("/api/v1/clusters/reset?confirm=true", "reset"),
         ("/api/v1/clusters/etcd-snapshot?keep=3", "etcd-snapshot"),
+        (
+            "/api/v1/clusters/remove-node?hosts=worker1,lb2&unreachable=lb2&drainTimeout=30&forceDrain=true",
+            "remove-node",
+        ),
+        ("/api/v1/clusters/delete?confirm=true&purge=true&unreachable=cp3", "delete-cluster"),
     ] {
         let r = post(path, EXAMPLE.to_string()).await.unwrap();
         assert_eq!(r.status(), 202, "{path}");
@@ -148,6 +175,15 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
         }
         if kind == "etcd-snapshot" {
             assert_eq!(j.options["keep"], 3, "{}", j.options);
+        }
+        if kind == "delete-cluster" {
+            assert_eq!(j.options, serde_json::json!({"unreachable": ["cp3"], "purge": true}));
+        }
+        if kind == "remove-node" {
+            assert_eq!(
+                j.options,
+                serde_json::json!({"hosts": ["worker1", "lb2"], "unreachable": ["lb2"], "drainTimeout": 30, "forceDrain": true})
+            );
         }
     }
     s.handle.shutdown();
@@ -166,6 +202,8 @@ async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_40
         (reqwest::Method::POST, "/api/v1/clusters/facts"),
         (reqwest::Method::POST, "/api/v1/clusters/reset"),
         (reqwest::Method::POST, "/api/v1/clusters/etcd-snapshot"),
+        (reqwest::Method::POST, "/api/v1/clusters/remove-node"),
+        (reqwest::Method::POST, "/api/v1/clusters/delete"),
     ] {
         let r = c.request(m.clone(), s.url(p)).send().await.unwrap();
         assert_eq!(r.status(), 401, "{m} {p}");

@@ -42,9 +42,20 @@ async fn tokens_have_scopes_expiry_and_revocation_and_every_mutation_is_audited(
     // A token made without --scopes (or before scopes existed): read,create.
     let rc = s.db.create_token("rc").await.unwrap();
     assert_eq!(
-        post(rc, "/api/v1/clusters/reset?confirm=true").await,
+        post(rc.clone(), "/api/v1/clusters/reset?confirm=true").await,
         403,
         "read,create may not reset"
+    );
+    // Issue 29: a removal resets the hosts it takes out.
+    assert_eq!(
+        post(rc.clone(), "/api/v1/clusters/remove-node?hosts=worker1").await,
+        403,
+        "read,create may not remove a node"
+    );
+    assert_eq!(
+        post(rc, "/api/v1/clusters/delete?confirm=true").await,
+        403,
+        "read,create may not delete a cluster"
     );
     assert_eq!(get(expired).await, 401);
     // The default token (read,create) creates; the job names who asked.

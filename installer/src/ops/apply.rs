@@ -62,7 +62,7 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
             ),
         )
     })?;
-    if !matches!(record.job.kind.as_str(), "install" | "apply") {
+    if !matches!(record.job.kind.as_str(), "install" | "apply" | "remove-node") {
         return Err(op(
             OpError::Usage,
             anyhow::anyhow!(
@@ -74,7 +74,7 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
     }
     // A reset since, even a failed one, left hosts half undone: install again.
     if let Some(last) = session.last_record(false)?
-        && last.job.kind.starts_with("reset")
+        && (last.job.kind.starts_with("reset") || last.job.kind == "delete-cluster")
     {
         return Err(op(
             OpError::Usage,

@@ -226,7 +226,7 @@ fn prune(dir: &Path, cluster: &str, keep: usize) -> anyhow::Result<Vec<PathBuf>>
 }
 
 /// `YYYYmmddTHHMMSS.mmmZ` of `ms` since the epoch (UTC): names that sort by time.
-fn utc_stamp(ms: i64) -> String {
+pub(crate) fn utc_stamp(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil from days (Howard Hinnant's algorithm).

@@ -6,14 +6,19 @@
 //! caller gives (the CLI's printer).
 
 pub mod apply;
+pub mod certs;
 pub mod conformance;
+pub mod delete;
 pub mod error;
 pub mod etcd;
 pub mod facts;
+#[cfg(test)]
+pub(crate) mod fixture;
 pub mod hosts_toml;
 pub mod install;
 pub mod mirror;
 pub mod packages;
+pub mod remove;
 pub mod request;
 pub mod reset;
 pub mod serve;

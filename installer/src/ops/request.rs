@@ -25,6 +25,39 @@ pub enum Request {
     Facts(HostsRequest),
     /// Take a snapshot of the cluster's etcd, kept under the worker's root.
     EtcdSnapshot(SnapshotRequest),
+    /// Take workers out of the cluster.
+    RemoveNode(RemoveRequest),
+    /// Reset every host and forget the cluster.
+    DeleteCluster(DeleteRequest),
+}
+
+/// A delete's options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeleteRequest {
+    /// Hosts known to be down: never contacted, not reset.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<String>,
+    /// Remove the cluster's PKI, snapshots and conformance results under the worker's root.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub purge: bool,
+}
+
+/// A removal's options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RemoveRequest {
+    /// The hosts to take out (hosts of the config).
+    pub hosts: Vec<String>,
+    /// Hosts known to be down: never contacted (not drained, not reset).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<String>,
+    /// Seconds a drain may take; default 300.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<u32>,
+    /// Delete the pods a drain cannot evict.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force_drain: bool,
 }
 
 /// An etcd snapshot's options.
@@ -67,6 +100,8 @@ impl Request {
             Request::Reset(_) => "reset",
             Request::Facts(_) => "facts",
             Request::EtcdSnapshot(_) => "etcd-snapshot",
+            Request::RemoveNode(_) => "remove-node",
+            Request::DeleteCluster(_) => "delete-cluster",
         }
     }
 
@@ -74,7 +109,7 @@ impl Request {
     pub fn bundle(&self) -> Option<&str> {
         match self {
             Request::Install(r) => Some(&r.bundle),
-            Request::Reset(_) | Request::Facts(_) | Request::EtcdSnapshot(_) => None,
+            Request::Reset(_) | Request::Facts(_) | Request::EtcdSnapshot(_) | Request::RemoveNode(_) | Request::DeleteCluster(_) => None,
         }
     }
 
@@ -84,7 +119,19 @@ impl Request {
             Request::Install(_) => &[],
             Request::Reset(r) | Request::Facts(r) => &r.unreachable,
             Request::EtcdSnapshot(r) => &r.unreachable,
+            Request::RemoveNode(r) => &r.unreachable,
+            Request::DeleteCluster(r) => &r.unreachable,
         }
+    }
+
+    /// Every host the request names (to remove, or unreachable): each must
+    /// be a host of the config.
+    pub fn named_hosts(&self) -> Vec<String> {
+        let mut all = self.unreachable().to_vec();
+        if let Request::RemoveNode(r) = self {
+            all.extend(r.hosts.iter().cloned());
+        }
+        all
     }
 
     /// A job's stored request: its `kind` and the JSON of its options.
@@ -116,6 +163,8 @@ pub enum Report {
     Reset(reset::Reset),
     Facts(Gathered),
     EtcdSnapshot(super::etcd::Snapshot),
+    RemoveNode(super::remove::Removed),
+    DeleteCluster(super::delete::Deleted),
 }
 
 /// The facts of every host.
@@ -141,6 +190,8 @@ impl std::fmt::Display for Report {
                 writeln!(f, "facts of {} host(s) gathered", g.facts.len())
             }
             Report::EtcdSnapshot(s) => write!(f, "{s}"),
+            Report::RemoveNode(r) => write!(f, "{r}"),
+            Report::DeleteCluster(d) => write!(f, "{d}"),
         }
     }
 }
@@ -180,6 +231,32 @@ pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
             };
             Ok(Report::EtcdSnapshot(super::etcd::snapshot(session, &o)?))
         }
+        Request::RemoveNode(r) => {
+            let o = super::remove::RemoveOptions {
+                hosts: r.hosts.clone(),
+                unreachable: r.unreachable.clone(),
+                drain_timeout: r
+                    .drain_timeout
+                    .map_or(super::remove::DRAIN_TIMEOUT, |s| std::time::Duration::from_secs(s.into())),
+                force_drain: r.force_drain,
+                dry_run: false,
+            };
+            match super::remove::remove(session, &o)? {
+                super::remove::RemoveReport::Removed(r) => Ok(Report::RemoveNode(r)),
+                super::remove::RemoveReport::Plan(_) => Err(anyhow::anyhow!("a removal planned instead of removing")),
+            }
+        }
+        Request::DeleteCluster(r) => {
+            let o = super::delete::DeleteOptions {
+                yes: true,
+                purge: r.purge,
+                unreachable: r.unreachable.clone(),
+            };
+            match super::delete::delete(session, true, &o)? {
+                super::delete::DeleteReport::Deleted(d) => Ok(Report::DeleteCluster(d)),
+                super::delete::DeleteReport::NotConfirmed { refusal, .. } => Err(op(OpError::Usage, anyhow::anyhow!(refusal))),
+            }
+        }
     }
 }
 
@@ -214,6 +291,21 @@ mod tests {
                 keep: Some(3),
             }),
             Request::EtcdSnapshot(SnapshotRequest::default()),
+            Request::RemoveNode(RemoveRequest {
+                hosts: vec!["w1".into(), "w2".into()],
+                unreachable: vec!["w2".into()],
+                drain_timeout: Some(30),
+                force_drain: true,
+            }),
+            Request::RemoveNode(RemoveRequest {
+                hosts: vec!["w1".into()],
+                ..Default::default()
+            }),
+            Request::DeleteCluster(DeleteRequest {
+                unreachable: vec!["w2".into()],
+                purge: true,
+            }),
+            Request::DeleteCluster(DeleteRequest::default()),
         ];
         for r in all {
             let text = serde_json::to_string(&r)?;
@@ -232,6 +324,9 @@ mod tests {
             ("reset", serde_json::json!({"root": "/"})),
             ("facts", serde_json::json!({"phases": []})),
             ("delete", serde_json::json!({})),
+            ("remove-node", serde_json::json!({})),
+            ("delete-cluster", serde_json::json!({"root": "/"})),
+            ("remove-node", serde_json::json!({"hosts": ["a"], "state": "/etc/passwd"})),
         ] {
             assert!(Request::from_job(kind, &options).is_err(), "{kind} {options} was accepted");
         }

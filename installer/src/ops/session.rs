@@ -169,7 +169,7 @@ pub fn check_hosts(cluster: &Cluster, hosts: &[String]) -> anyhow::Result<()> {
         Some(unknown) => Err(op(
             OpError::Usage,
             anyhow::anyhow!(
-                "unreachable host {unknown} is not a host of cluster {} (its hosts: {})",
+                "{unknown} is not a host of cluster {} (its hosts: {})",
                 cluster.metadata.name,
                 cluster.spec.hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>().join(", ")
             ),
@@ -407,7 +407,23 @@ impl Session {
     /// digest and the job's result. Written for a failed job too: `apply`
     /// reads the last successful record plus the steps a failed one did.
     pub fn keep_record(&self, job: i64, bom: Option<&kubexm_bom::Bom>, arches: &BTreeMap<String, String>) -> anyhow::Result<()> {
+        let prev = self.last_record(false).ok().flatten();
+        let digest = self.bundle.as_ref().map(|b| b.digest.as_str());
+        self.put_record(job, &[], |job_ref| {
+            let record = ClusterRecord::new(&self.cluster, job_ref, bom, digest, arches);
+            match &prev {
+                Some(p) => record.keeping_removed(p),
+                None => record,
+            }
+        })
+    }
+
+    /// Keeps the record `make` builds from `job`'s result as the cluster's
+    /// record after `job`, and notes the hosts `removed` took out of the
+    /// cluster (earlier steps on them no longer count as done).
+    pub fn put_record(&self, job: i64, removed: &[String], make: impl FnOnce(JobRef) -> ClusterRecord) -> anyhow::Result<()> {
         let e = self.engine()?;
+        let name = &self.cluster.metadata.name;
         let kept = e.rt.block_on(async {
             let j = e.store.job(Some(job)).await?.ok_or_else(|| anyhow::anyhow!("no job {job}"))?;
             let job_ref = JobRef {
@@ -416,10 +432,9 @@ impl Session {
                 status: j.status.clone(),
                 finished: j.finished.unwrap_or_else(now_ms),
             };
-            let digest = self.bundle.as_ref().map(|b| b.digest.as_str());
-            let record = ClusterRecord::new(&self.cluster, job_ref, bom, digest, arches);
-            let body = serde_json::to_string(&record)?;
-            e.store.put_record(job, &self.cluster.metadata.name, &j.status, &body).await?;
+            let body = serde_json::to_string(&make(job_ref))?;
+            e.store.put_removed(job, name, removed).await?;
+            e.store.put_record(job, name, &j.status, &body).await?;
             anyhow::Ok(())
         });
         kept.map_err(|err| {
@@ -431,6 +446,30 @@ impl Session {
                 ),
             )
         })
+    }
+
+    /// After a failed `job` that changed nothing the record says: keeps
+    /// `record` as it was, with the job's result beside it (a failure to
+    /// keep it is only warned about: the job's own errors matter more).
+    pub fn keep_unchanged(&self, job: i64, record: &ClusterRecord) {
+        if let Err(e) = self.put_record(job, &[], |job| ClusterRecord { job, ..record.clone() }) {
+            tracing::warn!("{e:#}");
+        }
+    }
+
+    /// Forgets the cluster's records (`delete cluster`): its jobs stay.
+    pub fn forget(&self) -> anyhow::Result<()> {
+        let e = self.engine()?;
+        Ok(e.rt.block_on(e.store.forget_cluster(&self.cluster.metadata.name))?)
+    }
+
+    /// Works on `cluster` from now on (an operation that completes the
+    /// config from the cluster's record, or works on some hosts only): the
+    /// hosts named unreachable that it does not list are forgotten.
+    pub fn use_cluster(&mut self, cluster: Cluster) {
+        self.unreachable.retain(|u| cluster.spec.hosts.iter().any(|h| &h.name == u));
+        self.cluster = cluster;
+        *self.engine.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Runs the pipeline built for the hosts that answered as one job of
@@ -468,34 +507,9 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
-    use futures_util::future::BoxFuture;
-
-    use crate::engine::fake::{Fake, Log};
-    use crate::engine::inventory::Connector;
-    use crate::engine::ssh::{KnownHosts, Target};
-    use crate::engine::transport::Transport;
-
-    /// Hands out fake hosts and records every host it was asked to connect to.
-    #[derive(Default)]
-    struct Recording {
-        asked: Mutex<Vec<String>>,
-        log: Log,
-    }
-
-    impl Connector for Recording {
-        fn connect<'a>(&'a self, targets: &'a [Target], _: Arc<dyn KnownHosts>) -> BoxFuture<'a, crate::engine::inventory::Connected> {
-            let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
-            let mut out = HashMap::new();
-            for t in targets {
-                asked.push(t.name.clone());
-                out.insert(t.name.clone(), Arc::new(Fake::ok(&t.name, self.log.clone())) as Arc<dyn Transport>);
-            }
-            Box::pin(async move { (out, Vec::new()) })
-        }
-    }
+    use crate::engine::fake::Connecting as Recording;
 
     const CONFIG: &str = "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: s\nspec:\n  hosts:\n\
                           \x20 - {name: a, address: 10.0.0.1, auth: {agent: true}}\n\
@@ -598,7 +612,7 @@ mod tests {
             Ok(step)
         })?;
         assert!(ex.ok(), "{:?}", ex.errors());
-        let asked = recording.asked.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let asked = recording.asked();
         assert_eq!(asked, ["a", "b", "a", "b"], "connections asked for");
         assert!(recording.log.calls().iter().all(|(h, _)| h != "c"), "a command ran on c");
         assert!(facts.errors.iter().all(|e| !e.starts_with("c:")), "{:?}", facts.errors);

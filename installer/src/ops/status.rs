@@ -39,8 +39,9 @@ pub fn record(state: &Path, cluster: &str) -> anyhow::Result<kubexm_bom::record:
         return Err(op(
             OpError::Usage,
             anyhow::anyhow!(
-                "no record of cluster {cluster} in the state database {} ({known}); a cluster installed \
-                 before kubexm kept records gets one when its install is run again (done steps are skipped)",
+                "no record of cluster {cluster} in the state database {} ({known}): it was never installed with \
+                 this database, or `delete cluster` forgot it; a cluster installed before kubexm kept records gets \
+                 one when its install is run again (done steps are skipped)",
                 state.display()
             ),
         ));

@@ -26,7 +26,7 @@ fn etcd_hosts(cluster: &Cluster) -> Vec<String> {
 
 /// The reset step: on an etcd host (`etcd`) it also removes the etcd data
 /// directory, if that holds etcd's `member/`.
-fn step(cluster: &Cluster, etcd: bool) -> Result<Shell, crate::template::Unfilled> {
+pub(crate) fn step(cluster: &Cluster, etcd: bool) -> Result<Shell, crate::template::Unfilled> {
     let data = q(&cluster.spec.etcd.data_dir.display().to_string());
     let (wipe, left) = if etcd {
         (

@@ -153,6 +153,8 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
         .route("/api/v1/clusters/facts", post(create_facts))
         .route("/api/v1/clusters/reset", post(create_reset))
         .route("/api/v1/clusters/etcd-snapshot", post(create_etcd_snapshot))
+        .route("/api/v1/clusters/remove-node", post(create_remove_node))
+        .route("/api/v1/clusters/delete", post(create_delete))
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{id}", get(job))
         .route("/api/v1/jobs/{id}/logs", get(logs))
@@ -269,7 +271,8 @@ impl Principal {
 fn needed(method: &axum::http::Method, path: &str) -> Scope {
     match (method.as_str(), path) {
         ("GET", _) => Scope::Read,
-        ("POST", "/api/v1/clusters/reset") => Scope::Reset,
+        // A removal resets the hosts it takes out; a delete, every host.
+        ("POST", "/api/v1/clusters/reset" | "/api/v1/clusters/remove-node" | "/api/v1/clusters/delete") => Scope::Reset,
         _ => Scope::Create,
     }
 }
@@ -499,12 +502,7 @@ async fn create_reset(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     body_type(&headers)?;
-    if !q.confirm {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            "a reset deletes the cluster on its hosts, etcd data included; nothing was stored. Ask again with ?confirm=true".into(),
-        ));
-    }
+    confirm(q.confirm, "a reset deletes the cluster on its hosts, etcd data included")?;
     hosts_job(app, body, OpRequest::Reset(Default::default()), who).await
 }
 
@@ -535,7 +533,97 @@ async fn create_etcd_snapshot(
     hosts_job(app, body, request, who).await
 }
 
-/// A facts, reset or etcd snapshot job for the hosts of the body's config.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RemoveQuery {
+    /// Comma-separated host names.
+    hosts: String,
+    #[serde(default)]
+    unreachable: String,
+    drain_timeout: Option<u32>,
+    #[serde(default)]
+    force_drain: bool,
+}
+
+async fn create_remove_node(
+    State(app): State<Arc<App>>,
+    Query(q): Query<RemoveQuery>,
+    Extension(who): Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    body_type(&headers)?;
+    let hosts = names(&q.hosts);
+    if hosts.is_empty() {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "hosts names no host to remove (hosts=NAME[,NAME]); nothing was stored".into(),
+        ));
+    }
+    if q.drain_timeout == Some(0) {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "drainTimeout must be at least 1 second; nothing was stored".into(),
+        ));
+    }
+    let request = OpRequest::RemoveNode(kubexm_installer::ops::request::RemoveRequest {
+        hosts,
+        unreachable: names(&q.unreachable),
+        drain_timeout: q.drain_timeout,
+        force_drain: q.force_drain,
+    });
+    hosts_job(app, body, request, who).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    #[serde(default)]
+    confirm: bool,
+    #[serde(default)]
+    purge: bool,
+    /// Comma-separated host names.
+    #[serde(default)]
+    unreachable: String,
+}
+
+async fn create_delete(
+    State(app): State<Arc<App>>,
+    Query(q): Query<DeleteQuery>,
+    Extension(who): Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    body_type(&headers)?;
+    confirm(
+        q.confirm,
+        "a delete resets every host of the cluster, etcd data included, and forgets it",
+    )?;
+    let request = OpRequest::DeleteCluster(kubexm_installer::ops::request::DeleteRequest {
+        unreachable: names(&q.unreachable),
+        purge: q.purge,
+    });
+    hosts_job(app, body, request, who).await
+}
+
+/// Refuses a destructive request not confirmed (`?confirm=true`), saying
+/// what it would have done.
+fn confirm(confirmed: bool, what: &str) -> Result<(), ApiError> {
+    if confirmed {
+        return Ok(());
+    }
+    Err(ApiError(
+        StatusCode::BAD_REQUEST,
+        format!("{what}; nothing was stored. Ask again with ?confirm=true"),
+    ))
+}
+
+/// A comma-separated list of names, empty ones left out.
+fn names(list: &str) -> Vec<String> {
+    list.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect()
+}
+
+/// A facts, reset, etcd snapshot, remove-node or delete job for the hosts of the body's config.
 async fn hosts_job(app: Arc<App>, body: Bytes, request: OpRequest, who: Principal) -> Result<Response, ApiError> {
     let _turn = app.validating.acquire().await.map_err(internal)?;
     let (cluster, text) = blocking(move || {
@@ -543,6 +631,12 @@ async fn hosts_job(app: Arc<App>, body: Bytes, request: OpRequest, who: Principa
         Ok((ops::validate_text(&text, "cluster.yaml", None), text))
     })
     .await?;
+    // The hosts the request names are the config's, or nothing is stored.
+    if let Ok(c) = &cluster
+        && let Err(e) = kubexm_installer::ops::session::check_hosts(c, &request.named_hosts())
+    {
+        return Err(ApiError(StatusCode::BAD_REQUEST, format!("{e:#}; nothing was stored")));
+    }
     store_validated(&app, cluster, &text, &request, who).await
 }
 

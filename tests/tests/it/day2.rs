@@ -172,3 +172,177 @@ pub fn etcd_snapshots_are_taken_and_pruned(config: &Path, dir: &Path) {
         assert!(info["size"].as_u64().unwrap() > 4096, "{info}");
     }
 }
+
+/// `kubexm-install remove node ARGS -f CONFIG` with the scenario's root and state.
+fn remove_node(config: &Path, dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin("kubexm-install"))
+        .args(["remove", "node"])
+        .args(args)
+        .arg("-f")
+        .arg(config)
+        .arg("--root")
+        .arg(dir.join("root"))
+        .arg("--state")
+        .arg(dir.join("state.db"))
+        .output()
+        .unwrap()
+}
+
+/// `status --cluster lab` as text.
+fn cluster_status(dir: &Path) -> String {
+    let out = Command::new(bin("kubexm-install"))
+        .args(["status", "--cluster", "lab", "--state"])
+        .arg(dir.join("state.db"))
+        .output()
+        .unwrap();
+    ok(out, "status --cluster lab")
+}
+
+/// What kubexm left on `host` (empty: nothing).
+fn left_on(lab: &Lab, host: &str) -> String {
+    lab.ssh_ok(
+        host,
+        "for p in /etc/kubexm /var/lib/kubexm /etc/kubernetes /usr/local/bin/kubelet; do test -e $p && echo $p; done; \
+         systemctl is-active -q kubelet && echo kubelet-running; true",
+    )
+}
+
+/// Issue 29: `remove node` on the running cluster, with the spare worker
+/// `apply` added (`config` lists it; `base` does not). A drain a
+/// PodDisruptionBudget blocks fails naming the pod and leaves the node
+/// cordoned; `--force-drain` removes it: Node gone, host reset, record
+/// without it. Added again by `apply` (every step runs again on it), then
+/// stopped like a dead machine and removed with `--unreachable`: no step
+/// is attempted on it, `status` lists it as removed, not reset; back up,
+/// `remove node` resets it.
+pub fn remove_nodes(lab: &Lab, config: &Path, base: &Path, b: &LabBundle, dir: &Path, kubectl: &dyn Fn(&str) -> String) {
+    let spare = lab.desc.hosts.iter().find(|h| h.spare).expect("a spare lab host").name.clone();
+    let image = "docker.io/library/nginx:1.27-lab";
+    kubectl(&format!(
+        "create deployment pinned --image={image} --replicas=0 -- /bin/busybox sleep 3600"
+    ));
+    kubectl(&format!(
+        "patch deployment pinned -p '{{\"spec\":{{\"template\":{{\"spec\":{{\"terminationGracePeriodSeconds\":1,\"nodeSelector\":{{\"kubernetes.io/hostname\":\"{spare}\"}}}}}}}}}}'"
+    ));
+    // Scaled up once pinned: no replica of another spec is left terminating.
+    kubectl("scale deployment pinned --replicas=1");
+    kubectl("create poddisruptionbudget pinned --selector=app=pinned --min-available=1");
+    kubectl("rollout status deployment/pinned --timeout=180s");
+
+    let start = std::time::Instant::now();
+    let blocked = remove_node(config, dir, &[&spare, "--drain-timeout", "10"]);
+    let err = text(&blocked.stderr);
+    assert_eq!(blocked.status.code(), Some(7), "{err}");
+    assert!(
+        err.contains("blocked by a PodDisruptionBudget") && err.contains("default/pinned-") && err.contains("--force-drain"),
+        "{err}"
+    );
+    eprintln!("remove node, blocked by a PDB: {:?}", start.elapsed());
+    let cordoned = kubectl(&format!("get node {spare} -o jsonpath={{.spec.unschedulable}}"));
+    assert_eq!(cordoned.trim(), "true", "the node is not cordoned");
+    assert!(cluster_status(dir).contains(&spare), "a failed removal changed the record");
+
+    let start = std::time::Instant::now();
+    let removed = ok(remove_node(config, dir, &[&spare, "--force-drain"]), "remove node --force-drain");
+    eprintln!("remove node --force-drain took {:?}:\n{removed}", start.elapsed());
+    assert!(
+        removed.contains(&format!("removed {spare} from cluster lab")) && removed.contains("delete this host from the config"),
+        "{removed}"
+    );
+    let gone = kubectl(&format!("get node {spare} --ignore-not-found -o name"));
+    assert!(gone.trim().is_empty(), "{spare} is still a Node: {gone}");
+    let left = left_on(lab, &spare);
+    assert!(left.trim().is_empty(), "{spare} not reset:\n{left}");
+    let status = cluster_status(dir);
+    assert!(
+        status.contains("(remove-node, succeeded)") && !status.lines().any(|l| l.trim_start().starts_with(&spare)),
+        "{status}"
+    );
+    kubectl("delete deployment pinned");
+    kubectl("delete poddisruptionbudget pinned");
+
+    // Added again: every step runs on it again.
+    let again = ok(apply(lab, config, b, dir, &[]), "apply (the spare again)");
+    assert!(!again.contains(": 0 steps applied"), "{again}");
+    kubectl(&format!("wait --for=condition=Ready node/{spare} --timeout=180s"));
+
+    // Dead: never contacted, removed all the same.
+    kubexm_e2e::lab_cmd(&["stop", &spare]);
+    let start = std::time::Instant::now();
+    let out = ok(
+        remove_node(base, dir, &[&spare, "--unreachable", &spare, "-o", "json"]),
+        "remove node --unreachable",
+    );
+    eprintln!("remove node --unreachable took {:?}", start.elapsed());
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["hosts"][0]["reset"], false, "{r}");
+    assert_eq!(r["hosts"][0]["skipped"], serde_json::json!(["drain", "reset"]), "{r}");
+    let state = kubexm_installer::engine::state::State::open(&dir.join("state.db"), vec![]).unwrap();
+    let steps = state.steps(r["job"].as_i64().unwrap()).unwrap();
+    assert!(steps.iter().all(|s| s.host != spare), "a step was attempted on {spare}");
+    let gone = kubectl(&format!("get node {spare} --ignore-not-found -o name"));
+    assert!(gone.trim().is_empty(), "{spare} is still a Node: {gone}");
+    let status = cluster_status(dir);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.trim_start().starts_with(&spare) && l.contains("removed, not reset")),
+        "{status}"
+    );
+    // An apply with it listed is refused until it is reset.
+    let refused = apply(lab, config, b, dir, &[]);
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused.stderr));
+
+    // Back up: remove node resets it (its Node is gone already).
+    kubexm_e2e::lab_cmd(&["start", &spare]);
+    let reset = ok(remove_node(config, dir, &[&spare]), "remove node (reset what came back)");
+    assert!(reset.contains("host reset (its Node was gone already)"), "{reset}");
+    let left = left_on(lab, &spare);
+    assert!(left.trim().is_empty(), "{spare} not reset:\n{left}");
+    assert!(!cluster_status(dir).lines().any(|l| l.trim_start().starts_with(&spare)));
+}
+
+/// Issue 29: `certs check` reads every certificate on the hosts: kubeadm's
+/// leafs (a year) are flagged under `--warn-days 400` (exit 7), the CAs
+/// (ten years) are not; under the default 30 days nothing is (exit 0).
+pub fn certificates_are_checked(config: &Path, dir: &Path) {
+    let check = |extra: &[&str]| {
+        Command::new(bin("kubexm-install"))
+            .args(["certs", "check", "-f"])
+            .arg(config)
+            .arg("--root")
+            .arg(dir.join("root"))
+            .arg("--state")
+            .arg(dir.join("state.db"))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let start = std::time::Instant::now();
+    let fine = ok(check(&[]), "certs check");
+    eprintln!("certs check took {:?}", start.elapsed());
+    assert!(fine.contains("expire within 30 days") && !fine.contains("<-- renew"), "{fine}");
+    let flagged = check(&["--warn-days", "400", "-o", "json"]);
+    assert_eq!(flagged.status.code(), Some(7), "{}", text(&flagged.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&flagged.stdout).unwrap();
+    let certs = r["certs"].as_array().unwrap();
+    let find = |host: &str, path: &str| {
+        certs
+            .iter()
+            .find(|c| c["host"] == host && c["path"] == path)
+            .unwrap_or_else(|| panic!("no {path} on {host}: {r}"))
+    };
+    let leaf = find("lab1", "/etc/kubernetes/pki/apiserver.crt");
+    assert!(leaf["daysLeft"].as_i64().unwrap() < 400 && leaf["ca"] == false, "{leaf}");
+    let ca = find("lab1", "/etc/kubernetes/pki/ca.crt");
+    assert!(ca["daysLeft"].as_i64().unwrap() > 3000 && ca["ca"] == true, "{ca}");
+    find("lab1", "/etc/kubernetes/admin.conf");
+    find("lab4", "/var/lib/kubelet/pki/kubelet-client-current.pem");
+    assert!(
+        certs
+            .iter()
+            .any(|c| c["path"].as_str().unwrap().starts_with("/etc/kubexm/etcd/pki/")),
+        "no etcd certificate: {r}"
+    );
+    assert!(!String::from_utf8_lossy(&flagged.stdout).contains("PRIVATE KEY"), "a key was read");
+}

@@ -141,7 +141,9 @@ fn record_of_the_install(dir: &Path) {
 /// between etcd and the control plane; the cluster checked through the
 /// handed-over kubeconfig; mode D with an API server stopped; a re-run that
 /// applies nothing; the conformance quick subset; `apply` adding lab6 (a
-/// spare) as a worker; reset leaving clean hosts.
+/// spare) as a worker, etcd snapshots, `remove node` taking it out
+/// (blocked by a PDB, forced, dead, reset when back); `delete cluster`
+/// leaving clean hosts and no record.
 #[test]
 fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_reset() {
     // lab6: a spare, added as a worker by apply (issue 29).
@@ -399,9 +401,12 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         text(&reject.stderr)
     );
 
-    // Day 2: apply adds lab6 as a worker; reset takes it too.
-    let config = crate::day2::apply_adds_a_worker(&lab, &config, &b, dir.path(), &k);
-    crate::day2::etcd_snapshots_are_taken_and_pruned(&config, dir.path());
+    // Day 2: apply adds lab6 as a worker; snapshots; remove node takes it
+    // out (a drain a PDB blocks, forced; dead; reset when back).
+    let with_spare = crate::day2::apply_adds_a_worker(&lab, &config, &b, dir.path(), &k);
+    crate::day2::etcd_snapshots_are_taken_and_pruned(&with_spare, dir.path());
+    crate::day2::remove_nodes(&lab, &with_spare, &config, &b, dir.path(), &k);
+    crate::day2::certificates_are_checked(&config, dir.path());
 
     // No secret stays on the hosts.
     for h in &lab.desc.hosts {
@@ -411,11 +416,10 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         );
     }
 
-    // reset undoes it on every host.
-    let reset = |yes: bool| {
+    // delete cluster (issue 29) resets every host and forgets the record.
+    let delete = |yes: bool| {
         let mut c = Command::new(bin("kubexm-install"));
-        c.arg("reset")
-            .arg("-f")
+        c.args(["delete", "cluster", "lab", "-f"])
             .arg(&config)
             .arg("--root")
             .arg(dir.path().join("root"))
@@ -426,20 +430,24 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         }
         c.output().unwrap()
     };
-    let refused = reset(false);
+    let refused = delete(false);
     assert_eq!(
         refused.status.code(),
         Some(2),
-        "reset without --yes must refuse: {}",
+        "delete without --yes must refuse: {}",
         text(&refused.stderr)
     );
-    ok(reset(true), "reset --yes");
-    let r = record_of(dir.path());
-    assert_eq!(
-        (&r["job"]["kind"], &r["job"]["status"]),
-        (&"reset".into(), &"succeeded".into()),
-        "{r}"
+    let deleted = ok(delete(true), "delete cluster --yes");
+    assert!(
+        deleted.contains("deleted cluster lab") && deleted.contains("--purge removes it"),
+        "{deleted}"
     );
+    let gone = Command::new(bin("kubexm-install"))
+        .args(["status", "--cluster", "lab", "--state"])
+        .arg(dir.path().join("state.db"))
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(2), "status still lists lab: {}", text(&gone.stdout));
     for h in &lab.desc.hosts {
         let left = lab.ssh_ok(
             &h.name,

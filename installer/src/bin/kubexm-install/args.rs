@@ -103,6 +103,22 @@ pub struct EngineArgs {
     pub connect_attempts: u32,
 }
 
+/// What an operation on an installed cluster's hosts takes.
+#[derive(Args)]
+pub struct ClusterArgs {
+    /// The cluster's config (cluster.yaml).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Hosts known to be down, comma-separated: never contacted.
+    #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
+    pub unreachable: Vec<String>,
+    /// The installer's state root.
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    pub root: PathBuf,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Verify a bundle and unpack it into <root>/bundles/<id>/ (a no-op if already there).
@@ -244,6 +260,15 @@ pub enum Command {
     /// etcd of an installed cluster: `snapshot`.
     #[command(subcommand)]
     Etcd(EtcdCommand),
+    /// Take hosts out of an installed cluster: `node`.
+    #[command(subcommand)]
+    Remove(RemoveCommand),
+    /// Certificates of an installed cluster: `check`.
+    #[command(subcommand)]
+    Certs(CertsCommand),
+    /// The end of a cluster: `cluster`.
+    #[command(subcommand)]
+    Delete(DeleteCommand),
     /// Change an installed cluster to what its config now says, running only what the
     /// difference needs: today, hosts added as workers. Checked against the cluster's record
     /// first: a field that can never change exits 3, a change apply does not make yet exits 8,
@@ -355,15 +380,70 @@ pub enum EtcdCommand {
     /// <dir>/<cluster>-<UTC time>.db with its .sha256 and a .json sidecar naming the
     /// cluster, etcd's cluster ID and members; the newest --keep are kept.
     Snapshot {
-        #[arg(short = 'f', long = "file", value_name = "FILE")]
-        file: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArgs,
         /// Snapshots of this cluster to keep in the directory (the newest).
         #[arg(long, value_name = "N", default_value_t = kubexm_installer::ops::etcd::KEEP)]
         keep: usize,
         /// Where snapshots go. Default: <root>/clusters/<cluster>/snapshots.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
-        /// Hosts known to be down, comma-separated: never contacted.
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RemoveCommand {
+    /// Take workers out of an installed cluster: each Node is cordoned, drained and
+    /// deleted through the first control-plane node, then the host is reset. A host
+    /// named --unreachable is never contacted (not drained, not reset: `status --cluster`
+    /// lists it as removed, not reset, until a later `remove node` resets it). Checked
+    /// against the cluster's record first; control-plane and etcd nodes exit 8 (not
+    /// supported yet). Exits 7 when a drain fails, naming what blocked it.
+    Node {
+        /// The host(s) to remove, by name.
+        #[arg(required = true, value_name = "HOST")]
+        hosts: Vec<String>,
+        /// The cluster's config (it may still list the hosts; the record is what counts),
+        /// hosts named unreachable (never contacted), the state root.
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// Seconds a drain may wait for the node's pods to go.
+        #[arg(long, value_name = "SECONDS", default_value_t = kubexm_installer::ops::remove::DRAIN_TIMEOUT.as_secs())]
+        drain_timeout: u64,
+        /// Delete the pods a drain cannot evict (those a PodDisruptionBudget protects, and
+        /// pods no controller recreates): they lose a replica or are gone.
+        #[arg(long)]
+        force_drain: bool,
+        /// Print the plan and touch no host.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DeleteCommand {
+    /// Reset every host the cluster's record lists (etcd data included), then forget the
+    /// record: `status --cluster` no longer lists it. The admin kubeconfig goes; the PKI,
+    /// etcd snapshots and conformance results stay unless --purge (their paths printed).
+    /// Without --yes: the plan, and nothing touched (exit 2).
+    Cluster {
+        /// The cluster (metadata.name), as the state database records it.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// Really delete.
+        #[arg(long)]
+        yes: bool,
+        /// Remove the cluster's PKI, etcd snapshots and conformance results from this machine too.
+        #[arg(long)]
+        purge: bool,
+        /// The cluster's config, for how to log in to its hosts (default: as the record has it).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// Hosts known to be down, comma-separated: never contacted, not reset.
         #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
         unreachable: Vec<String>,
         /// The installer's state root.
@@ -373,5 +453,21 @@ pub enum EtcdCommand {
         output: Output,
         #[command(flatten)]
         engine: EngineArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum CertsCommand {
+    /// Print every certificate kubexm or kubeadm issued on the cluster's hosts (CAs, leafs,
+    /// kubeconfigs' client certificates, etcd's, kubelet's, the registry's) with its expiry;
+    /// exits 7 when one expires within --warn-days. Reads certificates only, never a key.
+    Check {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// Flag (and exit 7 for) certificates that expire within this many days.
+        #[arg(long, value_name = "DAYS", default_value_t = kubexm_installer::ops::certs::WARN_DAYS)]
+        warn_days: u32,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
     },
 }

@@ -170,6 +170,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Conformance(a) => conformance(a),
         Command::Apply(a) => apply(a),
         Command::Etcd(e) => etcd(e),
+        Command::Remove(r) => remove(r),
+        Command::Delete(d) => delete(d),
+        Command::Certs(c) => certs(c),
         Command::HostsToml {
             bundle_dir,
             registry,
@@ -188,6 +191,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// `value` as JSON (`-o json`) or as text (its `Display`).
+fn print<T: serde::Serialize + std::fmt::Display>(value: &T, output: Output) -> anyhow::Result<()> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        _ => print!("{value}"),
+    }
+    Ok(())
+}
+
 /// One path a line (the files `hosts-toml` wrote).
 fn print_paths(files: Vec<std::path::PathBuf>) -> anyhow::Result<()> {
     for f in files {
@@ -199,21 +211,118 @@ fn print_paths(files: Vec<std::path::PathBuf>) -> anyhow::Result<()> {
 /// `etcd snapshot`: one snapshot, as text or JSON.
 fn etcd(command: args::EtcdCommand) -> anyhow::Result<()> {
     let args::EtcdCommand::Snapshot {
-        file,
+        cluster,
         keep,
         dir,
+        output,
+    } = command;
+    let session = cluster_session(cluster)?;
+    let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir })?;
+    print(&s, output)?;
+    Ok(())
+}
+
+/// `remove node`: the hosts taken out, as text or JSON.
+fn remove(command: args::RemoveCommand) -> anyhow::Result<()> {
+    let args::RemoveCommand::Node {
+        hosts,
+        cluster,
+        drain_timeout,
+        force_drain,
+        dry_run,
+        output,
+    } = command;
+    // The hosts named unreachable are checked against the record, not the file.
+    let unreachable = cluster.unreachable.clone();
+    let mut session = hosts_session(cluster.file, &cluster.engine, cluster.root, &[])?;
+    let o = ops::remove::RemoveOptions {
+        hosts,
+        unreachable,
+        drain_timeout: std::time::Duration::from_secs(drain_timeout),
+        force_drain,
+        dry_run,
+    };
+    match ops::remove::remove(&mut session, &o)? {
+        ops::remove::RemoveReport::Plan(plan) => {
+            print!("{plan}");
+            Ok(())
+        }
+        ops::remove::RemoveReport::Removed(r) => print(&r, output),
+    }
+}
+
+/// `certs check`: every certificate with its expiry; exits 7 when one
+/// expires within --warn-days (the list printed first).
+fn certs(command: args::CertsCommand) -> anyhow::Result<()> {
+    let args::CertsCommand::Check {
+        cluster,
+        warn_days,
+        output,
+    } = command;
+    let session = cluster_session(cluster)?;
+    let r = ops::certs::check(&session, warn_days)?;
+    print(&r, output)?;
+    if r.expiring > 0 {
+        return Err(classified(
+            Class::Host,
+            anyhow::anyhow!(
+                "{} certificate(s) of cluster {} expire within {} days: renew them",
+                r.expiring,
+                r.cluster,
+                r.warn_days
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A session over the hosts of the cluster's config, those named
+/// unreachable left out.
+fn cluster_session(c: args::ClusterArgs) -> anyhow::Result<Session> {
+    hosts_session(c.file, &c.engine, c.root, &c.unreachable)
+}
+
+/// `delete cluster NAME`: what was reset, removed and kept, as text or JSON.
+fn delete(command: args::DeleteCommand) -> anyhow::Result<()> {
+    let args::DeleteCommand::Cluster {
+        name,
+        yes,
+        purge,
+        file,
         unreachable,
         root,
         output,
         engine,
     } = command;
-    let session = hosts_session(file, &engine, root, &unreachable)?;
-    let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir })?;
-    match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&s)?),
-        _ => print!("{s}"),
+    let settings = Settings {
+        root,
+        ..Settings::engine_only(engine.settings())
+    };
+    let from_file = file.is_some();
+    let mut session = match file {
+        Some(f) => {
+            let s = Session::open(&Config::File(f.clone()), None, None, settings)?;
+            if s.cluster().metadata.name != name {
+                return Err(classified(
+                    Class::Usage,
+                    anyhow::anyhow!("{} is the config of cluster {}, not {name}", f.display(), s.cluster().metadata.name),
+                ));
+            }
+            s
+        }
+        None => {
+            let record = ops::status::record(&engine.state, &name)?;
+            Session::of(record.config, format!("the record of cluster {name}"), settings)
+        }
+    };
+    let o = ops::delete::DeleteOptions { yes, purge, unreachable };
+    match ops::delete::delete(&mut session, from_file, &o)? {
+        ops::delete::DeleteReport::NotConfirmed { plan, refusal } => {
+            print!("{plan}");
+            Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
+        }
+        ops::delete::DeleteReport::Deleted(d) => print(&d, output),
     }
-    Ok(())
 }
 
 /// `status --cluster NAME`: the cluster's record, as text or JSON.

@@ -12,7 +12,7 @@
 //! `<root>/conformance/<cluster>/<time>/`.
 
 pub mod junit;
-mod run;
+pub(crate) mod run;
 pub mod specs;
 
 use std::path::{Path, PathBuf};

@@ -55,6 +55,16 @@ pub(crate) enum Command {
         #[command(subcommand)]
         what: ResetCmd,
     },
+    /// Store a delete job: every host of the cluster reset, its record forgotten.
+    Delete {
+        #[command(subcommand)]
+        what: DeleteCmd,
+    },
+    /// Store a job taking hosts out of an installed cluster (runs like any other job).
+    Remove {
+        #[command(subcommand)]
+        what: RemoveCmd,
+    },
     /// Cancel a job: one waiting ends at once; a running one starts no new step.
     Cancel {
         #[command(subcommand)]
@@ -303,6 +313,49 @@ pub(crate) struct HostsJob {
     /// Hosts known to be down, comma-separated: never contacted, left out of the job.
     #[arg(long, value_delimiter = ',', value_name = "HOSTS")]
     pub(crate) unreachable: Vec<String>,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum DeleteCmd {
+    /// Reset every host the cluster's record lists (etcd data included) and forget the
+    /// record, as `kubexm-install delete cluster`; PKI and snapshots under the worker's root
+    /// stay unless --purge.
+    Cluster {
+        #[command(flatten)]
+        job: HostsJob,
+        /// Confirm: without it nothing is stored.
+        #[arg(long)]
+        yes: bool,
+        /// Remove the cluster's PKI, etcd snapshots and conformance results under the worker's root.
+        #[arg(long)]
+        purge: bool,
+        /// The installer's state root on the worker's machine (with an API server: its `--root`).
+        #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+        root: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum RemoveCmd {
+    /// Take workers out: each Node cordoned, drained and deleted, each host reset; a host
+    /// named --unreachable is not contacted (removed, not reset). As `kubexm-install remove
+    /// node`, checked against the cluster's record by the worker.
+    Node {
+        /// The host(s) to remove (hosts of cluster.yaml).
+        #[arg(required = true, value_name = "HOST")]
+        hosts: Vec<String>,
+        #[command(flatten)]
+        job: HostsJob,
+        /// Seconds a drain may wait for the node's pods to go. Default: 300.
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
+        drain_timeout: Option<u32>,
+        /// Delete the pods a drain cannot evict (a PodDisruptionBudget's, pods without a controller).
+        #[arg(long)]
+        force_drain: bool,
+        /// The installer's state root on the worker's machine (with an API server: its `--root`).
+        #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+        root: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use kubexm_cli::{Class, classified};
-use kubexm_installer::ops::request::{HostsRequest, Request, SnapshotRequest};
+use kubexm_installer::ops::request::{DeleteRequest, HostsRequest, RemoveRequest, Request, SnapshotRequest};
 use kubexm_server::jobdb::{JobDb, LogLine, Scope};
 use kubexm_server::{api, bundles, client, credentials, ops, worker};
 
@@ -517,41 +517,54 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
         Command::Create {
             what: Create::EtcdSnapshot(e),
         } => {
-            let h = e.job;
-            let live = detachable(&db, h.detach).await?;
-            let local = kubexm_server::job_request::Local {
-                root: Some(e.root),
-                ..Default::default()
-            };
             let request = Request::EtcdSnapshot(SnapshotRequest {
-                unreachable: h.unreachable.clone(),
+                unreachable: e.job.unreachable.clone(),
                 keep: e.keep,
             });
-            let id = ops::create_hosts_job(&db, &h.file, &request, Some(local)).await?;
-            run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
+            hosts_job_here(&db, e.job, Some(e.root), &request, key, &quit).await
         }
         Command::Create { what: Create::Facts(h) } => {
-            let live = detachable(&db, h.detach).await?;
             let request = Request::Facts(HostsRequest {
                 unreachable: h.unreachable.clone(),
             });
-            let id = ops::create_hosts_job(&db, &h.file, &request, None).await?;
-            run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
+            hosts_job_here(&db, h, None, &request, key, &quit).await
         }
         Command::Reset {
             what: ResetCmd::Cluster { job: h, yes, root },
         } => {
-            confirmed(&h.file, yes)?;
-            let live = detachable(&db, h.detach).await?;
-            let local = kubexm_server::job_request::Local {
-                root: Some(root),
-                ..Default::default()
-            };
+            confirmed("reset", &h.file, yes)?;
             let request = Request::Reset(HostsRequest {
                 unreachable: h.unreachable.clone(),
             });
-            let id = ops::create_hosts_job(&db, &h.file, &request, Some(local)).await?;
-            run_created(&db, id, h.detach, &live, (h.state, key), &quit).await
+            hosts_job_here(&db, h, Some(root), &request, key, &quit).await
+        }
+        Command::Delete {
+            what: DeleteCmd::Cluster { job: h, yes, purge, root },
+        } => {
+            confirmed("delete", &h.file, yes)?;
+            let request = Request::DeleteCluster(DeleteRequest {
+                unreachable: h.unreachable.clone(),
+                purge,
+            });
+            hosts_job_here(&db, h, Some(root), &request, key, &quit).await
+        }
+        Command::Remove {
+            what:
+                RemoveCmd::Node {
+                    hosts,
+                    job: h,
+                    drain_timeout,
+                    force_drain,
+                    root,
+                },
+        } => {
+            let request = Request::RemoveNode(RemoveRequest {
+                hosts,
+                unreachable: h.unreachable.clone(),
+                drain_timeout,
+                force_drain,
+            });
+            hosts_job_here(&db, h, Some(root), &request, key, &quit).await
         }
         Command::Get {
             what:
@@ -602,6 +615,25 @@ async fn detachable(db: &JobDb, detach: bool) -> anyhow::Result<Vec<String>> {
 
 /// After a job is stored: return (`detach`), follow a running worker's run
 /// of it, or run it here as a worker for this job while its log streams.
+/// Stores a job of `request` for the hosts of `h`'s config, run here with
+/// `root` as its state root (`None`: the worker's), and follows it.
+async fn hosts_job_here(
+    db: &Arc<JobDb>,
+    h: args::HostsJob,
+    root: Option<PathBuf>,
+    request: &Request,
+    key: PathBuf,
+    quit: &Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let live = detachable(db, h.detach).await?;
+    let local = root.map(|root| kubexm_server::job_request::Local {
+        root: Some(root),
+        ..Default::default()
+    });
+    let id = ops::create_hosts_job(db, &h.file, request, local).await?;
+    run_created(db, id, h.detach, &live, (h.state, key), quit).await
+}
+
 async fn run_created(
     db: &Arc<JobDb>,
     id: i64,
@@ -692,10 +724,42 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
         Command::Reset {
             what: ResetCmd::Cluster { job: h, yes, .. },
         } => {
-            confirmed(&h.file, yes)?;
+            confirmed("reset", &h.file, yes)?;
             remote_unreachable(&h)?;
             let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
             let id = c.create_reset(text).await.map_err(api)?;
+            follow_created(&c, id, h.detach).await
+        }
+        Command::Delete {
+            what: DeleteCmd::Cluster { job: h, yes, purge, .. },
+        } => {
+            confirmed("delete", &h.file, yes)?;
+            let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
+            let request = DeleteRequest {
+                unreachable: h.unreachable.clone(),
+                purge,
+            };
+            let id = c.create_delete(text, &request).await.map_err(api)?;
+            follow_created(&c, id, h.detach).await
+        }
+        Command::Remove {
+            what:
+                RemoveCmd::Node {
+                    hosts,
+                    job: h,
+                    drain_timeout,
+                    force_drain,
+                    ..
+                },
+        } => {
+            let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
+            let request = RemoveRequest {
+                hosts,
+                unreachable: h.unreachable.clone(),
+                drain_timeout,
+                force_drain,
+            };
+            let id = c.create_remove_node(text, &request).await.map_err(api)?;
             follow_created(&c, id, h.detach).await
         }
         Command::Get {
@@ -749,14 +813,14 @@ fn write_timeline(t: &kubexm_engine::timeline::Timeline, output: Format, file: &
 }
 
 /// A reset is stored only when confirmed.
-fn confirmed(file: &std::path::Path, yes: bool) -> anyhow::Result<()> {
+fn confirmed(what: &str, file: &std::path::Path, yes: bool) -> anyhow::Result<()> {
     if yes {
         return Ok(());
     }
     Err(classified(
         Class::Usage,
         anyhow::anyhow!(
-            "reset deletes the cluster of {} on its hosts, etcd data included; nothing was stored. Pass --yes to do it",
+            "{what} deletes the cluster of {} on its hosts, etcd data included; nothing was stored. Pass --yes to do it",
             file.display()
         ),
     ))

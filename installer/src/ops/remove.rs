@@ -1,0 +1,537 @@
+//! `kubexm-install remove node HOST -f cluster.yaml`: take workers out of
+//! an installed cluster. Checked against the cluster's record before any
+//! host is touched; then one `remove-node` job: through the first
+//! control-plane node's admin kubeconfig each node is cordoned, drained
+//! (bounded by the drain timeout; a PodDisruptionBudget that blocks it fails
+//! the job naming the pods, `force_drain` deletes them anyway) and its Node
+//! deleted; then each removed host is reset. A host named unreachable is
+//! never contacted: not drained (its pods go with its Node), not reset, and
+//! recorded as "removed, not reset" until a later `remove node` resets it.
+//! The record after the job no longer lists the hosts removed, and the steps
+//! done on them before no longer count as done (added again, a host gets
+//! every step).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubexm_bom::config::Cluster;
+use kubexm_bom::record::{ClusterRecord, NodeState};
+use serde::Serialize;
+
+use super::error::{OpError, op};
+use super::session::Session;
+use crate::engine::plan::{Module, Pipeline, Scope, Step, Task};
+use crate::engine::run;
+use crate::engine::steps::Shell;
+use crate::engine::transport::shell_quote as q;
+use crate::paths::ADMIN_CONF;
+
+const REMOVE_NODE: &str = include_str!("../../../manifests/templates/remove-node.sh");
+
+/// How long a drain may take unless told otherwise.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What `remove node` is asked.
+#[derive(Debug, Clone)]
+pub struct RemoveOptions {
+    /// The hosts to take out, by name.
+    pub hosts: Vec<String>,
+    /// Hosts known to be down: never contacted.
+    pub unreachable: Vec<String>,
+    /// How long a drain may wait for its pods to go.
+    pub drain_timeout: Duration,
+    /// Delete pods a drain cannot evict (a PodDisruptionBudget, no controller).
+    pub force_drain: bool,
+    /// Print the plan; touch no host.
+    pub dry_run: bool,
+}
+
+/// What `remove node` did, or would do.
+#[derive(Debug)]
+pub enum RemoveReport {
+    Plan(String),
+    Removed(Removed),
+}
+
+/// A removal that succeeded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Removed {
+    pub cluster: String,
+    pub job: i64,
+    pub hosts: Vec<RemovedHost>,
+    /// Where the config still lists a removed host (`file:line`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub still_in_config: Vec<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub timing: String,
+}
+
+/// One host taken out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemovedHost {
+    pub name: String,
+    /// Its Node was drained (false: unreachable, or gone already).
+    pub drained: bool,
+    /// The host was reset.
+    pub reset: bool,
+    /// What did not run because the host was named unreachable.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+impl std::fmt::Display for Removed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for h in &self.hosts {
+            let what = match (h.drained, h.reset) {
+                (true, true) => "drained, Node deleted, host reset",
+                (false, true) => "host reset (its Node was gone already)",
+                (_, false) => "Node deleted; host NOT reset (unreachable)",
+            };
+            writeln!(f, "removed {} from cluster {} (job {}): {what}", h.name, self.cluster, self.job)?;
+            if !h.skipped.is_empty() {
+                writeln!(f, "  not run on {} (named unreachable): {}", h.name, h.skipped.join(", "))?;
+                writeln!(
+                    f,
+                    "  {} may still hold a valid kubelet certificate: `status --cluster {}` lists it as removed, not reset; \
+                     when it is back, reset it: kubexm-install remove node {} -f CONFIG",
+                    h.name, self.cluster, h.name
+                )?;
+            }
+        }
+        for at in &self.still_in_config {
+            writeln!(f, "{at}: delete this host from the config: an apply with it listed adds it back")?;
+        }
+        if !self.timing.is_empty() {
+            writeln!(f, "{}", self.timing.trim_end())?;
+        }
+        Ok(())
+    }
+}
+
+/// What is taken out, once checked.
+struct Plan {
+    record: ClusterRecord,
+    /// The hosts to take out that are members (drained, Node deleted).
+    members: Vec<String>,
+    /// Every host to take out, members and those removed before, not reset.
+    hosts: Vec<String>,
+    /// The control-plane node the Nodes are removed through.
+    via: String,
+    /// The hosts the operator's config lists, in its order.
+    file_hosts: Vec<String>,
+}
+
+/// Removes `o.hosts` from the session's installed cluster.
+pub fn remove(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<RemoveReport> {
+    let plan = check(session, o)?;
+    let pipeline = pipeline(session.cluster(), &plan, session.unreachable_hosts(), o)?;
+    if o.dry_run {
+        return Ok(RemoveReport::Plan(pipeline.plan()?.describe()));
+    }
+    let mut once = Some(pipeline);
+    let ex = session.execute("remove-node", run::Policy::FailFast, |_| {
+        once.take().ok_or_else(|| anyhow::anyhow!("the pipeline was asked for twice"))
+    })?;
+    let unreachable = session.unreachable_hosts().clone();
+    if !ex.ok() {
+        // The record stays what it was; the failed job is recorded beside it.
+        session.keep_unchanged(ex.job, &plan.record);
+        let errors = ex.errors();
+        return Err(op(
+            OpError::Host,
+            anyhow::anyhow!(
+                "removing {} failed (job {}); nothing is recorded as removed. Fix what is named and run it again \
+                 (what is done is checked and skipped); name a dead host with --unreachable:\n  {}",
+                plan.hosts.join(", "),
+                ex.job,
+                errors.join("\n  ")
+            ),
+        ));
+    }
+    session.put_record(ex.job, &plan.hosts, |job| {
+        let mut r = ClusterRecord {
+            job,
+            ..plan.record.clone()
+        };
+        for h in &plan.hosts {
+            r = r.without(h, !unreachable.contains(h), r.job.clone());
+        }
+        r
+    })?;
+    let located = session.located();
+    let still_in_config = plan
+        .hosts
+        .iter()
+        .filter_map(|h| {
+            let i = plan.file_hosts.iter().position(|n| n == h)?;
+            let at = located
+                .as_ref()
+                .and_then(|l| l.pos(&format!("spec.hosts[{i}]")))
+                .map(|p| format!(":{p}"))
+                .unwrap_or_default();
+            Some(format!("{}{at} ({h})", session.config_name()))
+        })
+        .collect();
+    let hosts = plan
+        .hosts
+        .iter()
+        .map(|h| {
+            let out = unreachable.contains(h);
+            let member = plan.members.contains(h);
+            RemovedHost {
+                name: h.clone(),
+                drained: member && !out,
+                reset: !out,
+                skipped: if out { vec!["drain".into(), "reset".into()] } else { vec![] },
+            }
+        })
+        .collect();
+    Ok(RemoveReport::Removed(Removed {
+        cluster: session.cluster().metadata.name.clone(),
+        job: ex.job,
+        hosts,
+        still_in_config,
+        timing: session.timing(ex.job),
+    }))
+}
+
+/// Refuses, before any host is touched, what cannot be removed, and points
+/// the session at the recorded cluster (with the hosts' connection settings
+/// from the operator's config where it lists them).
+fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
+    let name = session.cluster().metadata.name.clone();
+    let usage = |msg: String| op(OpError::Usage, anyhow::anyhow!(msg));
+    if o.hosts.is_empty() {
+        return Err(usage(
+            "name the host(s) to remove: kubexm-install remove node HOST -f CONFIG".into(),
+        ));
+    }
+    let record = session.last_record(true)?.ok_or_else(|| {
+        usage(format!(
+            "the state database {} records no install of cluster {name}: there is nothing to remove from \
+             (pass the --state it was installed with)",
+            session.settings().engine.state.display()
+        ))
+    })?;
+    let last = session.last_record(false)?;
+    for r in [Some(&record), last.as_ref()].into_iter().flatten() {
+        if r.job.kind.starts_with("reset") || r.job.kind == "delete-cluster" {
+            return Err(usage(format!(
+                "cluster {name}'s last job was a {} ({}, job {}): there is no installed cluster to remove a node from",
+                r.job.kind, r.job.status, r.job.id
+            )));
+        }
+    }
+    let file = session.cluster().clone();
+    let located = session.located();
+    kubexm_bom::changes::same_hosts(&record, &file, &o.hosts, located.as_ref(), session.config_name())
+        .map_err(kubexm_bom::config::LoadError::Invalid)?;
+    let mut cluster = recorded_cluster(&record, Some(&file));
+    let known: Vec<&str> = record.nodes.iter().map(|n| n.name.as_str()).collect();
+    if let Some(u) = o.unreachable.iter().find(|u| !known.contains(&u.as_str())) {
+        return Err(usage(format!(
+            "--unreachable {u}: cluster {name}'s record has no such host (its hosts: {})",
+            known.join(", ")
+        )));
+    }
+    let topo = kubexm_bom::topology::Topology::of(&record.config).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
+    let mut members = Vec::new();
+    let mut hosts = Vec::new();
+    for h in o.hosts.iter().collect::<BTreeSet<_>>() {
+        let Some(node) = record.nodes.iter().find(|n| &n.name == h) else {
+            return Err(usage(format!(
+                "cluster {name}'s record has no host {h} (its hosts: {}); `kubexm-install status --cluster {name}` shows them",
+                known.join(", ")
+            )));
+        };
+        if node.state == NodeState::RemovedNotReset {
+            if o.unreachable.contains(h) {
+                return Err(usage(format!(
+                    "{h} was removed from cluster {name} already and is still unreachable: nothing to do until it is back"
+                )));
+            }
+            let Some(entry) = file.spec.hosts.iter().find(|f| &f.name == h) else {
+                return Err(usage(format!(
+                    "{h} was removed from cluster {name} while unreachable; to reset it, list it in {} \
+                     (its address {} and how to log in) and run this again",
+                    session.config_name(),
+                    node.address
+                )));
+            };
+            cluster.spec.hosts.push(entry.clone());
+            hosts.push(h.clone());
+            continue;
+        }
+        refuse_role(&record, &topo, h, &node.roles)?;
+        members.push(h.clone());
+        hosts.push(h.clone());
+    }
+    let via = record
+        .config
+        .spec
+        .role_groups
+        .control_plane
+        .iter()
+        .find(|c| !o.unreachable.contains(*c))
+        .cloned()
+        .ok_or_else(|| {
+            usage(format!(
+                "every control-plane node of cluster {name} is named unreachable: the Nodes cannot be removed"
+            ))
+        })?;
+    // Only the hosts the job works on are connected to: another host down
+    // does not stop a removal.
+    cluster.spec.hosts.retain(|c| c.name == via || hosts.contains(&c.name));
+    let unreachable: Vec<String> = o.unreachable.iter().filter(|u| hosts.contains(u)).cloned().collect();
+    session.use_cluster(cluster);
+    session.unreachable(&unreachable)?;
+    Ok(Plan {
+        record,
+        members,
+        hosts,
+        via,
+        file_hosts: file.spec.hosts.iter().map(|h| h.name.clone()).collect(),
+    })
+}
+
+/// The cluster as `record` has it, each host reached as the operator's
+/// config `file` says when it lists the same machine (name and address):
+/// how to log in is the operator's to change.
+pub(crate) fn recorded_cluster(record: &ClusterRecord, file: Option<&Cluster>) -> Cluster {
+    let mut cluster = record.config.clone();
+    for h in &mut cluster.spec.hosts {
+        if let Some(f) = file.and_then(|f| f.spec.hosts.iter().find(|f| f.name == h.name && f.address == h.address)) {
+            *h = f.clone();
+        }
+    }
+    cluster
+}
+
+/// Refuses taking out `host` with `roles` that remove node does not take out.
+fn refuse_role(record: &ClusterRecord, topo: &kubexm_bom::topology::Topology, host: &str, roles: &[String]) -> anyhow::Result<()> {
+    let name = &record.name;
+    let g = &record.config.spec.role_groups;
+    if roles.iter().any(|r| r == "control-plane") && g.control_plane.len() == 1 {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!("{host} is the last control-plane node of cluster {name}: to take the whole cluster down, reset it"),
+        ));
+    }
+    if topo.registry.as_ref().is_some_and(|r| r.host == host) {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "{host} serves cluster {name}'s registry (every node pulls its images from it): it cannot be removed \
+                 while it does (moving the registry to another host with registry.host is not supported yet)"
+            ),
+        ));
+    }
+    let other: Vec<&str> = roles
+        .iter()
+        .map(String::as_str)
+        .filter(|r| !matches!(*r, "worker" | "local-proxy"))
+        .collect();
+    if !other.is_empty() {
+        return Err(op(
+            OpError::Unsupported,
+            anyhow::anyhow!(
+                "removing a {} node ({host}) is not supported yet: remove node takes out workers",
+                other.join(" and ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The job: the Nodes removed through `via`, then the reachable hosts reset.
+fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &RemoveOptions) -> anyhow::Result<Pipeline> {
+    let mut steps: Vec<Arc<dyn Step>> = Vec::new();
+    for h in &plan.members {
+        let drain = if unreachable.contains(h) { "no" } else { "yes" };
+        let force = if o.force_drain { "--disable-eviction --force" } else { "" };
+        let timeout = o.drain_timeout.as_secs().max(1).to_string();
+        let script = crate::template::render(
+            "remove-node.sh",
+            REMOVE_NODE,
+            &[
+                ("NODE", &q(h)),
+                ("ADMIN_CONF", ADMIN_CONF),
+                ("DRAIN", drain),
+                ("TIMEOUT", &timeout),
+                ("FORCE", force),
+            ],
+            &[],
+        )?;
+        let check = format!("kubectl --kubeconfig {ADMIN_CONF} get node {} 2>&1 | grep -q NotFound", q(h));
+        let mut step = Shell::new(&format!("remove-node-{h}"), Some(&check), &script);
+        step.timeout = o.drain_timeout + Duration::from_secs(120);
+        steps.push(Arc::new(step));
+    }
+    let mut modules = Vec::new();
+    if !steps.is_empty() {
+        modules.push(Module {
+            name: "remove-node".into(),
+            tasks: vec![Task {
+                name: "remove-nodes".into(),
+                hosts: vec![plan.via.clone()],
+                steps,
+                after: vec![],
+            }],
+        });
+    }
+    let reset: Vec<String> = plan.hosts.iter().filter(|h| !unreachable.contains(*h)).cloned().collect();
+    if !reset.is_empty() {
+        let after = if modules.is_empty() {
+            vec![]
+        } else {
+            vec![("remove-nodes".to_string(), Scope::AllHosts)]
+        };
+        modules.push(Module {
+            name: super::super::pipelines::Phase::Reset.name().into(),
+            tasks: vec![Task {
+                name: "reset".into(),
+                hosts: reset,
+                steps: vec![Arc::new(crate::pipelines::reset::step(cluster, false)?) as Arc<dyn Step>],
+                after,
+            }],
+        });
+    }
+    Ok(Pipeline {
+        name: "remove-node".into(),
+        modules,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::fixture::{CONFIG, Fixture};
+
+    impl Fixture {
+        fn remove(&self, text: &str, hosts: &[&str], unreachable: &[&str]) -> anyhow::Result<RemoveReport> {
+            let o = RemoveOptions {
+                hosts: hosts.iter().map(|h| h.to_string()).collect(),
+                unreachable: unreachable.iter().map(|h| h.to_string()).collect(),
+                drain_timeout: DRAIN_TIMEOUT,
+                force_drain: false,
+                dry_run: false,
+            };
+            remove(&mut self.session(text)?, &o)
+        }
+    }
+
+    fn kind(r: anyhow::Result<RemoveReport>) -> (Option<&'static str>, String) {
+        let Err(e) = r else {
+            return (None, "removed".into());
+        };
+        let kind = match OpError::find(&e) {
+            Some(OpError::Usage(_)) => Some("usage"),
+            Some(OpError::Unsupported(_)) => Some("unsupported"),
+            Some(OpError::Config(_)) => Some("config"),
+            _ => match e.downcast_ref::<kubexm_bom::config::LoadError>() {
+                Some(_) => Some("config"),
+                None => Some("other"),
+            },
+        };
+        (kind, format!("{e:#}"))
+    }
+
+    /// Issue 29: what remove node cannot do is refused before any host is
+    /// touched, each with its reason.
+    #[test]
+    fn refusals_come_before_any_host_is_touched() -> anyhow::Result<()> {
+        let f = Fixture::installed()?;
+        let before = f.connecting.asked().len();
+        let moved = CONFIG.replace("10.0.0.2", "10.0.0.9");
+        for (text, hosts, unreachable, want, says) in [
+            (CONFIG, vec!["z"], vec![], "usage", "record has no host z (its hosts: a, b, c, d)"),
+            (CONFIG, vec!["b"], vec!["y"], "usage", "--unreachable y"),
+            (CONFIG, vec!["a"], vec![], "usage", "a is the last control-plane node"),
+            (
+                moved.as_str(),
+                vec!["b"],
+                vec![],
+                "config",
+                "host b's address changed: recorded 10.0.0.2, now 10.0.0.9",
+            ),
+        ] {
+            let (got, msg) = kind(f.remove(text, &hosts, &unreachable));
+            assert_eq!(got, Some(want), "{hosts:?}: {msg}");
+            assert!(msg.contains(says), "{hosts:?}: {msg}");
+        }
+        let two_cp = CONFIG
+            .replace("control-plane: [a]", "control-plane: [a, b]")
+            .replace("worker: [b, c, d]", "worker: [c, d]");
+        let g = Fixture::installed()?;
+        let s = g.session(&two_cp)?;
+        let ex = s.execute("install", run::Policy::FailFast, |_| {
+            Ok(crate::engine::jobs::one_task("probe", vec![], vec![]))
+        })?;
+        s.keep_record(ex.job, None, &Default::default())?;
+        let (got, msg) = kind(g.remove(&two_cp, &["b"], &[]));
+        assert_eq!(got, Some("unsupported"), "{msg}");
+        assert!(msg.contains("removing a control-plane node (b) is not supported yet"), "{msg}");
+        assert_eq!(f.connecting.asked().len(), before, "a host was contacted");
+        assert!(f.connecting.log.calls().is_empty(), "a command ran: {:?}", f.connecting.log.calls());
+        Ok(())
+    }
+
+    /// Issue 29: b is drained and reset; c, named unreachable, is never
+    /// contacted and stays in the record as removed, not reset, until a
+    /// later removal resets it; d, another worker, is not contacted at all.
+    #[test]
+    fn a_reachable_and_an_unreachable_worker_are_removed() -> anyhow::Result<()> {
+        let f = Fixture::installed()?;
+        let before = f.connecting.asked().len();
+        let RemoveReport::Removed(r) = f.remove(CONFIG, &["b", "c"], &["c"])? else {
+            anyhow::bail!("planned instead of removing");
+        };
+        assert_eq!(&f.connecting.asked()[before..], ["a", "b"], "hosts connected to");
+        let calls = f.connecting.log.calls();
+        assert!(calls.iter().all(|(h, _)| h == "a" || h == "b"), "{calls:?}");
+        assert!(
+            calls.iter().any(|(h, c)| h == "a" && c.contains("get node 'b'")),
+            "b's Node was not removed through a: {calls:?}"
+        );
+        assert!(
+            calls.iter().any(|(h, c)| h == "a" && c.contains("get node 'c'")),
+            "c's Node was not removed through a: {calls:?}"
+        );
+        let text = r.to_string();
+        assert!(
+            text.contains("removed b from cluster s") && text.contains("not run on c (named unreachable): drain, reset"),
+            "{text}"
+        );
+        assert!(
+            text.contains("s.yaml:8:5 (b)") && text.contains("delete this host from the config"),
+            "{text}"
+        );
+        let rec = f.record()?;
+        assert_eq!((rec.job.kind.as_str(), rec.job.status.as_str()), ("remove-node", "succeeded"));
+        let nodes: Vec<(&str, NodeState)> = rec.nodes.iter().map(|n| (n.name.as_str(), n.state)).collect();
+        assert_eq!(
+            nodes,
+            [
+                ("a", NodeState::Member),
+                ("c", NodeState::RemovedNotReset),
+                ("d", NodeState::Member)
+            ]
+        );
+        assert_eq!(rec.config.spec.role_groups.worker, ["d"]);
+        assert!(rec.to_string().contains("removed, not reset"), "{rec}");
+        // c is back: removing it again resets it, and the record forgets it.
+        let RemoveReport::Removed(again) = f.remove(CONFIG, &["c"], &[])? else {
+            anyhow::bail!("planned instead of removing");
+        };
+        assert!(again.hosts[0].reset && !again.hosts[0].drained, "{again:?}");
+        assert!(f.connecting.log.calls().iter().any(|(h, _)| h == "c"), "c was not reset");
+        let names: Vec<String> = f.record()?.nodes.iter().map(|n| n.name.clone()).collect();
+        assert_eq!(names, ["a", "d"]);
+        // A host no longer in the record is refused.
+        let (got, msg) = kind(f.remove(CONFIG, &["b"], &[]));
+        assert_eq!(got, Some("usage"), "{msg}");
+        Ok(())
+    }
+}
