@@ -44,6 +44,9 @@ const FIXED: &[(&str, &str)] = &[
 /// a change needs nothing done on the cluster.
 const LOCAL: &[&str] = &["spec.bundle", "spec.conformance", "spec.preflight", "spec.hostDefaults"];
 
+/// Settings apply changes on the hosts (their steps compare what they write).
+const APPLIED: &[&str] = &["spec.etcd.backup"];
+
 /// Per-host settings of the installer's connection only.
 const HOST_LOCAL: &[&str] = &["port", "user", "auth", "bastion"];
 
@@ -104,6 +107,17 @@ pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>,
         );
     }
     let added = hosts(record, new, &pos, &mut out);
+    if record.config.spec.etcd.backup.is_some() && new.spec.etcd.backup.is_none() {
+        out.push(
+            Diagnostic::new(
+                Kind::Unsupported,
+                "spec.etcd",
+                "removing etcd.backup from an installed cluster is not supported yet (its timers would stay)",
+            )
+            .hint("put etcd.backup back; another schedule, keep or directory is applied")
+            .at(pos("spec.etcd")),
+        );
+    }
     // Each role group as recorded, order included (the first control-plane
     // node inits; the registry's host serves every node), but for added hosts.
     let (old_g, new_g) = (&record.config.spec.role_groups, &new.spec.role_groups);
@@ -378,10 +392,11 @@ fn show(v: Option<&Value>) -> String {
 /// The config without what [`changes`] checks itself and what needs nothing done.
 fn strip(mut v: Value) -> Value {
     let fixed = FIXED.iter().map(|(p, _)| *p);
-    for path in fixed
-        .chain(LOCAL.iter().copied())
-        .chain(["spec.kubernetes.version", "spec.hosts", "spec.roleGroups"])
-    {
+    for path in fixed.chain(LOCAL.iter().copied()).chain(APPLIED.iter().copied()).chain([
+        "spec.kubernetes.version",
+        "spec.hosts",
+        "spec.roleGroups",
+    ]) {
         let (parent, key) = path.rsplit_once('.').unwrap_or(("", path));
         let target = if parent.is_empty() {
             Some(&mut v)
@@ -469,6 +484,26 @@ mod tests {
             );
         let c = check(&new)?.map_err(|e| e.to_string())?;
         assert_eq!(c.added, ["d"]);
+        Ok(())
+    }
+
+    /// Issue 29: `etcd.backup` is applied when added or changed, refused
+    /// (not supported yet) when removed.
+    #[test]
+    fn etcd_backup_is_applied_but_not_removed() -> Result<(), Box<dyn std::error::Error>> {
+        let with = BASE.replace(
+            "  kubernetes:",
+            "  etcd: {backup: {schedule: daily, keep: 2, directory: /var/lib/etcd-backups}}\n  kubernetes:",
+        );
+        assert_eq!(check(&with)?.map_err(|e| e.to_string())?, Changes::default());
+        let located = crate::yaml::parse(BASE).map_err(|e| e.to_string())?;
+        let Err(d) = changes(&record(&with)?, &load(BASE)?, Some(&located), "c.yaml") else {
+            return Err("removing etcd.backup was taken".into());
+        };
+        assert!(d.to_string().contains("removing etcd.backup"), "{d}");
+        let other = with.replace("keep: 2", "keep: 3");
+        let located = crate::yaml::parse(&other).map_err(|e| e.to_string())?;
+        assert!(changes(&record(&with)?, &load(&other)?, Some(&located), "c.yaml").is_ok());
         Ok(())
     }
 

@@ -73,6 +73,10 @@ pub const KUBERNETES_CA_KEY: &str = "/etc/kubernetes/pki/ca.key";
 pub const KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
 /// kubexm's etcd unit, and the registry service's on the registry host.
 pub const ETCD_UNIT: &str = "/etc/systemd/system/kubexm-etcd.service";
+/// `etcd.backup`: the script and its systemd service and timer on each etcd host.
+pub const ETCD_BACKUP_SCRIPT: &str = "/etc/kubexm/etcd-backup.sh";
+pub const ETCD_BACKUP_SERVICE: &str = "/etc/systemd/system/kubexm-etcd-backup.service";
+pub const ETCD_BACKUP_TIMER: &str = "/etc/systemd/system/kubexm-etcd-backup.timer";
 pub const REGISTRY_UNIT: &str = "/etc/systemd/system/kubexm-registry.service";
 /// The installer binary on the registry host, which serves the registry.
 pub const HOST_INSTALLER: &str = "/usr/local/bin/kubexm-install";

@@ -3,7 +3,7 @@
 # kubexm configs go.
 systemctl stop kubelet 2>/dev/null
 if [ -x /usr/local/bin/kubeadm ]; then /usr/local/bin/kubeadm reset -f >/dev/null 2>&1; fi
-for u in kubelet kubexm-etcd kubexm-registry containerd; do
+for u in kubexm-etcd-backup.timer kubelet kubexm-etcd kubexm-registry containerd; do
   systemctl disable -q --now "$u" 2>/dev/null
 done
 for u in haproxy keepalived; do
@@ -35,6 +35,7 @@ rm -rf /etc/kubernetes /var/lib/kubelet /etc/kubexm /var/lib/kubexm /etc/contain
   /opt/cni /etc/cni/net.d /var/lib/cni /run/flannel /var/log/kubexm \
   /etc/systemd/system/kubelet.service /etc/systemd/system/kubelet.service.d /etc/systemd/system/kubexm-etcd.service \
   /etc/systemd/system/kubexm-registry.service /etc/systemd/system/containerd.service \
+  /etc/systemd/system/kubexm-etcd-backup.service /etc/systemd/system/kubexm-etcd-backup.timer \
   /etc/sysctl.d/90-kubexm-kubernetes.conf /etc/modules-load.d/kubexm-kubernetes.conf
 for b in kubeadm kubelet kubectl etcd etcdctl crictl containerd containerd-shim containerd-shim-runc-v1 containerd-shim-runc-v2 containerd-stress ctr kubexm-install; do
   rm -f "/usr/local/bin/$b"

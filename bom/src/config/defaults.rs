@@ -38,6 +38,7 @@ impl Default for Etcd {
             version: None,
             data_dir: PathBuf::from("/var/lib/etcd"),
             external: None,
+            backup: None,
         }
     }
 }

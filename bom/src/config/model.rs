@@ -253,6 +253,33 @@ pub struct Etcd {
     pub data_dir: PathBuf,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalEtcd>,
+    /// Snapshots each etcd member takes of itself on a systemd timer
+    /// (binary mode); unset: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup: Option<EtcdBackup>,
+}
+
+/// `etcd.backup`: a systemd timer on every etcd host saving a snapshot of
+/// its member into `directory`, the newest `keep` kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct EtcdBackup {
+    /// When, as systemd's OnCalendar takes it (`daily`, `*-*-* 02:30:00`, `hourly`).
+    pub schedule: String,
+    /// Snapshots kept on each host (the newest).
+    pub keep: u32,
+    /// Where on each etcd host (a directory of its own; reset leaves it).
+    pub directory: PathBuf,
+}
+
+impl Default for EtcdBackup {
+    fn default() -> Self {
+        Self {
+            schedule: "daily".into(),
+            keep: 7,
+            directory: PathBuf::from("/var/lib/etcd-backups"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]

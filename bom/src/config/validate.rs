@@ -356,6 +356,9 @@ impl Rules<'_> {
             }
             _ => {}
         }
+        if let Some(b) = &s.etcd.backup {
+            self.etcd_backup(s.etcd.mode, b);
+        }
         if s.etcd.mode == EtcdMode::Kubeadm {
             for (i, m) in s.role_groups.etcd.iter().enumerate() {
                 if !s.role_groups.control_plane.contains(m) {
@@ -365,6 +368,32 @@ impl Rules<'_> {
                     );
                 }
             }
+        }
+    }
+
+    /// `etcd.backup`: binary mode only; its schedule goes into a systemd
+    /// unit and its directory into a script, so both are checked strictly.
+    fn etcd_backup(&mut self, mode: EtcdMode, b: &super::model::EtcdBackup) {
+        if mode != EtcdMode::Binary {
+            self.err("spec.etcd.backup", "etcd.backup needs etcd mode binary (kubexm runs those members)");
+        }
+        let calendar = |c: char| c.is_ascii_alphanumeric() || " *:/,.~-".contains(c);
+        if b.schedule.trim().is_empty() || b.schedule.len() > 64 || !b.schedule.chars().all(calendar) {
+            self.hinted(
+                "spec.etcd.backup.schedule",
+                format!("`{}` is not a systemd calendar expression kubexm takes", b.schedule.escape_debug()),
+                "write one like daily, hourly or *-*-* 02:30:00 (letters, digits, spaces and * : / , . ~ -)",
+            );
+        }
+        if !(1..=1000).contains(&b.keep) {
+            self.err("spec.etcd.backup.keep", format!("keep {} is outside 1..1000", b.keep));
+        }
+        if let Some(why) = host_path_problem(&b.directory.to_string_lossy()) {
+            self.hinted(
+                "spec.etcd.backup.directory",
+                format!("{why}; kubexm creates this directory on the etcd hosts"),
+                "name a directory of its own, such as /var/lib/etcd-backups",
+            );
         }
     }
 

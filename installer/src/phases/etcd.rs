@@ -1,19 +1,23 @@
 //! The etcd phase, binary mode: per member our certificates, the binaries
-//! for its arch and a systemd unit; then the whole cluster healthy over TLS.
+//! for its arch and a systemd unit (and, with `etcd.backup`, a timer that
+//! snapshots the member); then the whole cluster healthy over TLS.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::{Context, install_component};
 use crate::engine::files::PutFiles;
-use crate::engine::plan::{Module, Scope, Task};
+use crate::engine::plan::{Module, Scope, Step, Task};
 use crate::engine::steps::Shell;
 use crate::pki;
 use crate::template::render;
 
-use crate::paths::ETCD_PKI;
 use crate::paths::ETCD_UNIT as ETCD_UNIT_PATH;
+use crate::paths::{ETCD_BACKUP_SCRIPT, ETCD_BACKUP_SERVICE, ETCD_BACKUP_TIMER, ETCD_PKI};
 const ETCD_UNIT: &str = include_str!("../../../manifests/templates/kubexm-etcd.service");
+const BACKUP_SCRIPT: &str = include_str!("../../../manifests/templates/etcd-backup.sh");
+const BACKUP_SERVICE: &str = include_str!("../../../manifests/templates/kubexm-etcd-backup.service");
+const BACKUP_TIMER: &str = include_str!("../../../manifests/templates/kubexm-etcd-backup.timer");
 
 /// etcd in binary mode: per member our certificates, the binaries for its
 /// arch, a systemd unit; then the whole cluster healthy over TLS.
@@ -71,6 +75,9 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             ),
             "systemctl start --no-block kubexm-etcd",
         )));
+        if let Some(b) = &i.cluster.spec.etcd.backup {
+            steps.push(backup(m, b)?);
+        }
         tasks.push(Task {
             name: format!("etcd-{m}"),
             hosts: vec![m.clone()],
@@ -104,4 +111,34 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         name: "etcd".into(),
         tasks,
     })
+}
+
+/// `etcd.backup` on member `m`: the snapshot script, its service and the
+/// timer that runs it, enabled.
+fn backup(m: &str, b: &kubexm_bom::config::model::EtcdBackup) -> anyhow::Result<Arc<dyn Step>> {
+    let keep = b.keep.to_string();
+    let dir = crate::engine::transport::shell_quote(&b.directory.display().to_string());
+    let values = [
+        ("NAME", m),
+        ("DIR", dir.as_str()),
+        ("KEEP", keep.as_str()),
+        ("PKI", ETCD_PKI),
+        ("SCRIPT", ETCD_BACKUP_SCRIPT),
+        ("SCHEDULE", b.schedule.as_str()),
+    ];
+    let file = |name: &str, text: &str| render(name, text, &values, &[]).map(String::into_bytes);
+    Ok(Arc::new(PutFiles {
+        // Its check compares the files: other settings apply again.
+        name: "etcd-backup".into(),
+        files: vec![
+            (ETCD_BACKUP_SCRIPT.into(), file("etcd-backup.sh", BACKUP_SCRIPT)?, 0o700),
+            (
+                ETCD_BACKUP_SERVICE.into(),
+                file("kubexm-etcd-backup.service", BACKUP_SERVICE)?,
+                0o644,
+            ),
+            (ETCD_BACKUP_TIMER.into(), file("kubexm-etcd-backup.timer", BACKUP_TIMER)?, 0o644),
+        ],
+        then: Some("systemctl daemon-reload && systemctl enable -q --now kubexm-etcd-backup.timer".into()),
+    }))
 }

@@ -346,3 +346,48 @@ pub fn certificates_are_checked(config: &Path, dir: &Path) {
     );
     assert!(!String::from_utf8_lossy(&flagged.stdout).contains("PRIVATE KEY"), "a key was read");
 }
+
+/// Issue 29: `etcd.backup` added by `apply` installs a timer on every etcd
+/// host; its service, started by hand three times on lab1, leaves the
+/// newest two snapshots, each with a sha256 that checks.
+pub fn etcd_backup_timer(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path) {
+    let text = std::fs::read_to_string(config).unwrap().replacen(
+        "  kubernetes:\n",
+        "  etcd: {backup: {schedule: daily, keep: 2, directory: /var/lib/etcd-backups}}\n  kubernetes:\n",
+        1,
+    );
+    let new = dir.join("with-backup.yaml");
+    std::fs::write(&new, text).unwrap();
+    let start = std::time::Instant::now();
+    let applied = ok(apply(lab, &new, b, dir, &[]), "apply (etcd.backup)");
+    eprintln!("apply (etcd.backup) took {:?}", start.elapsed());
+    eprintln!("{applied}");
+    let state = kubexm_installer::engine::state::State::open(&dir.join("state.db"), vec![]).unwrap();
+    let job = state.job(None).unwrap().expect("the apply's job");
+    let backups: Vec<String> = state
+        .steps(job.id)
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.status == "applied" && s.node.contains("/etcd-backup@"))
+        .map(|s| s.host)
+        .collect();
+    assert_eq!(backups.len(), 3, "etcd-backup applied on {backups:?}");
+    for h in ["lab1", "lab2", "lab3"] {
+        lab.ssh_ok(
+            h,
+            "systemctl is-enabled -q kubexm-etcd-backup.timer && systemctl is-active -q kubexm-etcd-backup.timer",
+        );
+    }
+    let left = lab.ssh_ok(
+        "lab1",
+        "for i in 1 2 3; do systemctl start kubexm-etcd-backup.service; sleep 1; done; \
+         cd /var/lib/etcd-backups && sha256sum -c --quiet *.sha256 && ls -1",
+    );
+    let files: Vec<&str> = left.lines().collect();
+    assert_eq!(files.len(), 4, "two snapshots and their sums: {left}");
+    assert_eq!(
+        files.iter().filter(|f| f.starts_with("lab1-") && f.ends_with(".db")).count(),
+        2,
+        "{left}"
+    );
+}
