@@ -1,8 +1,9 @@
-# kubexm remove node: take node {{NODE}} out of the cluster, through the
-# admin kubeconfig of this control-plane node: cordon it, drain it (unless
-# it is unreachable: its kubelet cannot stop anything, and the pods of a
-# deleted Node are removed by Kubernetes' pod garbage collector), delete
-# the Node object. Safe to re-run: a Node already gone is done.
+# kubexm remove node: cordon node {{NODE}} and drain it, through the admin
+# kubeconfig of this control-plane node (an unreachable node is cordoned
+# only: its kubelet cannot stop anything, and the pods of a deleted Node are
+# removed by Kubernetes' pod garbage collector). The Node is deleted by a
+# later step, once its host is reset (a running kubelet would register it
+# again). Safe to re-run: a Node already gone is done.
 k="kubectl --kubeconfig {{ADMIN_CONF}}"
 n={{NODE}}
 if ! $k get node "$n" -o name >/dev/null 2>&1; then
@@ -29,8 +30,5 @@ if [ {{DRAIN}} = yes ]; then
   fi
   echo "node $n drained in $(( $(date +%s) - t0 ))s"
 else
-  echo "node $n is unreachable: not drained; its pods are removed with the Node"
+  echo "node $n is unreachable: cordoned, not drained; its pods are removed with the Node"
 fi
-t0=$(date +%s)
-$k delete node "$n" --wait=true >/dev/null || exit 1
-echo "node $n deleted in $(( $(date +%s) - t0 ))s"

@@ -16,6 +16,9 @@ use crate::net::{Cidr, is_dns_label, is_host_address};
 
 pub use super::host_paths::host_path_problem;
 
+#[path = "validate_etcd.rs"]
+mod etcd;
+
 /// Runs every rule; returns every problem. Without a catalog (operations
 /// that only reach hosts, such as reset) versions, arches and OS releases
 /// are not checked.
@@ -321,79 +324,6 @@ impl Rules<'_> {
                     "name a directory of its own, such as /var/lib/etcd or /data/etcd",
                 );
             }
-        }
-    }
-
-    fn etcd(&mut self, s: &Spec) {
-        let n = s.role_groups.etcd.len();
-        match s.etcd.mode {
-            EtcdMode::External => {
-                let ext = s.etcd.external.as_ref();
-                if ext.is_none_or(|e| e.endpoints.is_empty()) {
-                    self.hinted(
-                        "spec.etcd",
-                        "etcd mode external needs endpoints",
-                        "set etcd.external.endpoints, caFile, certFile and keyFile",
-                    );
-                }
-                if n > 0 {
-                    self.err("spec.roleGroups.etcd", "etcd hosts are listed, but etcd mode is external");
-                }
-            }
-            EtcdMode::Binary | EtcdMode::Kubeadm if n == 0 => {
-                self.hinted(
-                    "spec.roleGroups.etcd",
-                    "no etcd members",
-                    "list 1, 3 or 5 hosts under roleGroups.etcd, or use etcd mode external",
-                );
-            }
-            _ if n.is_multiple_of(2) => {
-                self.hinted(
-                    "spec.roleGroups.etcd",
-                    format!("{n} etcd members; an even count tolerates no more failures than one member fewer and risks split votes"),
-                    "use an odd number of members: 1, 3 or 5",
-                );
-            }
-            _ => {}
-        }
-        if let Some(b) = &s.etcd.backup {
-            self.etcd_backup(s.etcd.mode, b);
-        }
-        if s.etcd.mode == EtcdMode::Kubeadm {
-            for (i, m) in s.role_groups.etcd.iter().enumerate() {
-                if !s.role_groups.control_plane.contains(m) {
-                    self.err(
-                        format!("spec.roleGroups.etcd[{i}]"),
-                        format!("etcd mode kubeadm stacks etcd on control-plane nodes, but `{m}` is not one"),
-                    );
-                }
-            }
-        }
-    }
-
-    /// `etcd.backup`: binary mode only; its schedule goes into a systemd
-    /// unit and its directory into a script, so both are checked strictly.
-    fn etcd_backup(&mut self, mode: EtcdMode, b: &super::model::EtcdBackup) {
-        if mode != EtcdMode::Binary {
-            self.err("spec.etcd.backup", "etcd.backup needs etcd mode binary (kubexm runs those members)");
-        }
-        let calendar = |c: char| c.is_ascii_alphanumeric() || " *:/,.~-".contains(c);
-        if b.schedule.trim().is_empty() || b.schedule.len() > 64 || !b.schedule.chars().all(calendar) {
-            self.hinted(
-                "spec.etcd.backup.schedule",
-                format!("`{}` is not a systemd calendar expression kubexm takes", b.schedule.escape_debug()),
-                "write one like daily, hourly or *-*-* 02:30:00 (letters, digits, spaces and * : / , . ~ -)",
-            );
-        }
-        if !(1..=1000).contains(&b.keep) {
-            self.err("spec.etcd.backup.keep", format!("keep {} is outside 1..1000", b.keep));
-        }
-        if let Some(why) = host_path_problem(&b.directory.to_string_lossy()) {
-            self.hinted(
-                "spec.etcd.backup.directory",
-                format!("{why}; kubexm creates this directory on the etcd hosts"),
-                "name a directory of its own, such as /var/lib/etcd-backups",
-            );
         }
     }
 

@@ -142,15 +142,26 @@ fn parse(host: &str, out: &str, now: i64) -> anyhow::Result<Vec<CertInfo>> {
             let Some(start) = block.find("-----BEGIN CERTIFICATE-----") else {
                 continue;
             };
-            let (_, p) = x509_parser::pem::parse_x509_pem(&block.as_bytes()[start..])
-                .map_err(|e| op(OpError::Host, anyhow::anyhow!("{host}: {path}: not a PEM certificate: {e}")))?;
-            let cert = p
-                .parse_x509()
-                .map_err(|e| op(OpError::Host, anyhow::anyhow!("{host}: {path}: not an X.509 certificate: {e}")))?;
+            // One unreadable certificate is named, the others still shown.
+            let parsed = x509_parser::pem::parse_x509_pem(&block.as_bytes()[start..]).map_err(|e| e.to_string());
+            let pem = match parsed {
+                Ok((_, p)) => p,
+                Err(e) => {
+                    tracing::warn!("{host}: {path}: not a PEM certificate: {e}");
+                    continue;
+                }
+            };
+            let cert = match pem.parse_x509() {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("{host}: {path}: not an X.509 certificate: {e}");
+                    continue;
+                }
+            };
             let not_after = cert.validity().not_after.timestamp();
             found.push(CertInfo {
                 host: host.to_string(),
-                path: path.to_string(),
+                path: crate::ops::conformance::run::printable(path),
                 subject: crate::ops::conformance::run::printable(&cert.subject().to_string()),
                 issuer: crate::ops::conformance::run::printable(&cert.issuer().to_string()),
                 ca: cert.is_ca(),

@@ -47,6 +47,9 @@ pub struct Deleted {
     pub not_reset: Vec<String>,
     /// What stays on this machine (without `purge`).
     pub kept: Vec<PathBuf>,
+    /// What stays on the hosts: `host:directory` of `etcd.backup`'s snapshots.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_on_hosts: Vec<String>,
     /// What was removed from this machine.
     pub removed: Vec<PathBuf>,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -65,8 +68,8 @@ impl std::fmt::Display for Deleted {
         if !self.not_reset.is_empty() {
             writeln!(
                 f,
-                "  NOT reset: {} (they may still run kubelet with a valid certificate); when back, reset them: \
-                 kubexm-install reset -f CONFIG --yes (a config listing only them)",
+                "  NOT reset: {} (they may still run kubelet with a valid certificate); when back, reset them with the \
+                 cluster's config: kubexm-install reset -f CONFIG --yes --unreachable <every other host>",
                 self.not_reset.join(", ")
             )?;
         }
@@ -75,6 +78,12 @@ impl std::fmt::Display for Deleted {
         }
         for p in &self.kept {
             writeln!(f, "  kept {} (--purge removes it)", p.display())?;
+        }
+        for p in &self.kept_on_hosts {
+            writeln!(
+                f,
+                "  kept {p} (etcd.backup's snapshots; remove them on the host when no longer needed)"
+            )?;
         }
         if !self.timing.is_empty() {
             writeln!(f, "{}", self.timing.trim_end())?;
@@ -98,6 +107,13 @@ pub fn delete(session: &mut Session, file: bool, o: &DeleteOptions) -> anyhow::R
         )
     })?;
     let given = session.cluster().clone();
+    if file {
+        // A name the record knows is the machine it recorded: never reset another.
+        let names: Vec<String> = record.nodes.iter().map(|n| n.name.clone()).collect();
+        let located = session.located();
+        kubexm_bom::changes::same_hosts(&record, &given, &names, located.as_ref(), session.config_name())
+            .map_err(kubexm_bom::config::LoadError::Invalid)?;
+    }
     let mut cluster = super::remove::recorded_cluster(&record, file.then_some(&given));
     let mut not_reset: Vec<String> = Vec::new();
     for n in record.nodes.iter().filter(|n| n.state == NodeState::RemovedNotReset) {
@@ -162,7 +178,19 @@ pub fn delete(session: &mut Session, file: bool, o: &DeleteOptions) -> anyhow::R
             kept.push(dir);
         }
     }
+    let kept_on_hosts = match &record.config.spec.etcd.backup {
+        Some(b) => record
+            .config
+            .spec
+            .role_groups
+            .etcd
+            .iter()
+            .map(|h| format!("{h}:{}", b.directory.display()))
+            .collect(),
+        None => Vec::new(),
+    };
     Ok(DeleteReport::Deleted(Deleted {
+        kept_on_hosts,
         cluster: name,
         job: ex.job,
         reset: hosts,

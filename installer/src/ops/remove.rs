@@ -32,6 +32,9 @@ const REMOVE_NODE: &str = include_str!("../../../manifests/templates/remove-node
 /// How long a drain may take unless told otherwise.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The longest drain timeout taken (a day).
+pub const MAX_DRAIN_TIMEOUT: u32 = 86_400;
+
 /// What `remove node` is asked.
 #[derive(Debug, Clone)]
 pub struct RemoveOptions {
@@ -72,7 +75,7 @@ pub struct Removed {
 #[serde(rename_all = "camelCase")]
 pub struct RemovedHost {
     pub name: String,
-    /// Its Node was drained (false: unreachable, or gone already).
+    /// Its Node was drained (false: unreachable, or removed in an earlier run).
     pub drained: bool,
     /// The host was reset.
     pub reset: bool,
@@ -85,9 +88,9 @@ impl std::fmt::Display for Removed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for h in &self.hosts {
             let what = match (h.drained, h.reset) {
-                (true, true) => "drained, Node deleted, host reset",
-                (false, true) => "host reset (its Node was gone already)",
-                (_, false) => "Node deleted; host NOT reset (unreachable)",
+                (true, true) => "drained, host reset, Node deleted",
+                (false, true) => "host reset; its Node deleted if it had registered again",
+                (_, false) => "cordoned, Node deleted; host NOT reset (unreachable)",
             };
             writeln!(f, "removed {} from cluster {} (job {}): {what}", h.name, self.cluster, self.job)?;
             if !h.skipped.is_empty() {
@@ -135,31 +138,42 @@ pub fn remove(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Remove
         once.take().ok_or_else(|| anyhow::anyhow!("the pipeline was asked for twice"))
     })?;
     let unreachable = session.unreachable_hosts().clone();
-    if !ex.ok() {
-        // The record stays what it was; the failed job is recorded beside it.
-        session.keep_unchanged(ex.job, &plan.record);
-        let errors = ex.errors();
-        return Err(op(
-            OpError::Host,
-            anyhow::anyhow!(
-                "removing {} failed (job {}); nothing is recorded as removed. Fix what is named and run it again \
-                 (what is done is checked and skipped); name a dead host with --unreachable:\n  {}",
-                plan.hosts.join(", "),
-                ex.job,
-                errors.join("\n  ")
-            ),
-        ));
-    }
-    session.put_record(ex.job, &plan.hosts, |job| {
+    let done = if ex.ok() {
+        plan.hosts.clone()
+    } else {
+        removed_in(&ex.report, &plan.hosts)
+    };
+    let without = |job| {
         let mut r = ClusterRecord {
             job,
             ..plan.record.clone()
         };
-        for h in &plan.hosts {
+        for h in &done {
             r = r.without(h, !unreachable.contains(h), r.job.clone());
         }
         r
-    })?;
+    };
+    if !ex.ok() {
+        if let Err(e) = session.put_record(ex.job, &done, without) {
+            tracing::warn!("{e:#}");
+        }
+        let removed = if done.is_empty() {
+            "nothing is recorded as removed".to_string()
+        } else {
+            format!("{} removed all the same", done.join(", "))
+        };
+        return Err(op(
+            OpError::Host,
+            anyhow::anyhow!(
+                "removing {} failed (job {}); {removed}. Fix what is named and run it again \
+                 (what is done is checked and skipped); name a dead host with --unreachable:\n  {}",
+                plan.hosts.join(", "),
+                ex.job,
+                ex.errors().join("\n  ")
+            ),
+        ));
+    }
+    session.put_record(ex.job, &plan.hosts, without)?;
     let located = session.located();
     let still_in_config = plan
         .hosts
@@ -316,7 +330,10 @@ fn refuse_role(record: &ClusterRecord, topo: &kubexm_bom::topology::Topology, ho
     if roles.iter().any(|r| r == "control-plane") && g.control_plane.len() == 1 {
         return Err(op(
             OpError::Usage,
-            anyhow::anyhow!("{host} is the last control-plane node of cluster {name}: to take the whole cluster down, reset it"),
+            anyhow::anyhow!(
+                "{host} is the last control-plane node of cluster {name}: to take the whole cluster down, \
+                 kubexm-install delete cluster {name} --yes"
+            ),
         ));
     }
     if topo.registry.as_ref().is_some_and(|r| r.host == host) {
@@ -345,63 +362,97 @@ fn refuse_role(record: &ClusterRecord, topo: &kubexm_bom::topology::Topology, ho
     Ok(())
 }
 
-/// The job: the Nodes removed through `via`, then the reachable hosts reset.
+/// The job: for each host a chain of its own (one blocked drain does not
+/// hold the others back): its Node cordoned and drained through `via`, the
+/// host reset (its kubelet stopped: it cannot register the Node again),
+/// then the Node deleted through `via`. A host named unreachable is only
+/// cordoned and its Node deleted; one removed earlier while unreachable is
+/// reset and its Node deleted, in case it registered again.
 fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &RemoveOptions) -> anyhow::Result<Pipeline> {
-    let mut steps: Vec<Arc<dyn Step>> = Vec::new();
-    for h in &plan.members {
-        let drain = if unreachable.contains(h) { "no" } else { "yes" };
-        let force = if o.force_drain { "--disable-eviction --force" } else { "" };
-        let timeout = o.drain_timeout.as_secs().max(1).to_string();
-        let script = crate::template::render(
-            "remove-node.sh",
-            REMOVE_NODE,
-            &[
-                ("NODE", &q(h)),
-                ("ADMIN_CONF", ADMIN_CONF),
-                ("DRAIN", drain),
-                ("TIMEOUT", &timeout),
-                ("FORCE", force),
-            ],
-            &[],
-        )?;
-        let check = format!("kubectl --kubeconfig {ADMIN_CONF} get node {} 2>&1 | grep -q NotFound", q(h));
-        let mut step = Shell::new(&format!("remove-node-{h}"), Some(&check), &script);
-        step.timeout = o.drain_timeout + Duration::from_secs(120);
-        steps.push(Arc::new(step));
-    }
-    let mut modules = Vec::new();
-    if !steps.is_empty() {
-        modules.push(Module {
-            name: "remove-node".into(),
-            tasks: vec![Task {
-                name: "remove-nodes".into(),
+    let node_gone = |h: &str| format!("kubectl --kubeconfig {ADMIN_CONF} get node {} 2>&1 | grep -q NotFound", q(h));
+    let mut drains = Vec::new();
+    let mut resets = Vec::new();
+    let mut deletes = Vec::new();
+    for h in &plan.hosts {
+        let out = unreachable.contains(h);
+        let mut before = None;
+        if plan.members.contains(h) {
+            let timeout = o.drain_timeout.as_secs().max(1).to_string();
+            let script = crate::template::render(
+                "remove-node.sh",
+                REMOVE_NODE,
+                &[
+                    ("NODE", &q(h)),
+                    ("ADMIN_CONF", ADMIN_CONF),
+                    ("DRAIN", if out { "no" } else { "yes" }),
+                    ("TIMEOUT", &timeout),
+                    ("FORCE", if o.force_drain { "--disable-eviction --force" } else { "" }),
+                ],
+                &[],
+            )?;
+            let mut step = Shell::new(&format!("drain-{h}"), Some(&node_gone(h)), &script);
+            step.timeout = o.drain_timeout.saturating_add(Duration::from_secs(120));
+            drains.push(Task {
+                name: format!("drain-{h}"),
                 hosts: vec![plan.via.clone()],
-                steps,
+                steps: vec![Arc::new(step)],
                 after: vec![],
-            }],
-        });
-    }
-    let reset: Vec<String> = plan.hosts.iter().filter(|h| !unreachable.contains(*h)).cloned().collect();
-    if !reset.is_empty() {
-        let after = if modules.is_empty() {
-            vec![]
-        } else {
-            vec![("remove-nodes".to_string(), Scope::AllHosts)]
-        };
-        modules.push(Module {
-            name: super::super::pipelines::Phase::Reset.name().into(),
-            tasks: vec![Task {
-                name: "reset".into(),
-                hosts: reset,
+            });
+            before = Some(format!("drain-{h}"));
+        }
+        if !out {
+            resets.push(Task {
+                name: format!("reset-{h}"),
+                hosts: vec![h.clone()],
                 steps: vec![Arc::new(crate::pipelines::reset::step(cluster, false)?) as Arc<dyn Step>],
-                after,
-            }],
+                after: before.iter().map(|b| (b.clone(), Scope::AllHosts)).collect(),
+            });
+            before = Some(format!("reset-{h}"));
+        }
+        let delete = Shell::new(
+            &format!("delete-node-{h}"),
+            Some(&node_gone(h)),
+            &format!(
+                "kubectl --kubeconfig {ADMIN_CONF} delete node {} --ignore-not-found --wait=true",
+                q(h)
+            ),
+        );
+        deletes.push(Task {
+            name: format!("delete-node-{h}"),
+            hosts: vec![plan.via.clone()],
+            steps: vec![Arc::new(delete)],
+            after: before.iter().map(|b| (b.clone(), Scope::AllHosts)).collect(),
         });
     }
+    let modules = [
+        ("drain", drains),
+        (super::super::pipelines::Phase::Reset.name(), resets),
+        ("delete-node", deletes),
+    ]
+    .into_iter()
+    .filter(|(_, tasks)| !tasks.is_empty())
+    .map(|(name, tasks)| Module { name: name.into(), tasks })
+    .collect();
     Ok(Pipeline {
         name: "remove-node".into(),
         modules,
     })
+}
+
+/// The hosts whose Node deletion completed in a removal's run (a failed
+/// run may have removed some).
+fn removed_in(report: &crate::engine::run::Report, hosts: &[String]) -> Vec<String> {
+    use crate::engine::state::Outcome;
+    hosts
+        .iter()
+        .filter(|h| {
+            report
+                .results
+                .iter()
+                .any(|r| r.id.contains(&format!("/delete-node-{h}@")) && matches!(r.outcome, Outcome::Applied | Outcome::Skipped))
+        })
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]

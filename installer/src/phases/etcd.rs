@@ -76,7 +76,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             "systemctl start --no-block kubexm-etcd",
         )));
         if let Some(b) = &i.cluster.spec.etcd.backup {
-            steps.push(backup(m, b)?);
+            steps.extend(backup(m, b)?);
         }
         tasks.push(Task {
             name: format!("etcd-{m}"),
@@ -114,8 +114,9 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
 }
 
 /// `etcd.backup` on member `m`: the snapshot script, its service and the
-/// timer that runs it, enabled.
-fn backup(m: &str, b: &kubexm_bom::config::model::EtcdBackup) -> anyhow::Result<Arc<dyn Step>> {
+/// timer that runs it; then the timer enabled and running (checked on its
+/// own: a timer stopped by hand is started again).
+fn backup(m: &str, b: &kubexm_bom::config::model::EtcdBackup) -> anyhow::Result<Vec<Arc<dyn Step>>> {
     let keep = b.keep.to_string();
     let dir = crate::engine::transport::shell_quote(&b.directory.display().to_string());
     let values = [
@@ -127,7 +128,14 @@ fn backup(m: &str, b: &kubexm_bom::config::model::EtcdBackup) -> anyhow::Result<
         ("SCHEDULE", b.schedule.as_str()),
     ];
     let file = |name: &str, text: &str| render(name, text, &values, &[]).map(String::into_bytes);
-    Ok(Arc::new(PutFiles {
+    // The schedule's characters are checked by validation (no quote); what
+    // systemd makes of it, here, before the timer is started.
+    let calendar = format!(
+        "systemd-analyze calendar '{s}' >/dev/null 2>&1 || {{ echo \"etcd.backup.schedule '{s}' is not a calendar \
+         expression systemd takes (systemd-analyze calendar)\" >&2; exit 1; }}",
+        s = b.schedule
+    );
+    let files = PutFiles {
         // Its check compares the files: other settings apply again.
         name: "etcd-backup".into(),
         files: vec![
@@ -139,6 +147,14 @@ fn backup(m: &str, b: &kubexm_bom::config::model::EtcdBackup) -> anyhow::Result<
             ),
             (ETCD_BACKUP_TIMER.into(), file("kubexm-etcd-backup.timer", BACKUP_TIMER)?, 0o644),
         ],
-        then: Some("systemctl daemon-reload && systemctl enable -q --now kubexm-etcd-backup.timer".into()),
-    }))
+        then: Some(format!(
+            "{calendar}; systemctl daemon-reload && systemctl restart kubexm-etcd-backup.timer 2>/dev/null; true"
+        )),
+    };
+    let timer = Shell::new(
+        "etcd-backup-timer",
+        Some("systemctl is-enabled -q kubexm-etcd-backup.timer && systemctl is-active -q kubexm-etcd-backup.timer"),
+        &format!("{calendar}; systemctl daemon-reload && systemctl enable -q --now kubexm-etcd-backup.timer"),
+    );
+    Ok(vec![Arc::new(files), Arc::new(timer)])
 }

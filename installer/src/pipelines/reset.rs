@@ -11,7 +11,9 @@ use kubexm_bom::config::model::EtcdMode;
 use crate::engine::plan::{Module, Pipeline, Step, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
-use crate::paths::{ETCD_BIN, ETCD_UNIT, HOST_ETC, HOST_STATE, KUBELET_BIN, KUBELET_UNIT, KUBERNETES_DIR};
+use crate::paths::{
+    ETCD_BACKUP_SERVICE, ETCD_BACKUP_TIMER, ETCD_BIN, ETCD_UNIT, HOST_ETC, HOST_STATE, KUBELET_BIN, KUBELET_UNIT, KUBERNETES_DIR,
+};
 use crate::template::render;
 
 const RESET: &str = include_str!("../../../manifests/templates/reset.sh");
@@ -38,7 +40,7 @@ pub(crate) fn step(cluster: &Cluster, etcd: bool) -> Result<Shell, crate::templa
     };
     let leftovers = format!(
         "{left}for p in {HOST_ETC} {HOST_STATE} {KUBERNETES_DIR} {containerd} {KUBELET_BIN} {ETCD_BIN} \
-         {ETCD_UNIT} {KUBELET_UNIT}; do [ -e \"$p\" ] && exit 1; done; \
+         {ETCD_UNIT} {KUBELET_UNIT} {ETCD_BACKUP_SERVICE} {ETCD_BACKUP_TIMER}; do [ -e \"$p\" ] && exit 1; done; \
          ! grep -q '# kubexm control-plane endpoint' /etc/hosts",
         containerd = "/etc/containerd"
     );

@@ -7,6 +7,7 @@
 //! a client certificate from the server's CA ([`tls`]). The OpenAPI document
 //! it serves is the one committed in `manifests/api/openapi.json`.
 
+mod hosts_jobs;
 pub mod tls;
 
 /// The connection limits, shared with the bundle registry.
@@ -150,11 +151,11 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
     let app = Arc::new(App::new(db, o));
     let guarded = Router::new()
         .route("/api/v1/clusters", post(create_cluster))
-        .route("/api/v1/clusters/facts", post(create_facts))
-        .route("/api/v1/clusters/reset", post(create_reset))
-        .route("/api/v1/clusters/etcd-snapshot", post(create_etcd_snapshot))
-        .route("/api/v1/clusters/remove-node", post(create_remove_node))
-        .route("/api/v1/clusters/delete", post(create_delete))
+        .route("/api/v1/clusters/facts", post(hosts_jobs::create_facts))
+        .route("/api/v1/clusters/reset", post(hosts_jobs::create_reset))
+        .route("/api/v1/clusters/etcd-snapshot", post(hosts_jobs::create_etcd_snapshot))
+        .route("/api/v1/clusters/remove-node", post(hosts_jobs::create_remove_node))
+        .route("/api/v1/clusters/delete", post(hosts_jobs::create_delete))
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{id}", get(job))
         .route("/api/v1/jobs/{id}/logs", get(logs))
@@ -476,168 +477,6 @@ fn created(r: Result<i64, CreateError>) -> Result<Response, ApiError> {
         Err(CreateError::Conflict(why)) => Err(ApiError(StatusCode::CONFLICT, why)),
         Err(CreateError::Store(e)) => Err(internal(format!("{e:#}"))),
     }
-}
-
-async fn create_facts(
-    State(app): State<Arc<App>>,
-    Extension(who): Extension<Principal>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    body_type(&headers)?;
-    hosts_job(app, body, OpRequest::Facts(Default::default()), who).await
-}
-
-#[derive(Deserialize)]
-struct ResetQuery {
-    #[serde(default)]
-    confirm: bool,
-}
-
-async fn create_reset(
-    State(app): State<Arc<App>>,
-    Query(q): Query<ResetQuery>,
-    Extension(who): Extension<Principal>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    body_type(&headers)?;
-    confirm(q.confirm, "a reset deletes the cluster on its hosts, etcd data included")?;
-    hosts_job(app, body, OpRequest::Reset(Default::default()), who).await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SnapshotQuery {
-    keep: Option<u32>,
-}
-
-async fn create_etcd_snapshot(
-    State(app): State<Arc<App>>,
-    Query(q): Query<SnapshotQuery>,
-    Extension(who): Extension<Principal>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    body_type(&headers)?;
-    if q.keep == Some(0) {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            "keep must be at least 1 (the snapshot just taken); nothing was stored".into(),
-        ));
-    }
-    let request = OpRequest::EtcdSnapshot(kubexm_installer::ops::request::SnapshotRequest {
-        unreachable: vec![],
-        keep: q.keep,
-    });
-    hosts_job(app, body, request, who).await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RemoveQuery {
-    /// Comma-separated host names.
-    hosts: String,
-    #[serde(default)]
-    unreachable: String,
-    drain_timeout: Option<u32>,
-    #[serde(default)]
-    force_drain: bool,
-}
-
-async fn create_remove_node(
-    State(app): State<Arc<App>>,
-    Query(q): Query<RemoveQuery>,
-    Extension(who): Extension<Principal>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    body_type(&headers)?;
-    let hosts = names(&q.hosts);
-    if hosts.is_empty() {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            "hosts names no host to remove (hosts=NAME[,NAME]); nothing was stored".into(),
-        ));
-    }
-    if q.drain_timeout == Some(0) {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            "drainTimeout must be at least 1 second; nothing was stored".into(),
-        ));
-    }
-    let request = OpRequest::RemoveNode(kubexm_installer::ops::request::RemoveRequest {
-        hosts,
-        unreachable: names(&q.unreachable),
-        drain_timeout: q.drain_timeout,
-        force_drain: q.force_drain,
-    });
-    hosts_job(app, body, request, who).await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DeleteQuery {
-    #[serde(default)]
-    confirm: bool,
-    #[serde(default)]
-    purge: bool,
-    /// Comma-separated host names.
-    #[serde(default)]
-    unreachable: String,
-}
-
-async fn create_delete(
-    State(app): State<Arc<App>>,
-    Query(q): Query<DeleteQuery>,
-    Extension(who): Extension<Principal>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    body_type(&headers)?;
-    confirm(
-        q.confirm,
-        "a delete resets every host of the cluster, etcd data included, and forgets it",
-    )?;
-    let request = OpRequest::DeleteCluster(kubexm_installer::ops::request::DeleteRequest {
-        unreachable: names(&q.unreachable),
-        purge: q.purge,
-    });
-    hosts_job(app, body, request, who).await
-}
-
-/// Refuses a destructive request not confirmed (`?confirm=true`), saying
-/// what it would have done.
-fn confirm(confirmed: bool, what: &str) -> Result<(), ApiError> {
-    if confirmed {
-        return Ok(());
-    }
-    Err(ApiError(
-        StatusCode::BAD_REQUEST,
-        format!("{what}; nothing was stored. Ask again with ?confirm=true"),
-    ))
-}
-
-/// A comma-separated list of names, empty ones left out.
-fn names(list: &str) -> Vec<String> {
-    list.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect()
-}
-
-/// A facts, reset, etcd snapshot, remove-node or delete job for the hosts of the body's config.
-async fn hosts_job(app: Arc<App>, body: Bytes, request: OpRequest, who: Principal) -> Result<Response, ApiError> {
-    let _turn = app.validating.acquire().await.map_err(internal)?;
-    let (cluster, text) = blocking(move || {
-        let text = utf8(&body)?;
-        Ok((ops::validate_text(&text, "cluster.yaml", None), text))
-    })
-    .await?;
-    // The hosts the request names are the config's, or nothing is stored.
-    if let Ok(c) = &cluster
-        && let Err(e) = kubexm_installer::ops::session::check_hosts(c, &request.named_hosts())
-    {
-        return Err(ApiError(StatusCode::BAD_REQUEST, format!("{e:#}; nothing was stored")));
-    }
-    store_validated(&app, cluster, &text, &request, who).await
 }
 
 /// Stores a job asking `request` of the body's config once it validated

@@ -296,7 +296,9 @@ pub fn remove_nodes(lab: &Lab, config: &Path, base: &Path, b: &LabBundle, dir: &
     // Back up: remove node resets it (its Node is gone already).
     kubexm_e2e::lab_cmd(&["start", &spare]);
     let reset = ok(remove_node(config, dir, &[&spare]), "remove node (reset what came back)");
-    assert!(reset.contains("host reset (its Node was gone already)"), "{reset}");
+    assert!(reset.contains("host reset; its Node deleted if it had registered again"), "{reset}");
+    let gone = kubectl(&format!("get node {spare} --ignore-not-found -o name"));
+    assert!(gone.trim().is_empty(), "{spare} is a Node again: {gone}");
     let left = left_on(lab, &spare);
     assert!(left.trim().is_empty(), "{spare} not reset:\n{left}");
     assert!(!cluster_status(dir).lines().any(|l| l.trim_start().starts_with(&spare)));

@@ -410,7 +410,8 @@ pub enum RemoveCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
         /// Seconds a drain may wait for the node's pods to go.
-        #[arg(long, value_name = "SECONDS", default_value_t = kubexm_installer::ops::remove::DRAIN_TIMEOUT.as_secs())]
+        #[arg(long, value_name = "SECONDS", default_value_t = kubexm_installer::ops::remove::DRAIN_TIMEOUT.as_secs(),
+              value_parser = clap::value_parser!(u64).range(1..=u64::from(kubexm_installer::ops::remove::MAX_DRAIN_TIMEOUT)))]
         drain_timeout: u64,
         /// Delete the pods a drain cannot evict (those a PodDisruptionBudget protects, and
         /// pods no controller recreates): they lose a replica or are gone.

@@ -347,7 +347,8 @@ pub(crate) enum RemoveCmd {
         #[command(flatten)]
         job: HostsJob,
         /// Seconds a drain may wait for the node's pods to go. Default: 300.
-        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, value_name = "SECONDS",
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(kubexm_installer::ops::remove::MAX_DRAIN_TIMEOUT)))]
         drain_timeout: Option<u32>,
         /// Delete the pods a drain cannot evict (a PodDisruptionBudget's, pods without a controller).
         #[arg(long)]
