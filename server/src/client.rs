@@ -175,6 +175,12 @@ impl Client {
         self.post_config("/api/v1/clusters/facts", text).await
     }
 
+    /// Stores a certificate check job for the cluster of `text`.
+    pub async fn create_certs_check(&self, text: String, warn_days: Option<u32>) -> Result<i64, ClientError> {
+        let q = warn_days.map(|d| format!("?warnDays={d}")).unwrap_or_default();
+        self.post_config(&format!("/api/v1/clusters/certs-check{q}"), text).await
+    }
+
     /// Stores an etcd snapshot job for the cluster of `text`, keeping the newest `keep`.
     pub async fn create_etcd_snapshot(&self, text: String, keep: Option<u32>) -> Result<i64, ClientError> {
         let q = keep.map(|k| format!("?keep={k}")).unwrap_or_default();

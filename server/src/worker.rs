@@ -421,7 +421,17 @@ fn open(
     stop: Arc<AtomicBool>,
     trust: kubexm_installer::engine::trust::Trust,
 ) -> anyhow::Result<(ops::session::Session, ops::request::Request)> {
-    if !["install", "reset", "facts", "etcd-snapshot", "remove-node", "delete-cluster"].contains(&job.kind.as_str()) {
+    if ![
+        "install",
+        "reset",
+        "facts",
+        "etcd-snapshot",
+        "remove-node",
+        "delete-cluster",
+        "certs-check",
+    ]
+    .contains(&job.kind.as_str())
+    {
         return Err(ops::error::op(
             ops::error::OpError::Unsupported,
             anyhow::anyhow!("job kind {} is not supported yet by this worker", crate::text::line(&job.kind)),

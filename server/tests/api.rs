@@ -142,6 +142,7 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
         "/api/v1/clusters/etcd-snapshot",
         "/api/v1/clusters/remove-node?hosts=worker1",
         "/api/v1/clusters/delete?confirm=true",
+        "/api/v1/clusters/certs-check",
     ] {
         let r = post(path, bad.clone()).await.unwrap();
         assert_eq!(r.status(), 422, "{path}");
@@ -163,6 +164,7 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
             "remove-node",
         ),
         ("/api/v1/clusters/delete?confirm=true&purge=true&unreachable=cp3", "delete-cluster"),
+        ("/api/v1/clusters/certs-check?warnDays=400", "certs-check"),
     ] {
         let r = post(path, EXAMPLE.to_string()).await.unwrap();
         assert_eq!(r.status(), 202, "{path}");
@@ -175,6 +177,9 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
         }
         if kind == "etcd-snapshot" {
             assert_eq!(j.options["keep"], 3, "{}", j.options);
+        }
+        if kind == "certs-check" {
+            assert_eq!(j.options, serde_json::json!({"warnDays": 400}));
         }
         if kind == "delete-cluster" {
             assert_eq!(j.options, serde_json::json!({"unreachable": ["cp3"], "purge": true}));
@@ -204,6 +209,7 @@ async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_40
         (reqwest::Method::POST, "/api/v1/clusters/etcd-snapshot"),
         (reqwest::Method::POST, "/api/v1/clusters/remove-node"),
         (reqwest::Method::POST, "/api/v1/clusters/delete"),
+        (reqwest::Method::POST, "/api/v1/clusters/certs-check"),
     ] {
         let r = c.request(m.clone(), s.url(p)).send().await.unwrap();
         assert_eq!(r.status(), 401, "{m} {p}");

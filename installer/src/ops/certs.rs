@@ -95,6 +95,32 @@ impl std::fmt::Display for CertsReport {
     }
 }
 
+impl CertsReport {
+    /// An error (a host failure, exit 7) naming what expires within
+    /// `warn_days`, when something does.
+    pub fn expiring_error(&self) -> anyhow::Result<()> {
+        if self.expiring == 0 {
+            return Ok(());
+        }
+        let soon: Vec<String> = self
+            .certs
+            .iter()
+            .filter(|c| c.days_left < i64::from(self.warn_days))
+            .map(|c| format!("{} {} ({}, {} days)", c.host, c.path, c.expires, c.days_left))
+            .collect();
+        Err(op(
+            OpError::Host,
+            anyhow::anyhow!(
+                "{} certificate(s) of cluster {} expire within {} days: renew them:\n  {}",
+                self.expiring,
+                self.cluster,
+                self.warn_days,
+                soon.join("\n  ")
+            ),
+        ))
+    }
+}
+
 /// Reads every certificate of the session's cluster.
 pub fn check(session: &Session, warn_days: u32) -> anyhow::Result<CertsReport> {
     let step = Arc::new(ReadCerts::default());

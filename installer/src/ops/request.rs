@@ -29,6 +29,20 @@ pub enum Request {
     RemoveNode(RemoveRequest),
     /// Reset every host and forget the cluster.
     DeleteCluster(DeleteRequest),
+    /// Read every certificate on the hosts with its expiry.
+    CertsCheck(CertsRequest),
+}
+
+/// A certificate check's options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CertsRequest {
+    /// Hosts known to be down: never contacted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<String>,
+    /// The job fails when a certificate expires within this many days; default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warn_days: Option<u32>,
 }
 
 /// A delete's options.
@@ -102,6 +116,7 @@ impl Request {
             Request::EtcdSnapshot(_) => "etcd-snapshot",
             Request::RemoveNode(_) => "remove-node",
             Request::DeleteCluster(_) => "delete-cluster",
+            Request::CertsCheck(_) => "certs-check",
         }
     }
 
@@ -109,7 +124,12 @@ impl Request {
     pub fn bundle(&self) -> Option<&str> {
         match self {
             Request::Install(r) => Some(&r.bundle),
-            Request::Reset(_) | Request::Facts(_) | Request::EtcdSnapshot(_) | Request::RemoveNode(_) | Request::DeleteCluster(_) => None,
+            Request::Reset(_)
+            | Request::Facts(_)
+            | Request::EtcdSnapshot(_)
+            | Request::RemoveNode(_)
+            | Request::DeleteCluster(_)
+            | Request::CertsCheck(_) => None,
         }
     }
 
@@ -121,6 +141,7 @@ impl Request {
             Request::EtcdSnapshot(r) => &r.unreachable,
             Request::RemoveNode(r) => &r.unreachable,
             Request::DeleteCluster(r) => &r.unreachable,
+            Request::CertsCheck(r) => &r.unreachable,
         }
     }
 
@@ -165,6 +186,7 @@ pub enum Report {
     EtcdSnapshot(super::etcd::Snapshot),
     RemoveNode(super::remove::Removed),
     DeleteCluster(super::delete::Deleted),
+    CertsCheck(super::certs::CertsReport),
 }
 
 /// The facts of every host.
@@ -192,6 +214,7 @@ impl std::fmt::Display for Report {
             Report::EtcdSnapshot(s) => write!(f, "{s}"),
             Report::RemoveNode(r) => write!(f, "{r}"),
             Report::DeleteCluster(d) => write!(f, "{d}"),
+            Report::CertsCheck(c) => write!(f, "{c}"),
         }
     }
 }
@@ -257,6 +280,12 @@ pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
                 super::delete::DeleteReport::NotConfirmed { refusal, .. } => Err(op(OpError::Usage, anyhow::anyhow!(refusal))),
             }
         }
+        Request::CertsCheck(r) => {
+            let report = super::certs::check(session, r.warn_days.unwrap_or(super::certs::WARN_DAYS))?;
+            // Expiring certificates fail the job, as they fail the command (exit 7).
+            report.expiring_error()?;
+            Ok(Report::CertsCheck(report))
+        }
     }
 }
 
@@ -306,6 +335,11 @@ mod tests {
                 purge: true,
             }),
             Request::DeleteCluster(DeleteRequest::default()),
+            Request::CertsCheck(CertsRequest {
+                unreachable: vec!["w3".into()],
+                warn_days: Some(400),
+            }),
+            Request::CertsCheck(CertsRequest::default()),
         ];
         for r in all {
             let text = serde_json::to_string(&r)?;

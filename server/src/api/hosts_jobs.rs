@@ -1,5 +1,5 @@
 //! The routes that store a job over the hosts of the body's config (facts,
-//! reset, etcd snapshot, remove node, delete): their queries checked, the
+//! reset, etcd snapshot, remove node, delete, certificate check): their queries checked, the
 //! config validated without a catalog, the hosts a request names checked
 //! against it; nothing is stored when one fails.
 
@@ -175,4 +175,25 @@ async fn hosts_job(app: Arc<App>, body: Bytes, request: OpRequest, who: Principa
         return Err(ApiError(StatusCode::BAD_REQUEST, format!("{e:#}; nothing was stored")));
     }
     store_validated(&app, cluster, &text, &request, who).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct CertsQuery {
+    warn_days: Option<u32>,
+}
+
+pub(super) async fn create_certs_check(
+    State(app): State<Arc<App>>,
+    Query(q): Query<CertsQuery>,
+    Extension(who): Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    body_type(&headers)?;
+    let request = OpRequest::CertsCheck(kubexm_installer::ops::request::CertsRequest {
+        unreachable: vec![],
+        warn_days: q.warn_days,
+    });
+    hosts_job(app, body, request, who).await
 }

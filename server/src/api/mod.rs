@@ -156,6 +156,7 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
         .route("/api/v1/clusters/etcd-snapshot", post(hosts_jobs::create_etcd_snapshot))
         .route("/api/v1/clusters/remove-node", post(hosts_jobs::create_remove_node))
         .route("/api/v1/clusters/delete", post(hosts_jobs::create_delete))
+        .route("/api/v1/clusters/certs-check", post(hosts_jobs::create_certs_check))
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{id}", get(job))
         .route("/api/v1/jobs/{id}/logs", get(logs))

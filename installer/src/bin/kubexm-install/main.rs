@@ -262,18 +262,7 @@ fn certs(command: args::CertsCommand) -> anyhow::Result<()> {
     let session = cluster_session(cluster)?;
     let r = ops::certs::check(&session, warn_days)?;
     print(&r, output)?;
-    if r.expiring > 0 {
-        return Err(classified(
-            Class::Host,
-            anyhow::anyhow!(
-                "{} certificate(s) of cluster {} expire within {} days: renew them",
-                r.expiring,
-                r.cluster,
-                r.warn_days
-            ),
-        ));
-    }
-    Ok(())
+    r.expiring_error()
 }
 
 /// A session over the hosts of the cluster's config, those named

@@ -284,6 +284,18 @@ pub(crate) enum Create {
     /// An etcd snapshot job: a snapshot of the cluster's etcd through a healthy member,
     /// kept with its sha256 and sidecar under the worker's --root (clusters/<name>/snapshots).
     EtcdSnapshot(EtcdSnapshotJob),
+    /// A certificate check job: every certificate on the hosts with its expiry; the job
+    /// fails when one expires within --warn-days.
+    CertsCheck(CertsCheckJob),
+}
+
+#[derive(Args)]
+pub(crate) struct CertsCheckJob {
+    #[command(flatten)]
+    pub(crate) job: HostsJob,
+    /// Fail the job when a certificate expires within this many days. Default: 30.
+    #[arg(long, value_name = "DAYS")]
+    pub(crate) warn_days: Option<u32>,
 }
 
 #[derive(Args)]

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use kubexm_cli::{Class, classified};
-use kubexm_installer::ops::request::{DeleteRequest, HostsRequest, RemoveRequest, Request, SnapshotRequest};
+use kubexm_installer::ops::request::{CertsRequest, DeleteRequest, HostsRequest, RemoveRequest, Request, SnapshotRequest};
 use kubexm_server::jobdb::{JobDb, LogLine, Scope};
 use kubexm_server::{api, bundles, client, credentials, ops, worker};
 
@@ -342,6 +342,15 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
             });
             hosts_job_here(&db, e.job, Some(e.root), &request, key, &quit).await
         }
+        Command::Create {
+            what: Create::CertsCheck(c),
+        } => {
+            let request = Request::CertsCheck(CertsRequest {
+                unreachable: c.job.unreachable.clone(),
+                warn_days: c.warn_days,
+            });
+            hosts_job_here(&db, c.job, None, &request, key, &quit).await
+        }
         Command::Create { what: Create::Facts(h) } => {
             let request = Request::Facts(HostsRequest {
                 unreachable: h.unreachable.clone(),
@@ -525,6 +534,14 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
             let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
             let id = c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?;
             follow_created(&c, id, cc.detach).await
+        }
+        Command::Create {
+            what: Create::CertsCheck(cc),
+        } => {
+            remote_unreachable(&cc.job)?;
+            let text = fs_err::read_to_string(&cc.job.file).map_err(|err| classified(Class::Io, err))?;
+            let id = c.create_certs_check(text, cc.warn_days).await.map_err(api)?;
+            follow_created(&c, id, cc.job.detach).await
         }
         Command::Create {
             what: Create::EtcdSnapshot(e),
