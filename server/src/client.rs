@@ -4,6 +4,7 @@
 //! followed log that breaks off is resumed from the last sequence number
 //! received, so each line is printed once.
 
+use kubexm_installer::ops::request::Request;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -170,53 +171,45 @@ impl Client {
         self.post_config(&format!("/api/v1/clusters{q}"), text).await
     }
 
-    /// Stores a facts job for the hosts of `text` (cluster.yaml).
-    pub async fn create_facts(&self, text: String) -> Result<i64, ClientError> {
-        self.post_config("/api/v1/clusters/facts", text).await
-    }
-
-    /// Stores a certificate check job for the cluster of `text`.
-    pub async fn create_certs_check(&self, text: String, warn_days: Option<u32>) -> Result<i64, ClientError> {
-        let q = warn_days.map(|d| format!("?warnDays={d}")).unwrap_or_default();
-        self.post_config(&format!("/api/v1/clusters/certs-check{q}"), text).await
-    }
-
-    /// Stores an etcd snapshot job for the cluster of `text`, keeping the newest `keep`.
-    pub async fn create_etcd_snapshot(&self, text: String, keep: Option<u32>) -> Result<i64, ClientError> {
-        let q = keep.map(|k| format!("?keep={k}")).unwrap_or_default();
-        self.post_config(&format!("/api/v1/clusters/etcd-snapshot{q}"), text).await
-    }
-
-    /// Stores a remove-node job for the cluster of `text`.
-    pub async fn create_remove_node(&self, text: String, r: &kubexm_installer::ops::request::RemoveRequest) -> Result<i64, ClientError> {
-        let mut q = format!("?hosts={}", list(&r.hosts));
-        if !r.unreachable.is_empty() {
-            q.push_str(&format!("&unreachable={}", list(&r.unreachable)));
+    /// Stores the job `request` asks for the cluster of `text` (cluster.yaml)
+    /// through its route, its options as the route's query (a destructive
+    /// one confirmed: the caller asked the operator). An install goes by
+    /// [`Client::create_cluster`] (every phase).
+    pub async fn create_hosts_job(&self, text: String, request: &Request) -> Result<i64, ClientError> {
+        let mut q: Vec<String> = Vec::new();
+        let route = match request {
+            Request::Install(r) => return self.create_cluster(text, Some(&r.bundle)).await,
+            Request::Facts(_) => "facts",
+            Request::Reset(_) => {
+                q.push("confirm=true".into());
+                "reset"
+            }
+            Request::EtcdSnapshot(r) => {
+                q.extend(r.keep.map(|k| format!("keep={k}")));
+                "etcd-snapshot"
+            }
+            Request::CertsCheck(r) => {
+                q.extend(r.warn_days.map(|d| format!("warnDays={d}")));
+                "certs-check"
+            }
+            Request::RemoveNode(r) => {
+                q.push(format!("hosts={}", list(&r.hosts)));
+                q.extend(r.drain_timeout.map(|t| format!("drainTimeout={t}")));
+                q.extend(r.force_drain.then(|| "forceDrain=true".to_string()));
+                "remove-node"
+            }
+            Request::DeleteCluster(r) => {
+                q.push("confirm=true".into());
+                q.extend(r.purge.then(|| "purge=true".to_string()));
+                "delete"
+            }
+        };
+        // Only the routes that take hosts named unreachable get them.
+        if matches!(request, Request::RemoveNode(_) | Request::DeleteCluster(_)) && !request.unreachable().is_empty() {
+            q.push(format!("unreachable={}", list(request.unreachable())));
         }
-        if let Some(t) = r.drain_timeout {
-            q.push_str(&format!("&drainTimeout={t}"));
-        }
-        if r.force_drain {
-            q.push_str("&forceDrain=true");
-        }
-        self.post_config(&format!("/api/v1/clusters/remove-node{q}"), text).await
-    }
-
-    /// Stores a delete job for the cluster of `text` (confirmed by the caller).
-    pub async fn create_delete(&self, text: String, r: &kubexm_installer::ops::request::DeleteRequest) -> Result<i64, ClientError> {
-        let mut q = "?confirm=true".to_string();
-        if !r.unreachable.is_empty() {
-            q.push_str(&format!("&unreachable={}", list(&r.unreachable)));
-        }
-        if r.purge {
-            q.push_str("&purge=true");
-        }
-        self.post_config(&format!("/api/v1/clusters/delete{q}"), text).await
-    }
-
-    /// Stores a reset job for the cluster of `text` (confirmed by the caller).
-    pub async fn create_reset(&self, text: String) -> Result<i64, ClientError> {
-        self.post_config("/api/v1/clusters/reset?confirm=true", text).await
+        let q = if q.is_empty() { String::new() } else { format!("?{}", q.join("&")) };
+        self.post_config(&format!("/api/v1/clusters/{route}{q}"), text).await
     }
 
     /// POSTs cluster.yaml; the id of the job stored.

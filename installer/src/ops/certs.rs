@@ -144,7 +144,7 @@ pub fn check(session: &Session, warn_days: u32) -> anyhow::Result<CertsReport> {
     let read = std::mem::take(&mut *step.read.lock().unwrap_or_else(|e| e.into_inner()));
     let mut certs = Vec::new();
     for (host, out) in read {
-        certs.extend(parse(&host, &out, now)?);
+        certs.extend(parse(&host, &out, now));
     }
     certs.sort_by(|a, b| (&a.host, &a.path, a.not_after).cmp(&(&b.host, &b.path, b.not_after)));
     let expiring = certs.iter().filter(|c| c.days_left < i64::from(warn_days)).count();
@@ -158,58 +158,45 @@ pub fn check(session: &Session, warn_days: u32) -> anyhow::Result<CertsReport> {
 }
 
 /// The certificates in a host's output: `==> PATH` lines, each followed by
-/// the PEM certificate blocks read from it.
-fn parse(host: &str, out: &str, now: i64) -> anyhow::Result<Vec<CertInfo>> {
+/// the PEM certificate blocks read from it. A block that does not parse is
+/// logged and left out; the others are still shown.
+fn parse(host: &str, out: &str, now: i64) -> Vec<CertInfo> {
     let mut found = Vec::new();
-    let mut path = String::new();
-    let mut pem = String::new();
-    let flush = |path: &str, pem: &mut String, found: &mut Vec<CertInfo>| -> anyhow::Result<()> {
-        for block in pem.split_inclusive("-----END CERTIFICATE-----") {
+    for section in out.split("==> ").filter(|s| !s.trim().is_empty()) {
+        let (path, pems) = section.split_once('\n').unwrap_or((section, ""));
+        let path = path.trim();
+        for block in pems.split_inclusive("-----END CERTIFICATE-----") {
             let Some(start) = block.find("-----BEGIN CERTIFICATE-----") else {
                 continue;
             };
-            // One unreadable certificate is named, the others still shown.
-            let parsed = x509_parser::pem::parse_x509_pem(&block.as_bytes()[start..]).map_err(|e| e.to_string());
-            let pem = match parsed {
-                Ok((_, p)) => p,
-                Err(e) => {
-                    tracing::warn!("{host}: {path}: not a PEM certificate: {e}");
-                    continue;
+            match cert_info(&block.as_bytes()[start..], now) {
+                Ok(mut c) => {
+                    c.host = host.to_string();
+                    c.path = crate::ops::conformance::run::printable(path);
+                    found.push(c);
                 }
-            };
-            let cert = match pem.parse_x509() {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!("{host}: {path}: not an X.509 certificate: {e}");
-                    continue;
-                }
-            };
-            let not_after = cert.validity().not_after.timestamp();
-            found.push(CertInfo {
-                host: host.to_string(),
-                path: crate::ops::conformance::run::printable(path),
-                subject: crate::ops::conformance::run::printable(&cert.subject().to_string()),
-                issuer: crate::ops::conformance::run::printable(&cert.issuer().to_string()),
-                ca: cert.is_ca(),
-                not_after,
-                expires: utc(not_after),
-                days_left: (not_after - now).div_euclid(86_400),
-            });
-        }
-        pem.clear();
-        Ok(())
-    };
-    for line in out.lines() {
-        if let Some(p) = line.strip_prefix("==> ") {
-            flush(&path, &mut pem, &mut found)?;
-            path = p.trim().to_string();
-        } else {
-            pem.push_str(line);
-            pem.push('\n');
+                Err(e) => tracing::warn!("{host}: {}: {e}", crate::ops::conformance::run::printable(path)),
+            }
         }
     }
-    flush(&path, &mut pem, &mut found)?;
-    Ok(found)
+    found
+}
+
+/// One PEM certificate, read (its host and path left for the caller).
+fn cert_info(pem: &[u8], now: i64) -> Result<CertInfo, String> {
+    let (_, p) = x509_parser::pem::parse_x509_pem(pem).map_err(|e| format!("not a PEM certificate: {e}"))?;
+    let cert = p.parse_x509().map_err(|e| format!("not an X.509 certificate: {e}"))?;
+    let not_after = cert.validity().not_after.timestamp();
+    Ok(CertInfo {
+        host: String::new(),
+        path: String::new(),
+        subject: crate::ops::conformance::run::printable(&cert.subject().to_string()),
+        issuer: crate::ops::conformance::run::printable(&cert.issuer().to_string()),
+        ca: cert.is_ca(),
+        not_after,
+        expires: utc(not_after),
+        days_left: (not_after - now).div_euclid(86_400),
+    })
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` of `secs` since the epoch.
@@ -287,7 +274,7 @@ mod tests {
         let pem = cert.pem();
         let out = format!("==> /etc/kubernetes/pki/apiserver.crt\n{pem}==> /etc/kubernetes/admin.conf\n{pem}{pem}");
         let now = 1_893_456_000; // 2030-01-01 00:00:00 UTC
-        let found = parse("cp1", &out, now)?;
+        let found = parse("cp1", &out, now);
         assert_eq!(found.len(), 3, "{found:?}");
         let c = &found[0];
         assert_eq!(

@@ -124,6 +124,8 @@ struct Plan {
     via: String,
     /// The hosts the operator's config lists, in its order.
     file_hosts: Vec<String>,
+    /// The config's text, indexed (`None` when it cannot be read again).
+    located: Option<kubexm_bom::yaml::Located>,
 }
 
 /// Removes `o.hosts` from the session's installed cluster.
@@ -174,7 +176,7 @@ pub fn remove(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Remove
         ));
     }
     session.put_record(ex.job, &plan.hosts, without)?;
-    let located = session.located();
+    let located = &plan.located;
     let still_in_config = plan
         .hosts
         .iter()
@@ -307,6 +309,7 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
         hosts,
         via,
         file_hosts: file.spec.hosts.iter().map(|h| h.name.clone()).collect(),
+        located,
     })
 }
 

@@ -118,9 +118,12 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
 /// own: a timer stopped by hand is started again).
 fn backup(m: &str, b: &kubexm_bom::config::model::EtcdBackup) -> anyhow::Result<Vec<Arc<dyn Step>>> {
     let keep = b.keep.to_string();
-    let dir = crate::engine::transport::shell_quote(&b.directory.display().to_string());
+    let quote = crate::engine::transport::shell_quote;
+    let dir = quote(&b.directory.display().to_string());
+    let name = quote(m);
     let values = [
         ("NAME", m),
+        ("NAME_Q", name.as_str()),
         ("DIR", dir.as_str()),
         ("KEEP", keep.as_str()),
         ("PKI", ETCD_PKI),
@@ -128,12 +131,12 @@ fn backup(m: &str, b: &kubexm_bom::config::model::EtcdBackup) -> anyhow::Result<
         ("SCHEDULE", b.schedule.as_str()),
     ];
     let file = |name: &str, text: &str| render(name, text, &values, &[]).map(String::into_bytes);
-    // The schedule's characters are checked by validation (no quote); what
-    // systemd makes of it, here, before the timer is started.
+    // The schedule's characters are checked by validation (it also goes into
+    // the timer unit); what systemd makes of it, here, before the timer starts.
     let calendar = format!(
-        "systemd-analyze calendar '{s}' >/dev/null 2>&1 || {{ echo \"etcd.backup.schedule '{s}' is not a calendar \
-         expression systemd takes (systemd-analyze calendar)\" >&2; exit 1; }}",
-        s = b.schedule
+        "systemd-analyze calendar {s} >/dev/null 2>&1 || {{ echo etcd.backup.schedule {s} is not a calendar \
+         expression systemd takes \\(systemd-analyze calendar\\) >&2; exit 1; }}",
+        s = quote(&b.schedule)
     );
     let files = PutFiles {
         // Its check compares the files: other settings apply again.

@@ -301,6 +301,10 @@ fn remote_unreachable(h: &args::HostsJob) -> anyhow::Result<()> {
 /// create, get and cancel against the local job database.
 async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result<()> {
     let quit = quit_flag();
+    let command = match hosts_job(command)? {
+        Ok((h, root, request)) => return hosts_job_here(&db, h, root, &request, key, &quit).await,
+        Err(other) => other,
+    };
     match command {
         Command::Create { what: Create::Cluster(c) } => {
             if c.allow_unsigned && c.pubkey.is_none() {
@@ -332,67 +336,6 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
             };
             let id = ops::create_cluster(&db, &c.file, &c.phases, local).await?;
             run_created(&db, id, c.detach, &live, (c.state, key), &quit).await
-        }
-        Command::Create {
-            what: Create::EtcdSnapshot(e),
-        } => {
-            let request = Request::EtcdSnapshot(SnapshotRequest {
-                unreachable: e.job.unreachable.clone(),
-                keep: e.keep,
-            });
-            hosts_job_here(&db, e.job, Some(e.root), &request, key, &quit).await
-        }
-        Command::Create {
-            what: Create::CertsCheck(c),
-        } => {
-            let request = Request::CertsCheck(CertsRequest {
-                unreachable: c.job.unreachable.clone(),
-                warn_days: c.warn_days,
-            });
-            hosts_job_here(&db, c.job, None, &request, key, &quit).await
-        }
-        Command::Create { what: Create::Facts(h) } => {
-            let request = Request::Facts(HostsRequest {
-                unreachable: h.unreachable.clone(),
-            });
-            hosts_job_here(&db, h, None, &request, key, &quit).await
-        }
-        Command::Reset {
-            what: ResetCmd::Cluster { job: h, yes, root },
-        } => {
-            confirmed("reset", &h.file, yes)?;
-            let request = Request::Reset(HostsRequest {
-                unreachable: h.unreachable.clone(),
-            });
-            hosts_job_here(&db, h, Some(root), &request, key, &quit).await
-        }
-        Command::Delete {
-            what: DeleteCmd::Cluster { job: h, yes, purge, root },
-        } => {
-            confirmed("delete", &h.file, yes)?;
-            let request = Request::DeleteCluster(DeleteRequest {
-                unreachable: h.unreachable.clone(),
-                purge,
-            });
-            hosts_job_here(&db, h, Some(root), &request, key, &quit).await
-        }
-        Command::Remove {
-            what:
-                RemoveCmd::Node {
-                    hosts,
-                    job: h,
-                    drain_timeout,
-                    force_drain,
-                    root,
-                },
-        } => {
-            let request = Request::RemoveNode(RemoveRequest {
-                hosts,
-                unreachable: h.unreachable.clone(),
-                drain_timeout,
-                force_drain,
-            });
-            hosts_job_here(&db, h, Some(root), &request, key, &quit).await
         }
         Command::Get {
             what:
@@ -443,6 +386,80 @@ async fn detachable(db: &JobDb, detach: bool) -> anyhow::Result<Vec<String>> {
 
 /// After a job is stored: return (`detach`), follow a running worker's run
 /// of it, or run it here as a worker for this job while its log streams.
+/// A hosts job's flags, the state root of a job run here, its request.
+type HostsJobOf = (args::HostsJob, Option<PathBuf>, Request);
+
+/// The job over the hosts of a config that `command` asks for: its flags,
+/// the state root of a job run here (`None`: the worker's) and the
+/// request, a destructive one confirmed first; any other command back.
+fn hosts_job(command: Command) -> anyhow::Result<Result<HostsJobOf, Command>> {
+    let job = match command {
+        Command::Create {
+            what: Create::EtcdSnapshot(e),
+        } => {
+            let request = Request::EtcdSnapshot(SnapshotRequest {
+                unreachable: e.job.unreachable.clone(),
+                keep: e.keep,
+            });
+            (e.job, Some(e.root), request)
+        }
+        Command::Create {
+            what: Create::CertsCheck(c),
+        } => {
+            let request = Request::CertsCheck(CertsRequest {
+                unreachable: c.job.unreachable.clone(),
+                warn_days: c.warn_days,
+            });
+            (c.job, None, request)
+        }
+        Command::Create { what: Create::Facts(h) } => {
+            let request = Request::Facts(HostsRequest {
+                unreachable: h.unreachable.clone(),
+            });
+            (h, None, request)
+        }
+        Command::Reset {
+            what: ResetCmd::Cluster { job: h, yes, root },
+        } => {
+            confirmed("reset", &h.file, yes)?;
+            let request = Request::Reset(HostsRequest {
+                unreachable: h.unreachable.clone(),
+            });
+            (h, Some(root), request)
+        }
+        Command::Delete {
+            what: DeleteCmd::Cluster { job: h, yes, purge, root },
+        } => {
+            confirmed("delete", &h.file, yes)?;
+            let request = Request::DeleteCluster(DeleteRequest {
+                unreachable: h.unreachable.clone(),
+                purge,
+            });
+            (h, Some(root), request)
+        }
+        Command::Remove {
+            what:
+                RemoveCmd::Node {
+                    hosts,
+                    job: h,
+                    drain_timeout,
+                    force_drain,
+                    root,
+                },
+        } => {
+            let request = Request::RemoveNode(RemoveRequest {
+                hosts,
+                unreachable: h.unreachable.clone(),
+                drain_timeout,
+                force_drain,
+            });
+            (h, Some(root), request)
+        }
+        other => return Ok(Err(other)),
+    };
+    Ok(Ok(job))
+}
+
 /// Stores a job of `request` for the hosts of `h`'s config, run here with
 /// `root` as its state root (`None`: the worker's), and follows it.
 async fn hosts_job_here(
@@ -519,6 +536,18 @@ async fn run_created(
 /// create, get and cancel against the API server the client config names.
 async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Result<()> {
     let c = client::Client::new(config).map_err(|e| classified(Class::Usage, e))?;
+    let command = match hosts_job(command)? {
+        Ok((h, _, request)) => {
+            // Only a removal and a delete take hosts named unreachable through the API.
+            if !matches!(request, Request::RemoveNode(_) | Request::DeleteCluster(_)) {
+                remote_unreachable(&h)?;
+            }
+            let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
+            let id = c.create_hosts_job(text, &request).await.map_err(api)?;
+            return follow_created(&c, id, h.detach).await;
+        }
+        Err(other) => other,
+    };
     match command {
         Command::Create { what: Create::Cluster(cc) } => {
             if !cc.bundle.starts_with("sha256:") {
@@ -534,69 +563,6 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
             let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
             let id = c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?;
             follow_created(&c, id, cc.detach).await
-        }
-        Command::Create {
-            what: Create::CertsCheck(cc),
-        } => {
-            remote_unreachable(&cc.job)?;
-            let text = fs_err::read_to_string(&cc.job.file).map_err(|err| classified(Class::Io, err))?;
-            let id = c.create_certs_check(text, cc.warn_days).await.map_err(api)?;
-            follow_created(&c, id, cc.job.detach).await
-        }
-        Command::Create {
-            what: Create::EtcdSnapshot(e),
-        } => {
-            remote_unreachable(&e.job)?;
-            let text = fs_err::read_to_string(&e.job.file).map_err(|err| classified(Class::Io, err))?;
-            let id = c.create_etcd_snapshot(text, e.keep).await.map_err(api)?;
-            follow_created(&c, id, e.job.detach).await
-        }
-        Command::Create { what: Create::Facts(h) } => {
-            remote_unreachable(&h)?;
-            let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
-            let id = c.create_facts(text).await.map_err(api)?;
-            follow_created(&c, id, h.detach).await
-        }
-        Command::Reset {
-            what: ResetCmd::Cluster { job: h, yes, .. },
-        } => {
-            confirmed("reset", &h.file, yes)?;
-            remote_unreachable(&h)?;
-            let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
-            let id = c.create_reset(text).await.map_err(api)?;
-            follow_created(&c, id, h.detach).await
-        }
-        Command::Delete {
-            what: DeleteCmd::Cluster { job: h, yes, purge, .. },
-        } => {
-            confirmed("delete", &h.file, yes)?;
-            let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
-            let request = DeleteRequest {
-                unreachable: h.unreachable.clone(),
-                purge,
-            };
-            let id = c.create_delete(text, &request).await.map_err(api)?;
-            follow_created(&c, id, h.detach).await
-        }
-        Command::Remove {
-            what:
-                RemoveCmd::Node {
-                    hosts,
-                    job: h,
-                    drain_timeout,
-                    force_drain,
-                    ..
-                },
-        } => {
-            let text = fs_err::read_to_string(&h.file).map_err(|e| classified(Class::Io, e))?;
-            let request = RemoveRequest {
-                hosts,
-                unreachable: h.unreachable.clone(),
-                drain_timeout,
-                force_drain,
-            };
-            let id = c.create_remove_node(text, &request).await.map_err(api)?;
-            follow_created(&c, id, h.detach).await
         }
         Command::Get {
             what:
