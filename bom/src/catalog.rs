@@ -131,6 +131,9 @@ pub enum ArchiveKind {
 pub struct InstallEntry {
     pub from: String,
     pub to: String,
+    /// Installed when the archive has it (etcdutl: etcd 3.5 and later).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// What a Kubernetes minor pairs with.

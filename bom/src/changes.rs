@@ -42,7 +42,14 @@ const FIXED: &[(&str, &str)] = &[
 
 /// Settings that only the builder or the installer's own connection reads:
 /// a change needs nothing done on the cluster.
-const LOCAL: &[&str] = &["spec.bundle", "spec.conformance", "spec.preflight", "spec.hostDefaults"];
+/// (`spec.certificates` is read by `certs renew` only.)
+const LOCAL: &[&str] = &[
+    "spec.bundle",
+    "spec.conformance",
+    "spec.preflight",
+    "spec.hostDefaults",
+    "spec.certificates",
+];
 
 /// Settings apply changes on the hosts (their steps compare what they write).
 const APPLIED: &[&str] = &["spec.etcd.backup"];

@@ -168,6 +168,7 @@ fn component_files(
                 .map(|e| crate::catalog::InstallEntry {
                     from: render(&e.from, version, arch),
                     to: e.to.clone(),
+                    optional: e.optional,
                 })
                 .collect(),
         });

@@ -79,6 +79,20 @@ pub struct Pipeline {
     pub modules: Vec<Module>,
 }
 
+impl Pipeline {
+    /// A pipeline of the named modules, in order, those without a task left out.
+    pub fn of(name: &str, modules: Vec<(&str, Vec<Task>)>) -> Pipeline {
+        Pipeline {
+            name: name.into(),
+            modules: modules
+                .into_iter()
+                .filter(|(_, tasks)| !tasks.is_empty())
+                .map(|(name, tasks)| Module { name: name.into(), tasks })
+                .collect(),
+        }
+    }
+}
+
 /// A node of the DAG: one step on one host, or a barrier.
 #[derive(Clone)]
 pub struct Node {

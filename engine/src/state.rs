@@ -192,7 +192,7 @@ const DONE_STEPS: &str = "SELECT DISTINCT s.node FROM steps s JOIN jobs j ON j.i
      AND (CASE j.kind WHEN 'apply' THEN 'install' ELSE j.kind END) = (CASE ?3 WHEN 'apply' THEN 'install' ELSE ?3 END) \
      AND j.id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind IN ('reset', 'delete-cluster') AND status = 'succeeded' AND id < ?2), 0) \
      AND s.status IN ('applied', 'skipped') \
-     AND ?3 NOT IN ('remove-node', 'certs-check') \
+     AND ?3 NOT IN ('remove-node', 'certs-check', 'certs-renew', 'etcd-restore') \
      AND NOT EXISTS (SELECT 1 FROM removed_hosts x WHERE x.cluster = ?1 AND x.host = s.host AND x.job >= j.id AND x.job < ?2)";
 
 impl State {

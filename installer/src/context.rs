@@ -59,10 +59,16 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
             kubexm_bom::catalog::ArchiveKind::TarGz => format!("tar -xzOf {} {} > {}.tmp", q(&stash), q(&e.from), q(&e.to)),
             kubexm_bom::catalog::ArchiveKind::None => format!("cp {} {}.tmp", q(&stash), q(&e.to)),
         };
-        apply.push_str(&format!(
-            "mkdir -p \"$(dirname {to})\"\n{extract}\nchmod 0755 {to}.tmp\nmv -f {to}.tmp {to}\n",
-            to = q(&e.to)
-        ));
+        let install = format!("chmod 0755 {to}.tmp && mv -f {to}.tmp {to}", to = q(&e.to));
+        if e.optional {
+            // Not in every release's archive: installed when it is there.
+            apply.push_str(&format!(
+                "mkdir -p \"$(dirname {to})\"\nif {extract} 2>/dev/null; then {install}; else rm -f {to}.tmp; fi\n",
+                to = q(&e.to)
+            ));
+        } else {
+            apply.push_str(&format!("mkdir -p \"$(dirname {to})\"\n{extract}\n{install}\n", to = q(&e.to)));
+        }
     }
     let id = format!("{} {} {}", file.version, file.arch, fetch.files[0].sha256);
     // The downloaded archive is a temporary file: gone once installed.
@@ -75,6 +81,7 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
     let targets: Vec<String> = file
         .install
         .iter()
+        .filter(|e| !e.optional)
         .map(|e| {
             if e.to.ends_with('/') {
                 format!("test -d {}", q(&e.to))

@@ -119,10 +119,95 @@ pub enum Usage {
     ServerAndClient,
 }
 
+/// How leaf certificates are issued: valid `days` from the day they are
+/// issued (`certificates.leafDays`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leaf {
+    pub days: u32,
+}
+
+impl Default for Leaf {
+    fn default() -> Leaf {
+        Leaf {
+            days: kubexm_bom::config::model::Certificates::LEAF_DAYS,
+        }
+    }
+}
+
+impl Leaf {
+    /// The config's lifetime.
+    pub fn of(cluster: &kubexm_bom::config::Cluster) -> Leaf {
+        Leaf {
+            days: cluster.spec.certificates.leaf_days,
+        }
+    }
+
+    /// The end of a leaf issued today: the start (UTC) of the day after its
+    /// last, so it is valid at least `days` days.
+    fn not_after(&self) -> (i32, u8, u8) {
+        let (y, m, d) = civil_date(today() + i64::from(self.days) + 1);
+        (y as i32, m, d)
+    }
+}
+
+/// A leaf kept in a PKI directory that ends before the time asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    /// Its file, `<stem>.crt`.
+    pub cert: PathBuf,
+    /// Its end, seconds since the epoch (0: unreadable).
+    pub not_after: i64,
+}
+
+/// Marks every leaf kept in `dir` (`<stem>.crt` with a `<stem>.names`)
+/// that ends before `before` (seconds since the epoch) to be issued again:
+/// its `.names` goes, so the next [`ensure_cert`] of it issues a new one.
+/// A CA is never due here. A leaf no host uses stays marked and unused.
+pub fn mark_due(dir: &Path, before: i64) -> Result<Vec<Due>, PkiError> {
+    let mut due = Vec::new();
+    let entries = match fs_err::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(due),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(io(dir))?.path();
+        let names = path.with_extension("names");
+        if path.extension().is_none_or(|e| e != "crt") || !names.exists() {
+            continue;
+        }
+        let end = fs_err::read(&path).ok().and_then(|pem| not_after(&pem)).unwrap_or(0);
+        if end < before {
+            fs_err::remove_file(&names).map_err(io(&names))?;
+            due.push(Due {
+                cert: path,
+                not_after: end,
+            });
+        }
+    }
+    due.sort_by(|a, b| a.cert.cmp(&b.cert));
+    Ok(due)
+}
+
+/// Days since 1970-01-01, today.
+fn today() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64 / 86_400)
+        .unwrap_or(0)
+}
+
+/// The end (seconds since the epoch) of the PEM certificate `pem`.
+pub fn not_after(pem: &[u8]) -> Option<i64> {
+    let (_, p) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    Some(p.parse_x509().ok()?.validity().not_after.timestamp())
+}
+
 /// A certificate kept in `dir` as `<stem>.crt` and `<stem>.key`, issued by
 /// `ca` on first use and reused after, so a re-run changes nothing on hosts.
-/// It is issued again when the names it must cover changed.
-pub fn ensure_cert(ca: &Ca, dir: &Path, stem: &str, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert, PkiError> {
+/// It is issued again when the names it must cover changed (or
+/// [`mark_due`] marked it).
+pub fn ensure_cert(ca: &Ca, dir: &Path, stem: &str, cn: &str, names: &[String], usage: Usage, leaf: Leaf) -> Result<ServerCert, PkiError> {
     let (crt, key, want) = (
         dir.join(format!("{stem}.crt")),
         dir.join(format!("{stem}.key")),
@@ -135,7 +220,7 @@ pub fn ensure_cert(ca: &Ca, dir: &Path, stem: &str, cn: &str, names: &[String], 
             key_pem: fs_err::read_to_string(&key).map_err(io(&key))?,
         });
     }
-    let c = issue(ca, cn, names, usage)?;
+    let c = issue_with(ca, cn, names, usage, &[], leaf.not_after())?;
     write_private(&key, c.key_pem.as_bytes())?;
     fs_err::write(&crt, &c.cert_pem).map_err(io(&crt))?;
     fs_err::write(&want, &names_line).map_err(io(&want))?;
@@ -145,7 +230,7 @@ pub fn ensure_cert(ca: &Ca, dir: &Path, stem: &str, cn: &str, names: &[String], 
 /// A server certificate signed by `ca` for `names` (DNS names or IP addresses).
 pub fn server_cert(ca: &Ca, names: &[String]) -> Result<ServerCert, PkiError> {
     let cn = names.first().cloned().unwrap_or_else(|| "kubexm-registry".into());
-    issue(ca, &cn, names, Usage::Server)
+    issue_with(ca, &cn, names, Usage::Server, &[], Leaf::default().not_after())
 }
 
 /// The civil date (year, month, day) of a day counted from 1970-01-01
@@ -166,20 +251,12 @@ pub fn civil_date(days: i64) -> (i64, u8, u8) {
 /// organizations (`O`: what it may do) in its subject, valid for `days`
 /// from today. Always issued anew.
 pub fn client_cert(ca: &Ca, dir: &Path, stem: &str, cn: &str, orgs: &[String], days: i64) -> Result<ServerCert, PkiError> {
-    let today = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64 / 86_400)
-        .unwrap_or(0);
-    let (y, m, d) = civil_date(today + days);
+    let (y, m, d) = civil_date(today() + days);
     let c = issue_with(ca, cn, &[], Usage::Client, orgs, (y as i32, m, d))?;
     let (crt, key) = (dir.join(format!("{stem}.crt")), dir.join(format!("{stem}.key")));
     write_private(&key, c.key_pem.as_bytes())?;
     fs_err::write(&crt, &c.cert_pem).map_err(io(&crt))?;
     Ok(c)
-}
-
-fn issue(ca: &Ca, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert, PkiError> {
-    issue_with(ca, cn, names, usage, &[], (2035, 1, 1))
 }
 
 fn issue_with(
@@ -234,7 +311,7 @@ pub struct CaPem {
 /// dry run, placeholders that read and write nothing.
 #[derive(Debug, Clone)]
 pub enum Pki {
-    Dir(PathBuf),
+    Dir(PathBuf, Leaf),
     DryRun,
 }
 
@@ -247,7 +324,7 @@ impl Pki {
                 key_pem: GENERATED.as_bytes().to_vec(),
                 on_disk: None,
             }),
-            Pki::Dir(root) => {
+            Pki::Dir(root, _) => {
                 let ca = ensure_ca(&root.join(sub), name)?;
                 Ok(CaPem {
                     cert_pem: fs_err::read(&ca.cert).map_err(io(&ca.cert))?,
@@ -260,15 +337,15 @@ impl Pki {
 
     /// A certificate issued by `ca`, kept beside it as `<stem>.crt`/`.key`.
     pub fn cert(&self, ca: &CaPem, stem: &str, cn: &str, names: &[String], usage: Usage) -> Result<ServerCert, PkiError> {
-        match &ca.on_disk {
-            None => Ok(ServerCert {
+        match (&ca.on_disk, self) {
+            (Some(disk), Pki::Dir(_, leaf)) => {
+                let dir = disk.cert.parent().unwrap_or(Path::new("."));
+                ensure_cert(disk, dir, stem, cn, names, usage, *leaf)
+            }
+            _ => Ok(ServerCert {
                 cert_pem: GENERATED.into(),
                 key_pem: GENERATED.into(),
             }),
-            Some(disk) => {
-                let dir = disk.cert.parent().unwrap_or(Path::new("."));
-                ensure_cert(disk, dir, stem, cn, names, usage)
-            }
         }
     }
 
@@ -283,7 +360,7 @@ impl Pki {
     /// The directory `<root>/pki/<sub>`, or none in a dry run.
     pub fn dir(&self, sub: &str) -> Option<PathBuf> {
         match self {
-            Pki::Dir(root) => Some(root.join(sub)),
+            Pki::Dir(root, _) => Some(root.join(sub)),
             Pki::DryRun => None,
         }
     }
@@ -302,5 +379,40 @@ mod tests {
         assert_eq!(std::fs::metadata(&ca.key).unwrap().permissions().mode() & 0o777, 0o600);
         let s = super::server_cert(&ca, &["127.0.0.1".into(), "registry.local".into()]).unwrap();
         assert!(s.cert_pem.contains("BEGIN CERTIFICATE") && s.key_pem.contains("PRIVATE KEY"));
+    }
+
+    /// Issue 29: a leaf lives `leafDays`; one due is marked and issued anew
+    /// once (a second ensure reuses it), a CA and a fresh leaf are not.
+    #[test]
+    fn a_leaf_due_is_issued_again_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        let ca = super::ensure_ca(&pki, "test CA").unwrap();
+        let five = super::Leaf { days: 5 };
+        let names = ["a".to_string()];
+        let first = super::ensure_cert(&ca, &pki, "a", "a", &names, super::Usage::Server, five).unwrap();
+        let end = super::not_after(first.cert_pem.as_bytes()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        assert!(end >= now + 5 * 86_400 && end <= now + 6 * 86_400, "{end} vs {now}");
+        // Not due within 5 days; due within 30.
+        assert!(super::mark_due(&pki, now + 5 * 86_400).unwrap().is_empty());
+        let due = super::mark_due(&pki, now + 30 * 86_400).unwrap();
+        assert_eq!(
+            due.iter()
+                .map(|d| d.cert.file_name().unwrap().to_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["a.crt"]
+        );
+        let year = super::Leaf::default();
+        let again = super::ensure_cert(&ca, &pki, "a", "a", &names, super::Usage::Server, year).unwrap();
+        assert_ne!(again.cert_pem, first.cert_pem);
+        assert!(super::not_after(again.cert_pem.as_bytes()).unwrap() > now + 300 * 86_400);
+        let kept = super::ensure_cert(&ca, &pki, "a", "a", &names, super::Usage::Server, year).unwrap();
+        assert_eq!(kept.cert_pem, again.cert_pem, "issued once");
+        assert!(super::mark_due(&pki, now + 30 * 86_400).unwrap().is_empty());
+        assert!(super::mark_due(&dir.path().join("none"), i64::MAX).unwrap().is_empty());
     }
 }

@@ -184,7 +184,16 @@ fn with_a_client_ca_a_client_without_its_certificate_is_refused() {
         ConnectionLimits::default(),
         Some(ca.cert.clone()),
     );
-    kubexm_installer::pki::ensure_cert(&ca, &pki, "lab1-registry-client", "lab1", &[], kubexm_installer::pki::Usage::Client).unwrap();
+    kubexm_installer::pki::ensure_cert(
+        &ca,
+        &pki,
+        "lab1-registry-client",
+        "lab1",
+        &[],
+        kubexm_installer::pki::Usage::Client,
+        Default::default(),
+    )
+    .unwrap();
     let other = kubexm_installer::pki::ensure_ca(&dir.path().join("other"), "another CA").unwrap();
     kubexm_installer::pki::ensure_cert(
         &other,
@@ -193,6 +202,7 @@ fn with_a_client_ca_a_client_without_its_certificate_is_refused() {
         "x",
         &[],
         kubexm_installer::pki::Usage::Client,
+        Default::default(),
     )
     .unwrap();
     let curl = |extra: &[&str]| {

@@ -37,7 +37,7 @@ rm -rf /etc/kubernetes /var/lib/kubelet /etc/kubexm /var/lib/kubexm /etc/contain
   /etc/systemd/system/kubexm-registry.service /etc/systemd/system/containerd.service \
   /etc/systemd/system/kubexm-etcd-backup.service /etc/systemd/system/kubexm-etcd-backup.timer \
   /etc/sysctl.d/90-kubexm-kubernetes.conf /etc/modules-load.d/kubexm-kubernetes.conf
-for b in kubeadm kubelet kubectl etcd etcdctl crictl containerd containerd-shim containerd-shim-runc-v1 containerd-shim-runc-v2 containerd-stress ctr kubexm-install; do
+for b in kubeadm kubelet kubectl etcd etcdctl etcdutl crictl containerd containerd-shim containerd-shim-runc-v1 containerd-shim-runc-v2 containerd-stress ctr kubexm-install; do
   rm -f "/usr/local/bin/$b"
 done
 rm -f /usr/local/sbin/runc

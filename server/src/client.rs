@@ -192,6 +192,16 @@ impl Client {
                 q.extend(r.warn_days.map(|d| format!("warnDays={d}")));
                 "certs-check"
             }
+            Request::CertsRenew(r) => {
+                q.extend(r.within_days.map(|d| format!("withinDays={d}")));
+                q.extend(r.all.then(|| "all=true".to_string()));
+                "certs-renew"
+            }
+            Request::EtcdRestore(r) => {
+                q.push("confirm=true".into());
+                q.push(format!("snapshot={}", r.snapshot));
+                "etcd-restore"
+            }
             Request::RemoveNode(r) => {
                 q.push(format!("hosts={}", list(&r.hosts)));
                 q.extend(r.drain_timeout.map(|t| format!("drainTimeout={t}")));
@@ -205,7 +215,9 @@ impl Client {
             }
         };
         // Only the routes that take hosts named unreachable get them.
-        if matches!(request, Request::RemoveNode(_) | Request::DeleteCluster(_)) && !request.unreachable().is_empty() {
+        if matches!(request, Request::RemoveNode(_) | Request::DeleteCluster(_) | Request::CertsRenew(_))
+            && !request.unreachable().is_empty()
+        {
             q.push(format!("unreachable={}", list(request.unreachable())));
         }
         let q = if q.is_empty() { String::new() } else { format!("?{}", q.join("&")) };

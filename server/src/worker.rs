@@ -429,12 +429,26 @@ fn open(
         "remove-node",
         "delete-cluster",
         "certs-check",
+        "certs-renew",
+        "etcd-restore",
     ]
     .contains(&job.kind.as_str())
     {
         return Err(ops::error::op(
             ops::error::OpError::Unsupported,
             anyhow::anyhow!("job kind {} is not supported yet by this worker", crate::text::line(&job.kind)),
+        ));
+    }
+    // A restore's steps all run again when it is resumed: a second restore
+    // would lose what was written since the first. It is not resumed.
+    if job.kind == "etcd-restore" && job.attempt > 1 {
+        return Err(ops::error::op(
+            ops::error::OpError::Usage,
+            anyhow::anyhow!(
+                "job {}: an etcd restore that was interrupted is not resumed (its cluster may be restored already, \
+                 and a second restore would lose what was written since); check the cluster and create the job again if it must run",
+                job.id
+            ),
         ));
     }
     let (request, local) = crate::job_request::read(&job.kind, &job.options).map_err(|e| {

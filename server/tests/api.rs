@@ -194,6 +194,59 @@ async fn facts_and_confirmed_reset_jobs_are_stored_and_an_unconfirmed_reset_or_a
     s.handle.shutdown();
 }
 
+/// Issue 29: a renewal and a restore are stored with their options (a
+/// restore names a snapshot by its file name, confirmed); refused and not
+/// stored: a restore unconfirmed or naming a path or shell text, a host
+/// named unreachable that the config lacks, a bad config.
+#[tokio::test(flavor = "multi_thread")]
+async fn certs_renew_and_etcd_restore_jobs_are_stored_and_refused_as_asked() {
+    let s = Server::start().await;
+    let post = |path: &str, body: String| {
+        s.client()
+            .post(s.url(&format!("/api/v1/clusters/{path}")))
+            .bearer_auth(&s.token)
+            .header("content-type", "application/yaml")
+            .body(body)
+            .send()
+    };
+    for (q, says) in [
+        ("etcd-restore?snapshot=demo-1.db", "?confirm=true"),
+        ("etcd-restore?confirm=true&snapshot=..%2Fx.db", "not a snapshot's file name"),
+        ("etcd-restore?confirm=true&snapshot=a%3Bb.db", "not a snapshot's file name"),
+        ("certs-renew?unreachable=ghost", "ghost is not a host"),
+    ] {
+        let r = post(q, EXAMPLE.to_string()).await.unwrap();
+        assert_eq!(r.status(), 400, "{q}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert!(v["error"].as_str().unwrap().contains(says), "{q}: {v}");
+    }
+    let bad = EXAMPLE.replace("port: 22", "port: 99999");
+    for q in ["certs-renew", "etcd-restore?confirm=true&snapshot=demo-1.db"] {
+        let r = post(q, bad.clone()).await.unwrap();
+        assert_eq!(r.status(), 422, "{q}");
+    }
+    assert!(s.db.list().await.unwrap().is_empty(), "a job was stored");
+    for (q, kind, options) in [
+        (
+            "certs-renew?withinDays=60&all=true&unreachable=cp3",
+            "certs-renew",
+            serde_json::json!({"unreachable": ["cp3"], "withinDays": 60, "all": true}),
+        ),
+        (
+            "etcd-restore?confirm=true&snapshot=demo-20261127T001200.000Z.db",
+            "etcd-restore",
+            serde_json::json!({"snapshot": "demo-20261127T001200.000Z.db"}),
+        ),
+    ] {
+        let r = post(q, EXAMPLE.to_string()).await.unwrap();
+        assert_eq!(r.status(), 202, "{q}");
+        let id = r.json::<serde_json::Value>().await.unwrap()["job_id"].as_i64().unwrap();
+        let j = s.db.get(id).await.unwrap().unwrap();
+        assert_eq!((j.kind.as_str(), &j.options), (kind, &options));
+    }
+    s.handle.shutdown();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_401() {
     let s = Server::start().await;

@@ -81,6 +81,9 @@ pub struct Spec {
     pub system: System,
     pub preflight: Preflight,
     pub bundle: BundleSpec,
+    /// The certificates kubexm issues (etcd's, the registry's).
+    #[serde(skip_serializing_if = "Certificates::is_default")]
+    pub certificates: Certificates,
     /// Kubernetes' own conformance tests carried in the bundle.
     #[serde(skip_serializing_if = "Conformance::is_off")]
     pub conformance: Conformance,
@@ -98,6 +101,34 @@ pub struct Conformance {
 impl Conformance {
     fn is_off(&self) -> bool {
         !self.enabled
+    }
+}
+
+/// `certificates`: how long the leaf certificates kubexm issues (etcd's
+/// members and clients, the registry's server and clients) are valid.
+/// kubeadm's own leafs keep kubeadm's year. A change applies to
+/// certificates issued after it: `kubexm-install certs renew` issues them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Certificates {
+    /// Days a leaf is valid from the day it is issued (1..3650).
+    pub leaf_days: u32,
+}
+
+impl Certificates {
+    /// The lifetime of a leaf unless the config sets another.
+    pub const LEAF_DAYS: u32 = 365;
+
+    fn is_default(&self) -> bool {
+        self == &Certificates::default()
+    }
+}
+
+impl Default for Certificates {
+    fn default() -> Self {
+        Certificates {
+            leaf_days: Certificates::LEAF_DAYS,
+        }
     }
 }
 

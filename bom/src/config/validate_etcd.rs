@@ -1,6 +1,7 @@
 //! The etcd part of the config's rules: the members for each mode, and
 //! `etcd.backup` (its schedule goes into a systemd unit and its directory
-//! into a script, so both are checked strictly).
+//! into a script, so both are checked strictly), and the lifetime of the
+//! leaf certificates kubexm issues (etcd's and the registry's).
 
 use super::Rules;
 use crate::config::host_paths::host_path_problem;
@@ -41,6 +42,13 @@ impl Rules<'_> {
         }
         if let Some(b) = &s.etcd.backup {
             self.etcd_backup(s, b);
+        }
+        if !(1..=3650).contains(&s.certificates.leaf_days) {
+            self.hinted(
+                "spec.certificates.leafDays",
+                format!("leafDays {} is outside 1..3650", s.certificates.leaf_days),
+                "leave it out for a year, or give the days a leaf certificate kubexm issues is valid",
+            );
         }
         if s.etcd.mode == EtcdMode::Kubeadm {
             for (i, m) in s.role_groups.etcd.iter().enumerate() {

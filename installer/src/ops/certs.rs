@@ -160,7 +160,7 @@ pub fn check(session: &Session, warn_days: u32) -> anyhow::Result<CertsReport> {
 /// The certificates in a host's output: `==> PATH` lines, each followed by
 /// the PEM certificate blocks read from it. A block that does not parse is
 /// logged and left out; the others are still shown.
-fn parse(host: &str, out: &str, now: i64) -> Vec<CertInfo> {
+pub(super) fn parse(host: &str, out: &str, now: i64) -> Vec<CertInfo> {
     let mut found = Vec::new();
     for section in out.split("==> ").filter(|s| !s.trim().is_empty()) {
         let (path, pems) = section.split_once('\n').unwrap_or((section, ""));
@@ -200,7 +200,7 @@ fn cert_info(pem: &[u8], now: i64) -> Result<CertInfo, String> {
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` of `secs` since the epoch.
-fn utc(secs: i64) -> String {
+pub(super) fn utc(secs: i64) -> String {
     let stamp = super::etcd::utc_stamp(secs * 1000);
     // YYYYmmddTHHMMSS.mmmZ
     format!(
@@ -222,15 +222,21 @@ struct ReadCerts {
 
 impl ReadCerts {
     fn script() -> String {
-        format!(
-            "for f in {files}; do [ -f \"$f\" ] || continue; echo \"==> $f\"; \
-             sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/p' \"$f\"; done; \
-             for k in {KUBECONFIGS}; do [ -f \"$k\" ] || continue; \
-             d=$(sed -n 's/^ *client-certificate-data: *//p' \"$k\"); [ -n \"$d\" ] || continue; \
-             echo \"==> $k\"; echo \"$d\" | base64 -d | sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/p'; done; true",
-            files = FILES.join(" ")
-        )
+        read_script(&FILES.join(" "), KUBECONFIGS)
     }
+}
+
+/// A script printing, for each of `files` (PEM, globs) and `kubeconfigs`
+/// (their embedded client certificate) that exists, `==> PATH` and its
+/// certificate blocks: never a key.
+pub(super) fn read_script(files: &str, kubeconfigs: &str) -> String {
+    format!(
+        "for f in {files}; do [ -f \"$f\" ] || continue; echo \"==> $f\"; \
+         sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/p' \"$f\"; done; \
+         for k in {kubeconfigs}; do [ -f \"$k\" ] || continue; \
+         d=$(sed -n 's/^ *client-certificate-data: *//p' \"$k\"); [ -n \"$d\" ] || continue; \
+         echo \"==> $k\"; echo \"$d\" | base64 -d | sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/p'; done; true"
+    )
 }
 
 impl Step for ReadCerts {

@@ -53,6 +53,10 @@ pub struct SnapshotInfo {
     pub taken: i64,
     pub sha256: String,
     pub size: u64,
+    /// The sha256 of the cluster's etcd CA certificate (PEM) when it was
+    /// taken: restore refuses a snapshot of a cluster with another CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_ca: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +169,9 @@ pub fn snapshot(session: &Session, o: &SnapshotOptions) -> anyhow::Result<Snapsh
         taken: now,
         sha256: taken.sha256,
         size,
+        etcd_ca: fs_err::read(crate::paths::cluster_pki(&session.settings().root, &name).join("etcd/ca.crt"))
+            .ok()
+            .map(|pem| kubexm_bundle::digest::sha256_hex(&pem)),
     };
     let write = |path: PathBuf, bytes: Vec<u8>| {
         kubexm_bundle::files::write_atomic(&path, &bytes).map_err(|e| op(OpError::Io, anyhow::anyhow!("writing {}: {e}", path.display())))
@@ -182,7 +189,7 @@ pub fn snapshot(session: &Session, o: &SnapshotOptions) -> anyhow::Result<Snapsh
 }
 
 /// `file` with `.ext` added (`x.db` → `x.db.json`).
-fn sidecar(file: &Path, ext: &str) -> PathBuf {
+pub(super) fn sidecar(file: &Path, ext: &str) -> PathBuf {
     let mut p = file.as_os_str().to_owned();
     p.push(format!(".{ext}"));
     p.into()

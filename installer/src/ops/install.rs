@@ -101,17 +101,14 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     let topo = kubexm_bom::topology::Topology::of(cluster).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
     let (manifest, bundle_dir, members) = session.span("unpack", || read_verified(session, args, bundle))?;
     let bom = manifest.lock;
-    let (pki_dir, pki) = pki_of(&settings.root, args.dry_run, &cluster.metadata.name)?;
+    let (pki_dir, pki) = pki_of(&settings.root, args.dry_run, cluster)?;
     let advertise = advertise(settings.advertise)?;
     let listen = std::net::SocketAddr::new(advertise, settings.serve_port);
     let file_server = format!("https://{listen}");
     let ca_pem = pki.ca("registry", "kubexm registry CA")?.cert_pem;
     let installer = installer_binary(settings.installer.as_ref())?;
     let kubeadm_api = kubeadm_api(&bundle.catalog, cluster, &bundle.path)?;
-    let kubeconfig = settings
-        .kubeconfig
-        .clone()
-        .unwrap_or_else(|| settings.root.join(format!("{}.kubeconfig", cluster.metadata.name)));
+    let kubeconfig = kubeconfig_path(settings, cluster);
     let kube = if phases.contains(&Phase::ControlPlane) || phases.contains(&Phase::Workers) {
         let mut kube = crate::kube_pki::KubePki::ensure(&pki)?;
         // A dry run names the join credentials a real run would reuse.
@@ -420,9 +417,22 @@ fn read_verified(session: &Session, args: &InstallOptions, opened: &OpenBundle) 
     Ok((manifest, bundle_dir, members))
 }
 
+/// Where the admin kubeconfig of `cluster` is written for the user.
+pub(super) fn kubeconfig_path(settings: &super::session::Settings, cluster: &kubexm_bom::config::Cluster) -> PathBuf {
+    settings
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| settings.root.join(format!("{}.kubeconfig", cluster.metadata.name)))
+}
+
 /// The cluster's PKI directory, and the PKI planning reads (placeholders
 /// in a dry run, which writes nothing).
-fn pki_of(root: &std::path::Path, dry_run: bool, name: &str) -> anyhow::Result<(PathBuf, crate::pki::Pki)> {
+pub(super) fn pki_of(
+    root: &std::path::Path,
+    dry_run: bool,
+    cluster: &kubexm_bom::config::Cluster,
+) -> anyhow::Result<(PathBuf, crate::pki::Pki)> {
+    let name = &cluster.metadata.name;
     // A dry run writes nothing: an old single-cluster root is moved only by a real run.
     let pki_dir = if dry_run {
         crate::paths::cluster_pki(root, name)
@@ -432,7 +442,7 @@ fn pki_of(root: &std::path::Path, dry_run: bool, name: &str) -> anyhow::Result<(
     let pki = if dry_run {
         crate::pki::Pki::DryRun
     } else {
-        crate::pki::Pki::Dir(pki_dir.clone())
+        crate::pki::Pki::Dir(pki_dir.clone(), crate::pki::Leaf::of(cluster))
     };
     Ok((pki_dir, pki))
 }

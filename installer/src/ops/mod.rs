@@ -7,10 +7,12 @@
 
 pub mod apply;
 pub mod certs;
+pub mod certs_renew;
 pub mod conformance;
 pub mod delete;
 pub mod error;
 pub mod etcd;
+pub mod etcd_restore;
 pub mod facts;
 #[cfg(test)]
 pub(crate) mod fixture;
@@ -182,13 +184,13 @@ mod tests {
     #[test]
     fn each_cluster_has_its_own_ca_and_join_token() -> anyhow::Result<()> {
         let root = tempfile::tempdir()?;
-        let old = crate::pki::Pki::Dir(root.path().join("pki"));
+        let old = crate::pki::Pki::Dir(root.path().join("pki"), Default::default());
         let a_before = crate::kube_pki::KubePki::ensure(&old)?;
         std::fs::write(root.path().join("a.kubeconfig"), "")?;
         let (a, b) = (super::cluster_pki(root.path(), "a")?, super::cluster_pki(root.path(), "b")?);
         assert!(a.is_dir(), "the old root was not copied to cluster a");
-        let ka = crate::kube_pki::KubePki::ensure(&crate::pki::Pki::Dir(a))?;
-        let kb = crate::kube_pki::KubePki::ensure(&crate::pki::Pki::Dir(b))?;
+        let ka = crate::kube_pki::KubePki::ensure(&crate::pki::Pki::Dir(a, Default::default()))?;
+        let kb = crate::kube_pki::KubePki::ensure(&crate::pki::Pki::Dir(b, Default::default()))?;
         assert_eq!(ka.ca.cert_pem, a_before.ca.cert_pem, "cluster a lost its CA in the copy");
         assert_ne!(ka.ca.cert_pem, kb.ca.cert_pem);
         assert_ne!(ka.creds.token, kb.creds.token);

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::error::{OpError, op};
 use super::session::Session;
-use crate::engine::plan::{Module, Pipeline, Scope, Step, Task};
+use crate::engine::plan::{Pipeline, Scope, Step, Task};
 use crate::engine::run;
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
@@ -427,19 +427,14 @@ fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &
             after: before.iter().map(|b| (b.clone(), Scope::AllHosts)).collect(),
         });
     }
-    let modules = [
-        ("drain", drains),
-        (super::super::pipelines::Phase::Reset.name(), resets),
-        ("delete-node", deletes),
-    ]
-    .into_iter()
-    .filter(|(_, tasks)| !tasks.is_empty())
-    .map(|(name, tasks)| Module { name: name.into(), tasks })
-    .collect();
-    Ok(Pipeline {
-        name: "remove-node".into(),
-        modules,
-    })
+    Ok(Pipeline::of(
+        "remove-node",
+        vec![
+            ("drain", drains),
+            (super::super::pipelines::Phase::Reset.name(), resets),
+            ("delete-node", deletes),
+        ],
+    ))
 }
 
 /// The hosts whose Node deletion completed in a removal's run (a failed

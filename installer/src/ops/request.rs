@@ -31,6 +31,58 @@ pub enum Request {
     DeleteCluster(DeleteRequest),
     /// Read every certificate on the hosts with its expiry.
     CertsCheck(CertsRequest),
+    /// Renew the certificates that are due.
+    CertsRenew(RenewCertsRequest),
+    /// Put etcd back to one of the cluster's snapshots (confirmed by the trigger).
+    EtcdRestore(RestoreRequest),
+}
+
+/// An etcd restore's options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestoreRequest {
+    /// A snapshot of the cluster by its file name, as `etcd snapshot` named
+    /// it (`<cluster>-<stamp>.db`), under the worker's
+    /// `<root>/clusters/<cluster>/snapshots`: never a path.
+    pub snapshot: String,
+}
+
+impl RestoreRequest {
+    /// The snapshot's name, checked: letters, digits, `.`, `_`, `-`, ending
+    /// in `.db`, not starting with `.`.
+    pub fn checked(&self) -> anyhow::Result<&str> {
+        let n = &self.snapshot;
+        let fine = n.len() <= 200
+            && n.ends_with(".db")
+            && !n.starts_with('.')
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if fine {
+            Ok(n)
+        } else {
+            Err(op(
+                OpError::Usage,
+                anyhow::anyhow!(
+                    "snapshot `{}` is not a snapshot's file name (<cluster>-<stamp>.db, as `etcd snapshot` names it)",
+                    n.escape_debug()
+                ),
+            ))
+        }
+    }
+}
+
+/// A certificate renewal's options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RenewCertsRequest {
+    /// Hosts known to be down: never contacted, nothing renewed there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<String>,
+    /// Renew what ends within this many days; default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within_days: Option<u32>,
+    /// Renew every leaf, due or not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all: bool,
 }
 
 /// A certificate check's options.
@@ -117,6 +169,8 @@ impl Request {
             Request::RemoveNode(_) => "remove-node",
             Request::DeleteCluster(_) => "delete-cluster",
             Request::CertsCheck(_) => "certs-check",
+            Request::CertsRenew(_) => "certs-renew",
+            Request::EtcdRestore(_) => "etcd-restore",
         }
     }
 
@@ -129,7 +183,9 @@ impl Request {
             | Request::EtcdSnapshot(_)
             | Request::RemoveNode(_)
             | Request::DeleteCluster(_)
-            | Request::CertsCheck(_) => None,
+            | Request::CertsCheck(_)
+            | Request::CertsRenew(_)
+            | Request::EtcdRestore(_) => None,
         }
     }
 
@@ -142,6 +198,8 @@ impl Request {
             Request::RemoveNode(r) => &r.unreachable,
             Request::DeleteCluster(r) => &r.unreachable,
             Request::CertsCheck(r) => &r.unreachable,
+            Request::CertsRenew(r) => &r.unreachable,
+            Request::EtcdRestore(_) => &[],
         }
     }
 
@@ -187,6 +245,8 @@ pub enum Report {
     RemoveNode(super::remove::Removed),
     DeleteCluster(super::delete::Deleted),
     CertsCheck(super::certs::CertsReport),
+    CertsRenew(super::certs_renew::Renewed),
+    EtcdRestore(super::etcd_restore::Restored),
 }
 
 /// The facts of every host.
@@ -215,6 +275,8 @@ impl std::fmt::Display for Report {
             Report::RemoveNode(r) => write!(f, "{r}"),
             Report::DeleteCluster(d) => write!(f, "{d}"),
             Report::CertsCheck(c) => write!(f, "{c}"),
+            Report::CertsRenew(r) => write!(f, "{r}"),
+            Report::EtcdRestore(r) => write!(f, "{r}"),
         }
     }
 }
@@ -286,6 +348,30 @@ pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
             report.expiring_error()?;
             Ok(Report::CertsCheck(report))
         }
+        Request::CertsRenew(r) => {
+            let o = super::certs_renew::RenewOptions {
+                within_days: r.within_days.unwrap_or(super::certs::WARN_DAYS),
+                all: r.all,
+            };
+            Ok(Report::CertsRenew(super::certs_renew::renew(session, &o)?))
+        }
+        Request::EtcdRestore(r) => {
+            let name = session.cluster().metadata.name.clone();
+            let o = super::etcd_restore::RestoreOptions {
+                snapshot: session
+                    .settings()
+                    .root
+                    .join("clusters")
+                    .join(name)
+                    .join("snapshots")
+                    .join(r.checked()?),
+                yes: true,
+            };
+            match super::etcd_restore::restore(session, &o)? {
+                super::etcd_restore::RestoreReport::Restored(r) => Ok(Report::EtcdRestore(*r)),
+                super::etcd_restore::RestoreReport::NotConfirmed { refusal, .. } => Err(op(OpError::Usage, anyhow::anyhow!(refusal))),
+            }
+        }
     }
 }
 
@@ -340,6 +426,15 @@ mod tests {
                 warn_days: Some(400),
             }),
             Request::CertsCheck(CertsRequest::default()),
+            Request::CertsRenew(RenewCertsRequest {
+                unreachable: vec!["w3".into()],
+                within_days: Some(60),
+                all: true,
+            }),
+            Request::CertsRenew(RenewCertsRequest::default()),
+            Request::EtcdRestore(RestoreRequest {
+                snapshot: "lab-20261127T001200.000Z.db".into(),
+            }),
         ];
         for r in all {
             let text = serde_json::to_string(&r)?;
@@ -347,6 +442,17 @@ mod tests {
             assert_eq!(Request::from_job(r.kind(), &r.options())?, r, "{text}");
         }
         Ok(())
+    }
+
+    /// A snapshot is named by its file name only: a path or anything a shell
+    /// reads is refused.
+    #[test]
+    fn a_restore_names_a_snapshot_file_only() {
+        let r = |s: &str| RestoreRequest { snapshot: s.into() }.checked().is_ok();
+        assert!(r("lab-20261127T001200.000Z.db"));
+        for bad in ["../x.db", "/etc/x.db", ".x.db", "x.db;rm", "x", "a b.db", ""] {
+            assert!(!r(bad), "{bad}");
+        }
     }
 
     /// A request naming a path, or an option of another kind, is refused.
@@ -361,6 +467,9 @@ mod tests {
             ("remove-node", serde_json::json!({})),
             ("delete-cluster", serde_json::json!({"root": "/"})),
             ("remove-node", serde_json::json!({"hosts": ["a"], "state": "/etc/passwd"})),
+            ("certs-renew", serde_json::json!({"pki": "/etc"})),
+            ("etcd-restore", serde_json::json!({})),
+            ("etcd-restore", serde_json::json!({"snapshot": "a.db", "root": "/"})),
         ] {
             assert!(Request::from_job(kind, &options).is_err(), "{kind} {options} was accepted");
         }

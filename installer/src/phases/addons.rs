@@ -153,7 +153,7 @@ pub fn enabled(topo: &kubexm_bom::topology::Topology, want: AddonPhase) -> anyho
 
 /// The nodes the install waits for: every node, or the control-plane nodes
 /// only with `kubernetes.waitForWorkers: false`.
-fn waited_nodes(c: &Cluster) -> Vec<String> {
+pub(crate) fn waited_nodes(c: &Cluster) -> Vec<String> {
     let g = &c.spec.role_groups;
     let workers = c.spec.kubernetes.wait_for_workers.unwrap_or(true);
     let nodes: BTreeSet<String> = g.control_plane.iter().chain(g.worker.iter().filter(|_| workers)).cloned().collect();

@@ -104,7 +104,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         }
         let mut files = files.clone();
         // Its own client certificate for the registry, beside the hosts.toml files.
-        if let Some(c) = super::registry::client_cert(i, h)? {
+        if let Some(c) = super::registry::client_cert(i.pki, i.cluster, h)? {
             files.push((REGISTRY_CLIENT_CERT.into(), c.cert_pem.into_bytes(), 0o644));
             files.push((REGISTRY_CLIENT_KEY.into(), c.key_pem.into_bytes(), 0o600));
         }

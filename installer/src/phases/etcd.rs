@@ -19,20 +19,46 @@ const BACKUP_SCRIPT: &str = include_str!("../../../manifests/templates/etcd-back
 const BACKUP_SERVICE: &str = include_str!("../../../manifests/templates/kubexm-etcd-backup.service");
 const BACKUP_TIMER: &str = include_str!("../../../manifests/templates/kubexm-etcd-backup.timer");
 
+/// A PKI file on a host: its path, content and mode.
+pub type HostFile = (String, Vec<u8>, u32);
+
+/// The etcd client files an API server uses: etcd's CA and the client pair.
+pub fn client_files(pki: &pki::Pki) -> anyhow::Result<Vec<HostFile>> {
+    let ca = pki.ca("etcd", "kubexm etcd CA")?;
+    let client = pki.cert(&ca, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
+    Ok(vec![
+        (format!("{ETCD_PKI}/ca.crt"), ca.cert_pem, 0o644),
+        (format!("{ETCD_PKI}/client.crt"), client.cert_pem.into_bytes(), 0o644),
+        (format!("{ETCD_PKI}/client.key"), client.key_pem.into_bytes(), 0o600),
+    ])
+}
+
+/// The etcd PKI files of member `m`: the client files, and its server and
+/// peer pairs for its name and address.
+pub fn member_files(pki: &pki::Pki, topo: &kubexm_bom::topology::Topology, m: &str) -> anyhow::Result<Vec<HostFile>> {
+    let ca = pki.ca("etcd", "kubexm etcd CA")?;
+    let names = vec![m.to_string(), topo.address(m).to_string(), "127.0.0.1".into(), "localhost".into()];
+    let server = pki.cert(&ca, &format!("{m}-server"), m, &names, pki::Usage::ServerAndClient)?;
+    let peer = pki.cert(&ca, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
+    let mut files = client_files(pki)?;
+    files.extend([
+        (format!("{ETCD_PKI}/server.crt"), server.cert_pem.into_bytes(), 0o644),
+        (format!("{ETCD_PKI}/server.key"), server.key_pem.into_bytes(), 0o600),
+        (format!("{ETCD_PKI}/peer.crt"), peer.cert_pem.into_bytes(), 0o644),
+        (format!("{ETCD_PKI}/peer.key"), peer.key_pem.into_bytes(), 0o600),
+    ]);
+    Ok(files)
+}
+
 /// etcd in binary mode: per member our certificates, the binaries for its
 /// arch, a systemd unit; then the whole cluster healthy over TLS.
 pub fn module(i: &Context) -> anyhow::Result<Module> {
     let members = i.cluster.spec.role_groups.etcd.clone();
-    let ca = i.pki.ca("etcd", "kubexm etcd CA")?;
-    let ca_pem = ca.cert_pem.clone();
     let initial: Vec<String> = members.iter().map(|m| format!("{m}=https://{}:2380", i.topo.address(m))).collect();
-    let client = i.pki.cert(&ca, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
     let mut tasks = Vec::new();
     for m in &members {
         let addr = i.topo.address(m).to_string();
-        let names = vec![m.clone(), addr.clone(), "127.0.0.1".into(), "localhost".into()];
-        let server = i.pki.cert(&ca, &format!("{m}-server"), m, &names, pki::Usage::ServerAndClient)?;
-        let peer = i.pki.cert(&ca, &format!("{m}-peer"), m, &names, pki::Usage::ServerAndClient)?;
+        let pki_files = member_files(i.pki, &i.topo, m)?;
         let arch = i.arch_of(m)?;
         let file = i.bundle_file(m, "etcd")?;
         let unit = render(
@@ -51,15 +77,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         let mut steps = install_component(file, i.bundle_dir, i.file_server);
         steps.push(Arc::new(PutFiles {
             name: "etcd-pki".into(),
-            files: vec![
-                (format!("{ETCD_PKI}/ca.crt"), ca_pem.clone(), 0o644),
-                (format!("{ETCD_PKI}/server.crt"), server.cert_pem.clone().into_bytes(), 0o644),
-                (format!("{ETCD_PKI}/server.key"), server.key_pem.clone().into_bytes(), 0o600),
-                (format!("{ETCD_PKI}/peer.crt"), peer.cert_pem.clone().into_bytes(), 0o644),
-                (format!("{ETCD_PKI}/peer.key"), peer.key_pem.clone().into_bytes(), 0o600),
-                (format!("{ETCD_PKI}/client.crt"), client.cert_pem.clone().into_bytes(), 0o644),
-                (format!("{ETCD_PKI}/client.key"), client.key_pem.clone().into_bytes(), 0o600),
-            ],
+            files: pki_files,
             then: None,
         }));
         steps.push(Arc::new(PutFiles {
@@ -85,19 +103,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             after: vec![],
         });
     }
-    let endpoints: Vec<String> = members.iter().map(|m| format!("https://{}:2379", i.topo.address(m))).collect();
-    let ctl = format!(
-        "ETCDCTL_API=3 etcdctl --endpoints={} --cacert={ETCD_PKI}/ca.crt --cert={ETCD_PKI}/client.crt --key={ETCD_PKI}/client.key",
-        endpoints.join(",")
-    );
-    let health = Shell {
-        name: "etcd-healthy".into(),
-        check: Some(format!("{ctl} endpoint health >/dev/null 2>&1")),
-        apply: format!(
-            "for i in $(seq 60); do {ctl} endpoint health 2>&1 && exit 0; sleep 2; done; {ctl} endpoint health; systemctl status kubexm-etcd --no-pager | tail -5; exit 1"
-        ),
-        timeout: Duration::from_secs(180),
-    };
+    let health = healthy("etcd-healthy", &i.topo, &members);
     let after: Vec<(String, Scope)> = members.iter().map(|m| (format!("etcd-{m}"), Scope::AllHosts)).collect();
     if let Some(first) = members.first() {
         tasks.push(Task {
@@ -111,6 +117,24 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         name: "etcd".into(),
         tasks,
     })
+}
+
+/// A step waiting (up to 120 s) until every one of `members` answers
+/// `endpoint health` over TLS (checked first: a healthy cluster skips it).
+pub fn healthy(name: &str, topo: &kubexm_bom::topology::Topology, members: &[String]) -> Shell {
+    let endpoints: Vec<String> = members.iter().map(|m| format!("https://{}:2379", topo.address(m))).collect();
+    let ctl = format!(
+        "ETCDCTL_API=3 etcdctl --endpoints={} --cacert={ETCD_PKI}/ca.crt --cert={ETCD_PKI}/client.crt --key={ETCD_PKI}/client.key",
+        endpoints.join(",")
+    );
+    Shell {
+        name: name.into(),
+        check: Some(format!("{ctl} endpoint health >/dev/null 2>&1")),
+        apply: format!(
+            "for i in $(seq 60); do {ctl} endpoint health 2>&1 && exit 0; sleep 2; done; {ctl} endpoint health; systemctl status kubexm-etcd --no-pager | tail -5; exit 1"
+        ),
+        timeout: Duration::from_secs(180),
+    }
 }
 
 /// `etcd.backup` on member `m`: the snapshot script, its service and the

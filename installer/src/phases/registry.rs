@@ -30,14 +30,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     }
     let addr = i.topo.address(&host).to_string();
     let port = i.cluster.spec.registry.port;
-    let ca = i.pki.ca("registry", "kubexm registry CA")?;
-    let cert = i.pki.cert(
-        &ca,
-        &format!("{host}-registry"),
-        &host,
-        &[addr.clone(), host.clone()],
-        pki::Usage::Server,
-    )?;
+    let cert = server_cert(i.pki, &i.topo, &host)?;
     let bundle_name = i
         .bundle
         .file_name()
@@ -108,7 +101,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     // The probe below authenticates as this host, with the certificate the
     // containerd phase gives it too.
     let mut probe_auth = String::new();
-    if let Some(c) = client_cert(i, &host)? {
+    if let Some(c) = client_cert(i.pki, i.cluster, &host)? {
         files.push((REGISTRY_CLIENT_CA.into(), i.ca_pem.to_vec(), 0o644));
         files.push((REGISTRY_CLIENT_CERT.into(), c.cert_pem.into_bytes(), 0o644));
         files.push((REGISTRY_CLIENT_KEY.into(), c.key_pem.into_bytes(), 0o600));
@@ -136,14 +129,22 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     })
 }
 
+/// The registry's server certificate on `host`, for its address and name:
+/// issued by the registry CA once and reused.
+pub fn server_cert(pki: &pki::Pki, topo: &kubexm_bom::topology::Topology, host: &str) -> anyhow::Result<pki::ServerCert> {
+    let ca = pki.ca("registry", "kubexm registry CA")?;
+    let names = [topo.address(host).to_string(), host.to_string()];
+    Ok(pki.cert(&ca, &format!("{host}-registry"), host, &names, pki::Usage::Server)?)
+}
+
 /// `host`'s client certificate for the registry (CN the host's name) when
 /// `registry.clientAuth` is on: issued by the registry CA once and reused.
-pub fn client_cert(i: &Context, host: &str) -> anyhow::Result<Option<pki::ServerCert>> {
-    if !i.cluster.spec.registry.client_auth {
+pub fn client_cert(pki: &pki::Pki, cluster: &kubexm_bom::config::Cluster, host: &str) -> anyhow::Result<Option<pki::ServerCert>> {
+    if !cluster.spec.registry.client_auth {
         return Ok(None);
     }
-    let ca = i.pki.ca("registry", "kubexm registry CA")?;
-    Ok(Some(i.pki.cert(
+    let ca = pki.ca("registry", "kubexm registry CA")?;
+    Ok(Some(pki.cert(
         &ca,
         &format!("{host}-registry-client"),
         host,

@@ -197,3 +197,57 @@ pub(super) async fn create_certs_check(
     });
     hosts_job(app, body, request, who).await
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RenewQuery {
+    within_days: Option<u32>,
+    #[serde(default)]
+    all: bool,
+    /// Comma-separated host names.
+    #[serde(default)]
+    unreachable: String,
+}
+
+pub(super) async fn create_certs_renew(
+    State(app): State<Arc<App>>,
+    Query(q): Query<RenewQuery>,
+    Extension(who): Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    body_type(&headers)?;
+    let request = OpRequest::CertsRenew(kubexm_installer::ops::request::RenewCertsRequest {
+        unreachable: names(&q.unreachable),
+        within_days: q.within_days,
+        all: q.all,
+    });
+    hosts_job(app, body, request, who).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RestoreQuery {
+    #[serde(default)]
+    confirm: bool,
+    snapshot: String,
+}
+
+pub(super) async fn create_etcd_restore(
+    State(app): State<Arc<App>>,
+    Query(q): Query<RestoreQuery>,
+    Extension(who): Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    body_type(&headers)?;
+    confirm(
+        q.confirm,
+        "a restore stops every API server and etcd member and puts etcd back to the snapshot: what changed since is lost",
+    )?;
+    let restore = kubexm_installer::ops::request::RestoreRequest { snapshot: q.snapshot };
+    if let Err(e) = restore.checked() {
+        return Err(ApiError(StatusCode::BAD_REQUEST, format!("{e:#}; nothing was stored")));
+    }
+    hosts_job(app, body, OpRequest::EtcdRestore(restore), who).await
+}

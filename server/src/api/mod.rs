@@ -157,6 +157,8 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
         .route("/api/v1/clusters/remove-node", post(hosts_jobs::create_remove_node))
         .route("/api/v1/clusters/delete", post(hosts_jobs::create_delete))
         .route("/api/v1/clusters/certs-check", post(hosts_jobs::create_certs_check))
+        .route("/api/v1/clusters/certs-renew", post(hosts_jobs::create_certs_renew))
+        .route("/api/v1/clusters/etcd-restore", post(hosts_jobs::create_etcd_restore))
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{id}", get(job))
         .route("/api/v1/jobs/{id}/logs", get(logs))
@@ -274,7 +276,14 @@ fn needed(method: &axum::http::Method, path: &str) -> Scope {
     match (method.as_str(), path) {
         ("GET", _) => Scope::Read,
         // A removal resets the hosts it takes out; a delete, every host.
-        ("POST", "/api/v1/clusters/reset" | "/api/v1/clusters/remove-node" | "/api/v1/clusters/delete") => Scope::Reset,
+        (
+            "POST",
+            "/api/v1/clusters/reset"
+            | "/api/v1/clusters/remove-node"
+            | "/api/v1/clusters/delete"
+            | "/api/v1/clusters/certs-renew"
+            | "/api/v1/clusters/etcd-restore",
+        ) => Scope::Reset,
         _ => Scope::Create,
     }
 }

@@ -57,10 +57,17 @@ pub fn ca(dir: &Path) -> Result<pki::Ca, TlsError> {
 }
 
 /// The TLS configuration for `names` (DNS names and addresses clients use),
-/// the CA and server certificate made or reused in `dir`.
+/// the CA and server certificate made or reused in `dir` (valid ten years;
+/// issued anew at a start within 30 days of its end).
 pub fn server(dir: &Path, names: &[String]) -> Result<ServerTls, TlsError> {
     let ca = ca(dir)?;
-    let cert = pki::ensure_cert(&ca, dir, "server", "kubexm-api-server", names, Usage::Server)?;
+    let soon = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+        + 30 * 86_400;
+    pki::mark_due(dir, soon)?;
+    let ten_years = pki::Leaf { days: 3650 };
+    let cert = pki::ensure_cert(&ca, dir, "server", "kubexm-api-server", names, Usage::Server, ten_years)?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
         .collect::<Result<_, _>>()
         .map_err(|e| bad(&dir.join("server.crt"), e))?;

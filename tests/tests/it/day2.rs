@@ -90,14 +90,17 @@ pub fn apply_adds_a_worker(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, 
     assert_eq!((job.kind.as_str(), job.status.as_str()), ("apply", "succeeded"));
     let steps = state.steps(job.id).unwrap();
     // On old hosts nothing, but the registry's service on lab1: its unit
-    // lists the nodes, each with its own connection quota, lab6 now too.
+    // lists the nodes, each with its own connection quota, lab6 now too
+    // (restarted, it may still be starting when its readiness is checked).
     let on_old: Vec<String> = steps
         .iter()
         .filter(|s| s.host != spare && s.status == "applied")
         .map(|s| s.node.clone())
         .collect();
     assert!(
-        on_old.iter().all(|n| n == "registry/registry/registry-service@lab1"),
+        on_old
+            .iter()
+            .all(|n| ["registry/registry/registry-service@lab1", "registry/registry/registry-ready@lab1"].contains(&n.as_str())),
         "steps applied on old hosts: {on_old:?}"
     );
     assert!(
@@ -130,17 +133,8 @@ pub fn etcd_snapshots_are_taken_and_pruned(config: &Path, dir: &Path) {
     let snapshots = dir.join("snapshots");
     let mut taken = Vec::new();
     for _ in 0..3 {
-        let out = Command::new(bin("kubexm-install"))
-            .args(["etcd", "snapshot", "--keep", "2", "-o", "json", "-f"])
-            .arg(config)
-            .arg("--dir")
-            .arg(&snapshots)
-            .arg("--root")
-            .arg(dir.join("root"))
-            .arg("--state")
-            .arg(dir.join("state.db"))
-            .output()
-            .unwrap();
+        let to = snapshots.to_str().unwrap();
+        let out = on_cluster(&["etcd", "snapshot", "--keep", "2", "-o", "json", "--dir", to], config, dir);
         let s: serde_json::Value = serde_json::from_str(&ok(out, "etcd snapshot")).unwrap();
         taken.push(s["file"].as_str().unwrap().to_string());
     }
@@ -173,10 +167,9 @@ pub fn etcd_snapshots_are_taken_and_pruned(config: &Path, dir: &Path) {
     }
 }
 
-/// `kubexm-install remove node ARGS -f CONFIG` with the scenario's root and state.
-fn remove_node(config: &Path, dir: &Path, args: &[&str]) -> Output {
+/// `kubexm-install ARGS -f CONFIG` with the scenario's root and state.
+fn on_cluster(args: &[&str], config: &Path, dir: &Path) -> Output {
     Command::new(bin("kubexm-install"))
-        .args(["remove", "node"])
         .args(args)
         .arg("-f")
         .arg(config)
@@ -186,6 +179,23 @@ fn remove_node(config: &Path, dir: &Path, args: &[&str]) -> Output {
         .arg(dir.join("state.db"))
         .output()
         .unwrap()
+}
+
+/// `kubexm-install remove node ARGS -f CONFIG` with the scenario's root and state.
+fn remove_node(config: &Path, dir: &Path, args: &[&str]) -> Output {
+    on_cluster(&[&["remove", "node"], args].concat(), config, dir)
+}
+
+/// The nodes are Ready, but lab5, the emulated arm64 host, which never is.
+fn nodes_ready(kubectl: &dyn Fn(&str) -> String) {
+    let nodes = kubectl("get nodes --no-headers");
+    assert!(
+        nodes
+            .lines()
+            .filter(|l| !l.starts_with("lab5 "))
+            .all(|l| l.split_whitespace().nth(1) == Some("Ready")),
+        "{nodes}"
+    );
 }
 
 /// `status --cluster lab` as text.
@@ -308,18 +318,7 @@ pub fn remove_nodes(lab: &Lab, config: &Path, base: &Path, b: &LabBundle, dir: &
 /// leafs (a year) are flagged under `--warn-days 400` (exit 7), the CAs
 /// (ten years) are not; under the default 30 days nothing is (exit 0).
 pub fn certificates_are_checked(config: &Path, dir: &Path) {
-    let check = |extra: &[&str]| {
-        Command::new(bin("kubexm-install"))
-            .args(["certs", "check", "-f"])
-            .arg(config)
-            .arg("--root")
-            .arg(dir.join("root"))
-            .arg("--state")
-            .arg(dir.join("state.db"))
-            .args(extra)
-            .output()
-            .unwrap()
-    };
+    let check = |extra: &[&str]| on_cluster(&[&["certs", "check"], extra].concat(), config, dir);
     let start = std::time::Instant::now();
     let fine = ok(check(&[]), "certs check");
     eprintln!("certs check took {:?}", start.elapsed());
@@ -347,6 +346,166 @@ pub fn certificates_are_checked(config: &Path, dir: &Path) {
         "no etcd certificate: {r}"
     );
     assert!(!String::from_utf8_lossy(&flagged.stdout).contains("PRIVATE KEY"), "a key was read");
+}
+
+/// Issue 29: `certs renew`. With `certificates.leafDays: 5`, `--all` issues
+/// every kubexm leaf for 5 days (etcd member by member, each checked
+/// healthy; the registry's server certificate too) and
+/// renews kubeadm's (static pods restarted): `certs check` flags the 5-day
+/// leafs (exit 7) and kubeadm's end later than before. Back to the default
+/// lifetime, a plain renew issues only what is due; the check passes; a
+/// re-run changes nothing; the nodes stay Ready through the new admin
+/// kubeconfig.
+pub fn certificates_are_renewed(lab: &Lab, config: &Path, dir: &Path, kubectl: &dyn Fn(&str) -> String) {
+    let run = |args: &[&str], file: &Path| on_cluster(args, file, dir);
+    let json = |o: Output, what: &str| -> serde_json::Value { serde_json::from_str(&ok(o, what)).unwrap() };
+    let end_of = |r: &serde_json::Value, host: &str, path: &str| -> i64 {
+        r["certs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["host"] == host && c["path"] == path)
+            .unwrap_or_else(|| panic!("no {path} on {host}: {r}"))["notAfter"]
+            .as_i64()
+            .unwrap()
+    };
+    let before = json(run(&["certs", "check", "-o", "json"], config), "certs check");
+    let apiserver = end_of(&before, "lab2", "/etc/kubernetes/pki/apiserver.crt");
+    let kubeconfig = std::fs::read(dir.join("root/lab.kubeconfig")).unwrap();
+    let five = dir.join("five-days.yaml");
+    let yaml = std::fs::read_to_string(config).unwrap();
+    std::fs::write(
+        &five,
+        yaml.replacen("  kubernetes:\n", "  certificates: {leafDays: 5}\n  kubernetes:\n", 1),
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let all = json(run(&["certs", "renew", "--all", "-o", "json"], &five), "certs renew --all");
+    eprintln!("certs renew --all took {:?}: {all}", start.elapsed());
+    let changed = all["changed"].as_array().unwrap();
+    for h in ["lab1", "lab2", "lab3"] {
+        for step in ["etcd-pki", "kubeadm-certs-renewed", "static-pods-restarted"] {
+            assert!(
+                changed.iter().any(|c| c.as_str().unwrap().starts_with(&format!("{h}: {step}: "))),
+                "{h} {step}: {all}"
+            );
+        }
+    }
+    assert_ne!(
+        std::fs::read(dir.join("root/lab.kubeconfig")).unwrap(),
+        kubeconfig,
+        "a new admin kubeconfig"
+    );
+    let flagged = run(&["certs", "check", "-o", "json"], config);
+    assert_eq!(flagged.status.code(), Some(7), "{}", text(&flagged.stderr));
+    let flagged: serde_json::Value = serde_json::from_slice(&flagged.stdout).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    for (h, path) in [
+        ("lab1", "/etc/kubexm/etcd/pki/server.crt"),
+        ("lab3", "/etc/kubexm/etcd/pki/peer.crt"),
+        ("lab1", "/etc/kubexm/pki/registry.crt"),
+    ] {
+        let days = (end_of(&flagged, h, path) - now) / 86_400;
+        assert!((5..=6).contains(&days), "{h} {path}: {days} days");
+    }
+    assert!(
+        end_of(&flagged, "lab2", "/etc/kubernetes/pki/apiserver.crt") > apiserver,
+        "kubeadm's leaf renewed"
+    );
+    let start = std::time::Instant::now();
+    let due = json(run(&["certs", "renew", "-o", "json"], config), "certs renew");
+    eprintln!("certs renew (the 5-day leafs) took {:?}: {due}", start.elapsed());
+    assert!(!due["reissued"].as_array().unwrap().is_empty(), "{due}");
+    assert!(
+        !due["changed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_str().unwrap().contains("kubeadm-certs-renewed")),
+        "kubeadm's leafs were not due: {due}"
+    );
+    let fine = json(run(&["certs", "check", "-o", "json"], config), "certs check after renew");
+    assert!(
+        (end_of(&fine, "lab1", "/etc/kubexm/etcd/pki/server.crt") - now) / 86_400 >= 360,
+        "{fine}"
+    );
+    let again = json(run(&["certs", "renew", "-o", "json"], config), "certs renew again");
+    assert_eq!(
+        (
+            again["reissued"].as_array().unwrap().len(),
+            again["changed"].as_array().unwrap().len()
+        ),
+        (0, 0),
+        "a re-run changes nothing: {again}"
+    );
+    nodes_ready(kubectl);
+    lab.ssh_ok("lab1", "ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubexm/etcd/pki/ca.crt --cert=/etc/kubexm/etcd/pki/client.crt --key=/etc/kubexm/etcd/pki/client.key endpoint health --cluster");
+}
+
+/// Issue 29: `etcd restore`. k=v1 is put, a snapshot taken, k=v2 put; a
+/// copy with one byte flipped is refused (exit 6), and so are a snapshot of
+/// another cluster (exit 2) and one of a cluster with another etcd CA, each
+/// before anything stops (etcd still answers v2); without --yes the plan
+/// only (exit 2). The restore brings k=v1 back on every member, the API
+/// servers and every node Ready.
+pub fn etcd_is_restored(lab: &Lab, config: &Path, dir: &Path, kubectl: &dyn Fn(&str) -> String) {
+    let ctl = "ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubexm/etcd/pki/ca.crt \
+               --cert=/etc/kubexm/etcd/pki/client.crt --key=/etc/kubexm/etcd/pki/client.key";
+    let get = |h: &str| {
+        lab.ssh_ok(h, &format!("{ctl} get kubexm-restore-k --consistency=s --print-value-only"))
+            .trim()
+            .to_string()
+    };
+    let run = |args: &[&str]| on_cluster(args, config, dir);
+    lab.ssh_ok("lab1", &format!("{ctl} put kubexm-restore-k v1 >/dev/null"));
+    let taken: serde_json::Value = serde_json::from_str(&ok(run(&["etcd", "snapshot", "-o", "json"]), "etcd snapshot")).unwrap();
+    let file = PathBuf::from(taken["file"].as_str().unwrap());
+    lab.ssh_ok("lab1", &format!("{ctl} put kubexm-restore-k v2 >/dev/null"));
+    // Copies beside it: one byte flipped; another cluster's; another CA's.
+    let name = file.file_name().unwrap().to_str().unwrap().to_string();
+    let sidecar: serde_json::Value = serde_json::from_slice(&std::fs::read(format!("{}.json", file.display())).unwrap()).unwrap();
+    let copy = |sub: &str, edit: &dyn Fn(&mut Vec<u8>, &mut serde_json::Value)| -> PathBuf {
+        let d = dir.join(sub);
+        std::fs::create_dir_all(&d).unwrap();
+        let (mut bytes, mut info) = (std::fs::read(&file).unwrap(), sidecar.clone());
+        edit(&mut bytes, &mut info);
+        std::fs::write(d.join(&name), bytes).unwrap();
+        std::fs::write(d.join(format!("{name}.json")), serde_json::to_vec(&info).unwrap()).unwrap();
+        d.join(&name)
+    };
+    let flipped = copy("flipped", &|b, _| {
+        let i = b.len() / 2;
+        b[i] ^= 0x01;
+    });
+    let other = copy("other", &|_, i| i["cluster"] = "other".into());
+    let other_ca = copy("other-ca", &|_, i| i["etcdCa"] = "0".repeat(64).into());
+    for (f, code, says) in [
+        (&flipped, 6, "the file is damaged"),
+        (&other, 2, "a snapshot of cluster other"),
+        (&other_ca, 2, "another cluster's snapshot"),
+    ] {
+        let out = run(&["etcd", "restore", "--yes", "--snapshot", f.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(code), "{}: {}", f.display(), text(&out.stderr));
+        assert!(text(&out.stderr).contains(says), "{}: {}", f.display(), text(&out.stderr));
+    }
+    let plan = run(&["etcd", "restore", "--snapshot", file.to_str().unwrap()]);
+    assert_eq!(plan.status.code(), Some(2), "{}", text(&plan.stderr));
+    assert!(text(&plan.stderr).contains("Pass --yes"), "{}", text(&plan.stderr));
+    assert_eq!(get("lab1"), "v2", "nothing was stopped or restored");
+    let start = std::time::Instant::now();
+    let restored = ok(
+        run(&["etcd", "restore", "--yes", "--snapshot", file.to_str().unwrap()]),
+        "etcd restore",
+    );
+    eprintln!("etcd restore took {:?}:\n{restored}", start.elapsed());
+    for h in ["lab1", "lab2", "lab3"] {
+        assert_eq!(get(h), "v1", "{h} after the restore");
+    }
+    nodes_ready(kubectl);
+    lab.ssh_ok("lab1", &format!("{ctl} endpoint health --cluster"));
 }
 
 /// Issue 29: `etcd.backup` added by `apply` installs a timer on every etcd

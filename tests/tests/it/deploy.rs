@@ -407,6 +407,8 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     crate::day2::etcd_snapshots_are_taken_and_pruned(&with_spare, dir.path());
     crate::day2::remove_nodes(&lab, &with_spare, &config, &b, dir.path(), &k);
     crate::day2::certificates_are_checked(&config, dir.path());
+    crate::day2::certificates_are_renewed(&lab, &config, dir.path(), &k);
+    crate::day2::etcd_is_restored(&lab, &config, dir.path(), &k);
     crate::day2::etcd_backup_timer(&lab, &config, &b, dir.path());
 
     // No secret stays on the hosts.

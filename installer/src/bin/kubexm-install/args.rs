@@ -391,6 +391,24 @@ pub enum EtcdCommand {
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
+    /// Put the cluster's etcd back to a snapshot `etcd snapshot` took. Checked first, before
+    /// any host is touched: its sidecar (FILE.json) names this cluster and its etcd CA, and
+    /// the file's sha256 is the sidecar's (a damaged file exits 6, another cluster's 2). Then
+    /// every API server and etcd member is stopped, each member restored with a new cluster
+    /// token (its data before kept beside it), etcd started and waited for, the API servers
+    /// started, every node waited for until Ready. Without --yes: the plan, nothing touched.
+    Restore {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// The snapshot file (its sidecar FILE.json beside it).
+        #[arg(long, value_name = "FILE")]
+        snapshot: PathBuf,
+        /// Restore: what changed in the cluster since the snapshot is lost.
+        #[arg(long)]
+        yes: bool,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
 }
 
 #[derive(Subcommand)]
@@ -468,6 +486,24 @@ pub enum CertsCommand {
         /// Flag (and exit 7 for) certificates that expire within this many days.
         #[arg(long, value_name = "DAYS", default_value_t = kubexm_installer::ops::certs::WARN_DAYS)]
         warn_days: u32,
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Renew the certificates that end within --within days (or all, --all): kubexm's leafs
+    /// (etcd's members and client, the registry's; valid certificates.leafDays) issued anew
+    /// and put in place member by member, each etcd member checked healthy with them (etcd
+    /// reads them at each new connection); kubeadm's leafs renewed one control-plane node at a time, its static pods
+    /// restarted and its API server waited for; then a new admin kubeconfig. Steps check
+    /// the hosts first: a re-run does only what is still due.
+    Renew {
+        #[command(flatten)]
+        cluster: ClusterArgs,
+        /// Renew what ends within this many days.
+        #[arg(long, value_name = "DAYS", default_value_t = kubexm_installer::ops::certs::WARN_DAYS)]
+        within: u32,
+        /// Renew every leaf certificate, due or not.
+        #[arg(long)]
+        all: bool,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },

@@ -210,16 +210,34 @@ fn print_paths(files: Vec<std::path::PathBuf>) -> anyhow::Result<()> {
 
 /// `etcd snapshot`: one snapshot, as text or JSON.
 fn etcd(command: args::EtcdCommand) -> anyhow::Result<()> {
-    let args::EtcdCommand::Snapshot {
-        cluster,
-        keep,
-        dir,
-        output,
-    } = command;
-    let session = cluster_session(cluster)?;
-    let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir })?;
-    print(&s, output)?;
-    Ok(())
+    match command {
+        args::EtcdCommand::Snapshot {
+            cluster,
+            keep,
+            dir,
+            output,
+        } => {
+            let session = cluster_session(cluster)?;
+            let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir })?;
+            print(&s, output)
+        }
+        args::EtcdCommand::Restore {
+            cluster,
+            snapshot,
+            yes,
+            output,
+        } => {
+            let session = cluster_session(cluster)?;
+            let o = ops::etcd_restore::RestoreOptions { snapshot, yes };
+            match ops::etcd_restore::restore(&session, &o)? {
+                ops::etcd_restore::RestoreReport::NotConfirmed { plan, refusal } => {
+                    print!("{plan}");
+                    Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
+                }
+                ops::etcd_restore::RestoreReport::Restored(r) => print(&r, output),
+            }
+        }
+    }
 }
 
 /// `remove node`: the hosts taken out, as text or JSON.
@@ -252,17 +270,31 @@ fn remove(command: args::RemoveCommand) -> anyhow::Result<()> {
 }
 
 /// `certs check`: every certificate with its expiry; exits 7 when one
-/// expires within --warn-days (the list printed first).
+/// expires within --warn-days (the list printed first). `certs renew`:
+/// what it renewed.
 fn certs(command: args::CertsCommand) -> anyhow::Result<()> {
-    let args::CertsCommand::Check {
-        cluster,
-        warn_days,
-        output,
-    } = command;
-    let session = cluster_session(cluster)?;
-    let r = ops::certs::check(&session, warn_days)?;
-    print(&r, output)?;
-    r.expiring_error()
+    match command {
+        args::CertsCommand::Check {
+            cluster,
+            warn_days,
+            output,
+        } => {
+            let session = cluster_session(cluster)?;
+            let r = ops::certs::check(&session, warn_days)?;
+            print(&r, output)?;
+            r.expiring_error()
+        }
+        args::CertsCommand::Renew {
+            cluster,
+            within,
+            all,
+            output,
+        } => {
+            let session = cluster_session(cluster)?;
+            let o = ops::certs_renew::RenewOptions { within_days: within, all };
+            print(&ops::certs_renew::renew(&session, &o)?, output)
+        }
+    }
 }
 
 /// A session over the hosts of the cluster's config, those named

@@ -17,7 +17,6 @@ use crate::engine::steps::{Shell, Wait};
 use crate::paths::ETCD_PKI;
 use crate::paths::{ADMIN_CONF, KUBELET_CONF, KUBERNETES_CA_CRT, KUBERNETES_CA_KEY};
 use crate::pipelines::PREPARE;
-use crate::pki;
 use crate::waits;
 
 /// The task of `kubeadm init` on `first`, the first control-plane node:
@@ -57,13 +56,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     let g = &i.cluster.spec.role_groups;
     let r = Render::new(i, k);
     let (ca, creds) = (&k.ca, &k.creds);
-    let etcd_ca = i.pki.ca("etcd", "kubexm etcd CA")?;
-    let client = i.pki.cert(&etcd_ca, "client", "kubexm-etcd-client", &[], pki::Usage::Client)?;
-    let etcd_files = vec![
-        (format!("{ETCD_PKI}/ca.crt"), etcd_ca.cert_pem.clone(), 0o644),
-        (format!("{ETCD_PKI}/client.crt"), client.cert_pem.clone().into_bytes(), 0o644),
-        (format!("{ETCD_PKI}/client.key"), client.key_pem.clone().into_bytes(), 0o600),
-    ];
+    let etcd_files = crate::phases::etcd::client_files(i.pki)?;
     let mut tasks = Vec::new();
     // Every etcd member answers before the control plane starts: a stopped
     // member fails here, on its own host, not inside kubeadm.

@@ -27,7 +27,7 @@ use crate::paths::{KUBEADM_CONFIG as CONFIG_DIR, LOG_DIR};
 use crate::paths::{KUBELET_DROPIN as KUBELET_DROPIN_PATH, KUBELET_UNIT as KUBELET_UNIT_PATH, NODE_MODULES, NODE_SYSCTL};
 
 mod control_plane;
-mod kubeconfig;
+pub(crate) mod kubeconfig;
 mod workers;
 
 pub use control_plane::{init_task, module as control_plane, node_tasks};

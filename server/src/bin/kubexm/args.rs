@@ -65,6 +65,11 @@ pub(crate) enum Command {
         #[command(subcommand)]
         what: RemoveCmd,
     },
+    /// Store a restore job: the cluster's etcd put back to one of its snapshots.
+    Restore {
+        #[command(subcommand)]
+        what: RestoreCmd,
+    },
     /// Cancel a job: one waiting ends at once; a running one starts no new step.
     Cancel {
         #[command(subcommand)]
@@ -287,6 +292,25 @@ pub(crate) enum Create {
     /// A certificate check job: every certificate on the hosts with its expiry; the job
     /// fails when one expires within --warn-days.
     CertsCheck(CertsCheckJob),
+    /// A certificate renewal job: what ends within --within days (or all, --all) renewed,
+    /// etcd members and control-plane nodes one at a time, each waited for; a re-run does
+    /// only what is still due.
+    CertsRenew(CertsRenewJob),
+}
+
+#[derive(Args)]
+pub(crate) struct CertsRenewJob {
+    #[command(flatten)]
+    pub(crate) job: HostsJob,
+    /// Renew what ends within this many days. Default: 30.
+    #[arg(long, value_name = "DAYS")]
+    pub(crate) within: Option<u32>,
+    /// Renew every leaf certificate, due or not.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// The state root of a job run here: the cluster's PKI is <root>/clusters/<name>/pki.
+    #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+    pub(crate) root: PathBuf,
 }
 
 #[derive(Args)]
@@ -365,6 +389,27 @@ pub(crate) enum RemoveCmd {
         /// Delete the pods a drain cannot evict (a PodDisruptionBudget's, pods without a controller).
         #[arg(long)]
         force_drain: bool,
+        /// The installer's state root on the worker's machine (with an API server: its `--root`).
+        #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
+        root: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum RestoreCmd {
+    /// Put etcd back to a snapshot of the cluster, named by its file name under the worker's
+    /// <root>/clusters/<name>/snapshots (as `kubexm create etcd-snapshot` kept it). As
+    /// `kubexm-install etcd restore`: checked first (sidecar, cluster, CA, sha256), then every
+    /// API server and member stopped, each member restored, all started and waited for.
+    Etcd {
+        #[command(flatten)]
+        job: HostsJob,
+        /// The snapshot's file name (`<cluster>-<stamp>.db`).
+        #[arg(long, value_name = "NAME")]
+        snapshot: String,
+        /// Confirm: what changed since the snapshot is lost. Without it nothing is stored.
+        #[arg(long)]
+        yes: bool,
         /// The installer's state root on the worker's machine (with an API server: its `--root`).
         #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
         root: PathBuf,

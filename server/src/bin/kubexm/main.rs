@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use kubexm_cli::{Class, classified};
-use kubexm_installer::ops::request::{CertsRequest, DeleteRequest, HostsRequest, RemoveRequest, Request, SnapshotRequest};
+use kubexm_installer::ops::request::{
+    CertsRequest, DeleteRequest, HostsRequest, RemoveRequest, RenewCertsRequest, Request, RestoreRequest, SnapshotRequest,
+};
 use kubexm_server::jobdb::{JobDb, LogLine, Scope};
 use kubexm_server::{api, bundles, client, credentials, ops, worker};
 
@@ -412,6 +414,16 @@ fn hosts_job(command: Command) -> anyhow::Result<Result<HostsJobOf, Command>> {
             });
             (c.job, None, request)
         }
+        Command::Create {
+            what: Create::CertsRenew(c),
+        } => {
+            let request = Request::CertsRenew(RenewCertsRequest {
+                unreachable: c.job.unreachable.clone(),
+                within_days: c.within,
+                all: c.all,
+            });
+            (c.job, Some(c.root), request)
+        }
         Command::Create { what: Create::Facts(h) } => {
             let request = Request::Facts(HostsRequest {
                 unreachable: h.unreachable.clone(),
@@ -453,6 +465,35 @@ fn hosts_job(command: Command) -> anyhow::Result<Result<HostsJobOf, Command>> {
                 drain_timeout,
                 force_drain,
             });
+            (h, Some(root), request)
+        }
+        Command::Restore {
+            what:
+                RestoreCmd::Etcd {
+                    job: h,
+                    snapshot,
+                    yes,
+                    root,
+                },
+        } => {
+            if !yes {
+                return Err(classified(
+                    Class::Usage,
+                    anyhow::anyhow!(
+                        "restore puts the etcd of the cluster of {} back to {snapshot}: what changed since is lost; nothing was stored. Pass --yes to do it",
+                        h.file.display()
+                    ),
+                ));
+            }
+            if !h.unreachable.is_empty() {
+                return Err(classified(
+                    Class::Usage,
+                    anyhow::anyhow!(
+                        "restore stops and restores every etcd member and API server: it takes no --unreachable; bring the hosts back first"
+                    ),
+                ));
+            }
+            let request = Request::EtcdRestore(RestoreRequest { snapshot });
             (h, Some(root), request)
         }
         other => return Ok(Err(other)),
