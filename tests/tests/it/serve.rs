@@ -83,7 +83,10 @@ fn skopeo_reads_our_registry_over_tls_with_the_lock_digests() {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap();
-    assert!(ready_ms < 1000, "serve took {ready_ms} ms to be ready");
+    // Alone it is ready well under a second (docs/air-gap.md); this suite
+    // runs lab tests side by side on 2 cores, where 1.1 s was seen. What this
+    // guards against, a bundle pushed again at start, takes tens of seconds.
+    assert!(ready_ms < 3000, "serve took {ready_ms} ms to be ready");
 
     // skopeo copy --all of a multi-arch OCI image and of a Docker schema2 list: digests equal the lock.
     for image in ["registry.k8s.io/pause:3.10.2", "quay.io/metallb/speaker:v0.14.8"] {
