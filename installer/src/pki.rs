@@ -368,6 +368,8 @@ impl Pki {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     #[test]
     fn ca_is_made_once_and_signs_server_certs() {
         let dir = tempfile::tempdir().unwrap();
@@ -384,35 +386,30 @@ mod tests {
     /// Issue 29: a leaf lives `leafDays`; one due is marked and issued anew
     /// once (a second ensure reuses it), a CA and a fresh leaf are not.
     #[test]
-    fn a_leaf_due_is_issued_again_once() {
-        let dir = tempfile::tempdir().unwrap();
+    fn a_leaf_due_is_issued_again_once() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
         let pki = dir.path().join("pki");
-        let ca = super::ensure_ca(&pki, "test CA").unwrap();
+        let ca = super::ensure_ca(&pki, "test CA")?;
         let five = super::Leaf { days: 5 };
         let names = ["a".to_string()];
-        let first = super::ensure_cert(&ca, &pki, "a", "a", &names, super::Usage::Server, five).unwrap();
-        let end = super::not_after(first.cert_pem.as_bytes()).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64;
+        let first = super::ensure_cert(&ca, &pki, "a", "a", &names, super::Usage::Server, five)?;
+        let end_of = |pem: &str| super::not_after(pem.as_bytes()).ok_or_else(|| anyhow::anyhow!("unreadable: {pem}"));
+        let end = end_of(&first.cert_pem)?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as i64;
         assert!(end >= now + 5 * 86_400 && end <= now + 6 * 86_400, "{end} vs {now}");
         // Not due within 5 days; due within 30.
-        assert!(super::mark_due(&pki, now + 5 * 86_400).unwrap().is_empty());
-        let due = super::mark_due(&pki, now + 30 * 86_400).unwrap();
-        assert_eq!(
-            due.iter()
-                .map(|d| d.cert.file_name().unwrap().to_str().unwrap())
-                .collect::<Vec<_>>(),
-            ["a.crt"]
-        );
+        assert!(super::mark_due(&pki, now + 5 * 86_400)?.is_empty());
+        let due = super::mark_due(&pki, now + 30 * 86_400)?;
+        let due: Vec<PathBuf> = due.into_iter().map(|d| d.cert).collect();
+        assert_eq!(due, [pki.join("a.crt")]);
         let year = super::Leaf::default();
-        let again = super::ensure_cert(&ca, &pki, "a", "a", &names, super::Usage::Server, year).unwrap();
+        let again = super::ensure_cert(&ca, &pki, "a", "a", &names, super::Usage::Server, year)?;
         assert_ne!(again.cert_pem, first.cert_pem);
-        assert!(super::not_after(again.cert_pem.as_bytes()).unwrap() > now + 300 * 86_400);
-        let kept = super::ensure_cert(&ca, &pki, "a", "a", &names, super::Usage::Server, year).unwrap();
+        assert!(end_of(&again.cert_pem)? > now + 300 * 86_400);
+        let kept = super::ensure_cert(&ca, &pki, "a", "a", &names, super::Usage::Server, year)?;
         assert_eq!(kept.cert_pem, again.cert_pem, "issued once");
-        assert!(super::mark_due(&pki, now + 30 * 86_400).unwrap().is_empty());
-        assert!(super::mark_due(&dir.path().join("none"), i64::MAX).unwrap().is_empty());
+        assert!(super::mark_due(&pki, now + 30 * 86_400)?.is_empty());
+        assert!(super::mark_due(&dir.path().join("none"), i64::MAX)?.is_empty());
+        Ok(())
     }
 }

@@ -253,10 +253,18 @@ fn pipeline(
         steps,
         after,
     };
-    // The API server's process gone (procps: its command line starts with its name).
-    // Its manifest aside, the kubelet stops the pod; the process gets 5 s
-    // for what it serves, then it is killed (it would finish its watches for
-    // up to a minute, and nothing may write to etcd while it is restored).
+    // One shell step named `name` on each of `hosts`, each after every task
+    // of `after`.
+    let on_each = |name: &str, hosts: &[String], cmd: &str, after: Vec<(String, Scope)>| -> Vec<Task> {
+        hosts
+            .iter()
+            .map(|h| task(name, h, vec![Arc::new(Shell::new(name, None, cmd))], after.clone()))
+            .collect()
+    };
+    // Its manifest aside, the kubelet stops the pod; the process (procps: its
+    // command line starts with its name) gets 5 s for what it serves, then it
+    // is killed (it would finish its watches for up to a minute, and nothing
+    // may write to etcd while it is restored).
     let stop_api = format!(
         "set -e; mkdir -p {ASIDE}; if [ -f {MANIFEST} ]; then mv {MANIFEST} {ASIDE}/; fi; \
          pkill -f '^kube-apiserver( |$)' || true; \
@@ -266,30 +274,14 @@ fn pipeline(
          echo 'the API server still runs 65 s after its manifest was moved aside and it was killed' >&2; exit 1"
     );
     // Every member can restore before anything stops.
-    let tools: Vec<Task> = g
-        .etcd
-        .iter()
-        .map(|m| {
-            let s = Shell::new("restore-tool", None, &format!("{TOOL}; echo \"restores with $restore\""));
-            task("restore-tool", m, vec![Arc::new(s)], vec![])
-        })
-        .collect();
-    let stop_apis: Vec<Task> = g
-        .control_plane
-        .iter()
-        .map(|h| {
-            let s = Shell::new("stop-api-server", None, &stop_api);
-            task("stop-api-server", h, vec![Arc::new(s)], after_all("restore-tool", &g.etcd))
-        })
-        .collect();
-    let stop_etcd: Vec<Task> = g
-        .etcd
-        .iter()
-        .map(|m| {
-            let s = Shell::new("stop-etcd", None, "systemctl stop kubexm-etcd");
-            task("stop-etcd", m, vec![Arc::new(s)], after_all("stop-api-server", &g.control_plane))
-        })
-        .collect();
+    let tools = on_each("restore-tool", &g.etcd, &format!("{TOOL}; echo \"restores with $restore\""), vec![]);
+    let stop_apis = on_each("stop-api-server", &g.control_plane, &stop_api, after_all("restore-tool", &g.etcd));
+    let stop_etcd = on_each(
+        "stop-etcd",
+        &g.etcd,
+        "systemctl stop kubexm-etcd",
+        after_all("stop-api-server", &g.control_plane),
+    );
     let initial: Vec<String> = g.etcd.iter().map(|m| format!("{m}=https://{}:2380", topo.address(m))).collect();
     let file = snapshot.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let remote = format!("{REMOTE_DIR}/{file}");
@@ -321,14 +313,12 @@ fn pipeline(
         ];
         restores.push(task("restore-etcd", m, steps, after_all("stop-etcd", &g.etcd)));
     }
-    let starts: Vec<Task> = g
-        .etcd
-        .iter()
-        .map(|m| {
-            let s = Shell::new("start-etcd", None, "systemctl start --no-block kubexm-etcd");
-            task("start-etcd", m, vec![Arc::new(s)], after_all("restore-etcd", &g.etcd))
-        })
-        .collect();
+    let starts = on_each(
+        "start-etcd",
+        &g.etcd,
+        "systemctl start --no-block kubexm-etcd",
+        after_all("restore-etcd", &g.etcd),
+    );
     let mut health = Vec::new();
     if let Some(first) = g.etcd.first() {
         let h = crate::phases::etcd::healthy("etcd-healthy", topo, &g.etcd);
