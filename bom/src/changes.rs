@@ -9,7 +9,8 @@
 //!   removing hosts; a host that changes roles or joins as more than a
 //!   worker; any other setting): not supported yet (exit 8).
 //!
-//! What is left is what apply runs: the hosts the config adds as workers.
+//! What is left is what apply runs: the hosts the config adds as workers,
+//! and as etcd members where kubexm runs etcd (binary mode).
 
 use serde_json::Value;
 
@@ -143,7 +144,7 @@ pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>,
                     Kind::Unsupported,
                     path.as_str(),
                     format!(
-                        "changing roleGroups.{group} on an installed cluster is not supported yet (recorded: [{}]; apply adds new hosts as workers)",
+                        "changing roleGroups.{group} on an installed cluster is not supported yet (recorded: [{}]; apply adds new hosts as workers, and as etcd members in etcd mode binary)",
                         a.join(", ")
                     ),
                 )
@@ -224,13 +225,20 @@ fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<cra
                 added.push(h.name.clone());
                 continue;
             }
-            if roles.iter().any(|r| r != "worker" && r != "local-proxy") {
+            // Workers, and etcd members where kubexm runs etcd (they join as learners).
+            let binary = new.spec.etcd.mode == crate::config::model::EtcdMode::Binary;
+            let takes = |r: &str| matches!(r, "worker" | "local-proxy") || (binary && r == "etcd");
+            if !roles.iter().all(|r| takes(r)) {
                 let path = format!("spec.hosts[{i}]");
                 out.push(
                     Diagnostic::new(
                         Kind::Unsupported,
                         path.as_str(),
-                        format!("adding {} as {} is not supported yet; apply adds workers", h.name, roles.join(", ")),
+                        format!(
+                            "adding {} as {} is not supported yet; apply adds workers and etcd members (etcd mode binary)",
+                            h.name,
+                            roles.join(", ")
+                        ),
                     )
                     .at(pos(&path)),
                 );
@@ -494,6 +502,25 @@ mod tests {
         Ok(())
     }
 
+    /// Issue 29: etcd members are added where kubexm runs etcd (binary
+    /// mode); a control-plane node is not yet.
+    #[test]
+    fn etcd_members_are_added_in_binary_mode() -> Result<(), Box<dyn std::error::Error>> {
+        let hosts = "    - {name: d, address: 10.0.0.4, auth: {agent: true}}\n    - {name: e, address: 10.0.0.5, auth: {agent: true}}\n";
+        let new = BASE.replace(
+            "  roleGroups: {control-plane: [a], etcd: [a], worker: [b]}",
+            &format!("{hosts}  roleGroups: {{control-plane: [a], etcd: [a, d, e], worker: [b]}}"),
+        );
+        let c = check(&new)?.map_err(|e| e.to_string())?;
+        assert_eq!(c.added, ["d", "e"]);
+        let cp = new.replace("control-plane: [a]", "control-plane: [a, d]");
+        let Err(d) = check(&cp)? else {
+            return Err("a control-plane node added".into());
+        };
+        assert!(d.to_string().contains("adding d as etcd, control-plane"), "{d}");
+        Ok(())
+    }
+
     /// Issue 29: `etcd.backup` is applied when added or changed, refused
     /// (not supported yet) when removed.
     #[test]
@@ -603,7 +630,7 @@ mod tests {
             "spec.kubernetes.version: changing the Kubernetes version (v1.37.2 to v1.38.0)",
             "spec.hosts[0].address: host a's address changed: recorded 10.0.0.1, now 10.0.0.9",
             "spec.hosts[0].arch: host a's arch changed: recorded amd64, now arm64",
-            "spec.hosts[1]: adding e as etcd, worker",
+            "spec.roleGroups.etcd: changing roleGroups.etcd",
             "removing host b (worker, local-proxy)",
             "spec.dns.coredns.enabled: changing this on an installed cluster",
         ] {

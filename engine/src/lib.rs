@@ -13,6 +13,8 @@
 pub mod events;
 pub mod facts;
 pub mod fake;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 pub mod files;
 pub mod inventory;
 pub mod jobs;

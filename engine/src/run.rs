@@ -183,6 +183,13 @@ pub async fn run(
         if let Err(e) = state.record_many(job, &records).await {
             report.state_error.get_or_insert(format!("recording step results: {e}"));
         }
+        #[cfg(feature = "fault-injection")]
+        crate::fault::after_applied(
+            finished
+                .iter()
+                .filter(|d| d.outcome == Outcome::Applied)
+                .map(|d| g[d.n].id.as_str()),
+        );
         for d in &finished {
             let (n, outcome) = (d.n, d.outcome);
             let node = &g[n];

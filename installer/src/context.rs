@@ -191,4 +191,22 @@ pub struct Context<'a> {
     /// `--server-dry-run`: the cni and addons phases have the API server
     /// check their manifests instead of applying them.
     pub server_dry_run: bool,
+    /// In an apply, etcd's members as recorded: the config's others join
+    /// the running cluster (`None`: an install, every member starts new).
+    pub etcd_before: Option<Vec<String>>,
+}
+
+impl Context<'_> {
+    /// The etcd members an apply adds to the running cluster, in order.
+    pub fn etcd_joining(&self) -> Vec<String> {
+        let Some(before) = &self.etcd_before else { return vec![] };
+        self.cluster
+            .spec
+            .role_groups
+            .etcd
+            .iter()
+            .filter(|m| !before.contains(*m))
+            .cloned()
+            .collect()
+    }
 }

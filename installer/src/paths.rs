@@ -41,6 +41,9 @@ pub const INSTALLED: &str = "/var/lib/kubexm/installed";
 pub const APPLIED: &str = "/var/lib/kubexm/applied";
 /// etcd's certificates (server, peer, client).
 pub const ETCD_PKI: &str = "/etc/kubexm/etcd/pki";
+/// How an etcd member first joined (`KUBEXM_INITIAL_CLUSTER{,_STATE}`),
+/// written once, read by its unit.
+pub const ETCD_INITIAL_ENV: &str = "/etc/kubexm/etcd/initial.env";
 /// kubeadm configs (they hold the token: 0600, removed at hand-over).
 pub const KUBEADM_CONFIG: &str = "/etc/kubexm/kubeadm";
 /// kubeadm's output, redacted, root only.

@@ -171,6 +171,12 @@ impl Client {
         self.post_config(&format!("/api/v1/clusters{q}"), text).await
     }
 
+    /// Stores an apply job (`kubexm scale`): `text` is cluster.yaml, `bundle` a digest.
+    pub async fn create_apply(&self, text: String, bundle: Option<&str>) -> Result<i64, ClientError> {
+        let q = bundle.map(|b| format!("?bundle={b}")).unwrap_or_default();
+        self.post_config(&format!("/api/v1/clusters/apply{q}"), text).await
+    }
+
     /// Stores the job `request` asks for the cluster of `text` (cluster.yaml)
     /// through its route, its options as the route's query (a destructive
     /// one confirmed: the caller asked the operator). An install goes by
@@ -179,6 +185,7 @@ impl Client {
         let mut q: Vec<String> = Vec::new();
         let route = match request {
             Request::Install(r) => return self.create_cluster(text, Some(&r.bundle)).await,
+            Request::Apply(r) => return self.create_apply(text, Some(&r.bundle)).await,
             Request::Facts(_) => "facts",
             Request::Reset(_) => {
                 q.push("confirm=true".into());

@@ -10,7 +10,7 @@ use std::time::Duration;
 use kubexm_installer::ops::error::{OpError, op};
 
 use crate::jobdb::{Job, JobDb, LogLine, NewJob, Origin};
-use kubexm_installer::ops::request::{InstallRequest, Request};
+use kubexm_installer::ops::request::{ApplyRequest, InstallRequest, Request};
 
 use crate::job_request::{self, Local};
 
@@ -20,6 +20,19 @@ use crate::job_request::{self, Local};
 /// that bundle's digest, `local` saying where it runs. Nothing is stored
 /// when it is invalid.
 pub async fn create_cluster(db: &JobDb, file: &Path, phases: &[String], local: Local) -> anyhow::Result<i64> {
+    let phases = kubexm_installer::pipelines::install::parse(phases).map_err(|e| op(OpError::Usage, anyhow::anyhow!("--phases: {e}")))?;
+    bundle_job(db, file, local, |bundle| Request::Install(InstallRequest { bundle, phases })).await
+}
+
+/// `scale`: as [`create_cluster`], stored as an apply of the installed
+/// cluster (what the config adds, checked against its record by the worker).
+pub async fn create_apply(db: &JobDb, file: &Path, local: Local) -> anyhow::Result<i64> {
+    bundle_job(db, file, local, |bundle| Request::Apply(ApplyRequest { bundle })).await
+}
+
+/// Stores the job `make` asks of the bundle `local` names, `file` validated
+/// against that bundle's catalog.
+async fn bundle_job(db: &JobDb, file: &Path, local: Local, make: impl FnOnce(String) -> Request) -> anyhow::Result<i64> {
     let local = local.absolute()?;
     let Some(bundle) = local.bundle.as_deref() else {
         return Err(op(
@@ -29,11 +42,7 @@ pub async fn create_cluster(db: &JobDb, file: &Path, phases: &[String], local: L
     };
     let (opened, cluster) =
         kubexm_installer::ops::session::validate(&kubexm_installer::ops::session::Config::File(file.to_path_buf()), bundle)?;
-    let phases = kubexm_installer::pipelines::install::parse(phases).map_err(|e| op(OpError::Usage, anyhow::anyhow!("--phases: {e}")))?;
-    let request = Request::Install(InstallRequest {
-        bundle: opened.digest,
-        phases,
-    });
+    let request = make(opened.digest);
     store_operators(db, file, &cluster, &request, Some(&local)).await
 }
 

@@ -55,7 +55,7 @@ impl WorkerInstall {
     /// this machine at.
     fn settings(&self, id: i64, request: &Request, local: &Local, engine: ops::EngineSettings) -> anyhow::Result<ops::session::Settings> {
         let advertise = local.advertise.or(self.advertise);
-        let install = matches!(request, Request::Install(_));
+        let install = matches!(request, Request::Install(_) | Request::Apply(_));
         if install && advertise.is_none() {
             anyhow::bail!(
                 "job {id} was created through the API and installs with this worker's options, but this worker has no --advertise: \
@@ -423,6 +423,7 @@ fn open(
 ) -> anyhow::Result<(ops::session::Session, ops::request::Request)> {
     if ![
         "install",
+        "apply",
         "reset",
         "facts",
         "etcd-snapshot",

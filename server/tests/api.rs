@@ -44,6 +44,35 @@ async fn a_valid_config_is_stored_as_a_pending_job_and_answers_202() {
     s.handle.shutdown();
 }
 
+/// Issue 29: `POST /api/v1/clusters/apply` (`kubexm scale`) stores an
+/// apply of the held bundle; a bad config or an unknown bundle stores nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_apply_job_is_stored_with_its_bundle_and_a_bad_one_is_not() {
+    let s = Server::start().await;
+    let post = |path: String, body: String| {
+        s.client()
+            .post(s.url(&path))
+            .bearer_auth(&s.token)
+            .header("content-type", "application/yaml")
+            .body(body)
+            .send()
+    };
+    let r = post("/api/v1/clusters/apply".into(), EXAMPLE.clone()).await.unwrap();
+    assert_eq!(r.status(), 202);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let j = s.db.get(v["job_id"].as_i64().unwrap()).await.unwrap().unwrap();
+    assert_eq!((j.status, j.kind.as_str()), (Status::Pending, "apply"));
+    let (request, local) = kubexm_server::job_request::read(&j.kind, &j.options).unwrap();
+    assert_eq!(request.bundle(), Some(s.digest.as_str()));
+    assert_eq!(local, None);
+    let bad = EXAMPLE.replace("roleGroups:", "roleGroupz:");
+    assert_eq!(post("/api/v1/clusters/apply".into(), bad).await.unwrap().status(), 422);
+    let unknown = format!("/api/v1/clusters/apply?bundle=sha256:{}", "0".repeat(64));
+    assert_eq!(post(unknown, EXAMPLE.clone()).await.unwrap().status(), 400);
+    assert_eq!(s.db.list().await.unwrap().len(), 1, "a refused apply was stored");
+    s.handle.shutdown();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_config_answers_422_with_the_errors_and_positions_of_validate_and_stores_nothing() {
     let s = Server::start().await;
@@ -257,6 +286,7 @@ async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_40
         (reqwest::Method::GET, "/api/v1/jobs/1/logs"),
         (reqwest::Method::POST, "/api/v1/jobs/1/cancel"),
         (reqwest::Method::POST, "/api/v1/clusters"),
+        (reqwest::Method::POST, "/api/v1/clusters/apply"),
         (reqwest::Method::POST, "/api/v1/clusters/facts"),
         (reqwest::Method::POST, "/api/v1/clusters/reset"),
         (reqwest::Method::POST, "/api/v1/clusters/etcd-snapshot"),

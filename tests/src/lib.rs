@@ -153,6 +153,13 @@ fn built(package: &str, kind: &str, name: &str, rel: &str) -> PathBuf {
     if !done.iter().any(|b| b == rel) {
         let mut cmd = Command::new(env!("CARGO"));
         cmd.args(["build", "-q", "-p", package, kind, name]);
+        // The installer's fault points (never in a release build) for the
+        // lab tests that crash it on purpose; the job server runs it too.
+        match package {
+            "kubexm-installer" => cmd.args(["--features", "fault-injection"]),
+            "kubexm-server" => cmd.args(["--features", "kubexm-installer/fault-injection"]),
+            _ => &mut cmd,
+        };
         if dir.file_name().is_some_and(|p| p == "release") {
             cmd.arg("--release");
         }

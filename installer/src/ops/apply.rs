@@ -4,7 +4,9 @@
 //! cluster's last successful job first ([`kubexm_bom::changes`]): what can
 //! never change is refused (exit 3), what apply does not do yet is refused
 //! as not supported yet (exit 8), both before any host is touched. What is
-//! left (today: hosts added as workers) runs as an `apply` job of the
+//! left (hosts added as workers, and as etcd members in binary mode: each a
+//! learner first, promoted once caught up, then every API server told) runs
+//! as an `apply` job of the
 //! install's pipeline: the steps earlier installs and applies did are
 //! skipped, so the old hosts apply nothing (the first control-plane node
 //! makes fresh join credentials when the last ones are too old), and a
@@ -20,24 +22,43 @@ use super::session::Session;
 pub struct ApplyOptions {
     /// Print the change and the plan; touch no host.
     pub dry_run: bool,
+    /// The bundle a job asked for ([`InstallOptions::expect_digest`]).
+    pub expect_digest: Option<String>,
 }
 
 /// What apply did, or would do.
 #[derive(Debug)]
 pub enum ApplyReport {
     /// `dry_run`: the change and the plan.
-    Plan { added: Vec<String>, plan: String },
+    Plan { added: Added, plan: String },
     /// The change made.
-    Applied { added: Vec<String>, installed: Installed },
+    Applied { added: Added, installed: Installed },
+}
+
+/// The hosts an apply adds, by what they become.
+#[derive(Debug, Clone, Default)]
+pub struct Added {
+    pub workers: Vec<String>,
+    /// New etcd members, in the order they join.
+    pub etcd: Vec<String>,
 }
 
 impl std::fmt::Display for ApplyReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (ApplyReport::Plan { added, .. } | ApplyReport::Applied { added, .. }) = self;
-        if added.is_empty() {
+        if added.workers.is_empty() && added.etcd.is_empty() {
             writeln!(f, "apply: the config is as recorded; only what is not in place yet runs")?;
-        } else {
-            writeln!(f, "apply: adds worker(s) {}", added.join(", "))?;
+        }
+        if !added.workers.is_empty() {
+            writeln!(f, "apply: adds worker(s) {}", added.workers.join(", "))?;
+        }
+        if !added.etcd.is_empty() {
+            writeln!(
+                f,
+                "apply: adds etcd member(s) {}, one at a time (each a learner, promoted once it has caught up); \
+                 then every API server reads them",
+                added.etcd.join(", ")
+            )?;
         }
         match self {
             ApplyReport::Plan { plan, .. } => write!(f, "{plan}"),
@@ -109,9 +130,15 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
     let opts = InstallOptions {
         dry_run: o.dry_run,
         apply: true,
+        expect_digest: o.expect_digest.clone(),
+        etcd_before: Some(record.config.spec.role_groups.etcd.clone()),
         ..Default::default()
     };
-    let added = changes.added;
+    let g = &cluster.spec.role_groups;
+    let added = Added {
+        workers: changes.added.iter().filter(|h| g.worker.contains(*h)).cloned().collect(),
+        etcd: g.etcd.iter().filter(|h| changes.added.contains(*h)).cloned().collect(),
+    };
     match install::install(session, &opts)? {
         InstallReport::Plan(plan) => Ok(ApplyReport::Plan { added, plan }),
         InstallReport::Installed(installed) => Ok(ApplyReport::Applied { added, installed }),

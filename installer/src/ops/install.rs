@@ -31,6 +31,26 @@ pub struct InstallOptions {
     /// Run as an `apply` job (`apply` checked the change against the
     /// cluster's record first): the install's steps, done ones skipped.
     pub apply: bool,
+    /// In an apply, etcd's members as recorded ([`Context::etcd_before`]).
+    pub etcd_before: Option<Vec<String>>,
+}
+
+/// etcd's members already running: an apply's (from the record it
+/// checked), or, for an install run again on an installed cluster, the
+/// record's (members the config adds join them, as in an apply). `None`: a
+/// new cluster, or one reset since.
+fn etcd_before(session: &Session, args: &InstallOptions) -> anyhow::Result<Option<Vec<String>>> {
+    if args.etcd_before.is_some() {
+        return Ok(args.etcd_before.clone());
+    }
+    let reset = |kind: &str| kind.starts_with("reset") || kind == "delete-cluster";
+    if session.last_record(false)?.is_some_and(|r| reset(&r.job.kind)) {
+        return Ok(None);
+    }
+    Ok(session
+        .last_record(true)?
+        .filter(|r| !reset(&r.job.kind))
+        .map(|r| r.config.spec.role_groups.etcd))
 }
 
 /// What `install` did.
@@ -145,6 +165,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         kubeadm_api: &kubeadm_api,
         kubeconfig: &kubeconfig,
         server_dry_run: args.server_dry_run,
+        etcd_before: etcd_before(session, args)?,
     };
     if args.dry_run {
         for h in &cluster.spec.hosts {

@@ -26,6 +26,7 @@ use crate::engine::run;
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
 use crate::paths::ADMIN_CONF;
+use crate::phases::etcd_members;
 
 const REMOVE_NODE: &str = include_str!("../../../manifests/templates/remove-node.sh");
 
@@ -66,6 +67,9 @@ pub struct Removed {
     /// Where the config still lists a removed host (`file:line`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub still_in_config: Vec<String>,
+    /// What the operator should do next (an even etcd count left).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub timing: String,
 }
@@ -103,6 +107,9 @@ impl std::fmt::Display for Removed {
                 )?;
             }
         }
+        for w in &self.warnings {
+            writeln!(f, "warning: {w}")?;
+        }
         for at in &self.still_in_config {
             writeln!(f, "{at}: delete this host from the config: an apply with it listed adds it back")?;
         }
@@ -116,8 +123,14 @@ impl std::fmt::Display for Removed {
 /// What is taken out, once checked.
 struct Plan {
     record: ClusterRecord,
-    /// The hosts to take out that are members (drained, Node deleted).
+    /// The hosts to take out that are Nodes (drained, Node deleted).
     members: Vec<String>,
+    /// The etcd members to take out, and how etcd goes on without them.
+    etcd: Option<EtcdLeave>,
+    /// The hosts that ran an etcd member: their data directory goes with
+    /// the reset (a removed member's copy of the cluster's data, Secrets
+    /// included, does not stay behind).
+    etcd_data: Vec<String>,
     /// Every host to take out, members and those removed before, not reset.
     hosts: Vec<String>,
     /// The control-plane node the Nodes are removed through.
@@ -128,9 +141,23 @@ struct Plan {
     located: Option<kubexm_bom::yaml::Located>,
 }
 
+/// etcd members leaving (binary mode): through which member, which stay,
+/// and the control-plane nodes whose API servers are told.
+struct EtcdLeave {
+    leaving: Vec<String>,
+    stay: Vec<String>,
+    via: String,
+    control_plane: Vec<String>,
+    /// An even count left (a dead member removed): what to do about it.
+    warning: Option<String>,
+}
+
 /// Removes `o.hosts` from the session's installed cluster.
 pub fn remove(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<RemoveReport> {
     let plan = check(session, o)?;
+    if let Some(w) = plan.etcd.as_ref().and_then(|e| e.warning.as_ref()) {
+        tracing::warn!("{w}");
+    }
     let pipeline = pipeline(session.cluster(), &plan, session.unreachable_hosts(), o)?;
     if o.dry_run {
         return Ok(RemoveReport::Plan(pipeline.plan()?.describe()));
@@ -209,6 +236,7 @@ pub fn remove(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Remove
         job: ex.job,
         hosts,
         still_in_config,
+        warnings: plan.etcd.iter().filter_map(|e| e.warning.clone()).collect(),
         timing: session.timing(ex.job),
     }))
 }
@@ -255,6 +283,12 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
     let topo = kubexm_bom::topology::Topology::of(&record.config).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
     let mut members = Vec::new();
     let mut hosts = Vec::new();
+    let etcd_data: Vec<String> = record
+        .nodes
+        .iter()
+        .filter(|n| o.hosts.contains(&n.name) && n.roles.iter().any(|r| r == "etcd"))
+        .map(|n| n.name.clone())
+        .collect();
     for h in o.hosts.iter().collect::<BTreeSet<_>>() {
         let Some(node) = record.nodes.iter().find(|n| &n.name == h) else {
             return Err(usage(format!(
@@ -281,9 +315,12 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
             continue;
         }
         refuse_role(&record, &topo, h, &node.roles)?;
-        members.push(h.clone());
+        if node.roles.iter().any(|r| r == "worker" || r == "control-plane") {
+            members.push(h.clone());
+        }
         hosts.push(h.clone());
     }
+    let etcd = etcd_leave(&record, &hosts, &o.unreachable)?;
     let via = record
         .config
         .spec
@@ -299,18 +336,73 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
         })?;
     // Only the hosts the job works on are connected to: another host down
     // does not stop a removal.
-    cluster.spec.hosts.retain(|c| c.name == via || hosts.contains(&c.name));
+    // etcd's members leave through one that stays; every API server is told.
+    let also: Vec<&String> = etcd.iter().flat_map(|e| e.control_plane.iter().chain([&e.via])).collect();
+    cluster
+        .spec
+        .hosts
+        .retain(|c| c.name == via || hosts.contains(&c.name) || also.contains(&&c.name));
     let unreachable: Vec<String> = o.unreachable.iter().filter(|u| hosts.contains(u)).cloned().collect();
     session.use_cluster(cluster);
     session.unreachable(&unreachable)?;
     Ok(Plan {
         record,
         members,
+        etcd,
+        etcd_data,
         hosts,
         via,
         file_hosts: file.spec.hosts.iter().map(|h| h.name.clone()).collect(),
         located,
     })
+}
+
+/// The etcd members among `hosts` and how the others go on: refused when
+/// none would stay, or an even count would (no more failures tolerated than
+/// one member fewer) unless a member leaving is `unreachable` (dead: then a
+/// warning says to add one).
+fn etcd_leave(record: &ClusterRecord, hosts: &[String], unreachable: &[String]) -> anyhow::Result<Option<EtcdLeave>> {
+    let g = &record.config.spec.role_groups;
+    let name = &record.name;
+    let leaving: Vec<String> = g.etcd.iter().filter(|m| hosts.contains(*m)).cloned().collect();
+    if leaving.is_empty() {
+        return Ok(None);
+    }
+    let usage = |msg: String| op(OpError::Usage, anyhow::anyhow!(msg));
+    let stay: Vec<String> = g.etcd.iter().filter(|m| !leaving.contains(*m)).cloned().collect();
+    let Some(via) = stay.iter().find(|m| !unreachable.contains(*m)).cloned() else {
+        return Err(usage(format!(
+            "removing {} would leave cluster {name} no etcd member that answers: the cluster's data lives there \
+             (kubexm-install delete cluster {name} --yes takes the whole cluster down)",
+            leaving.join(", ")
+        )));
+    };
+    let dead: Vec<&String> = leaving.iter().filter(|m| unreachable.contains(*m)).collect();
+    let mut warning = None;
+    if stay.len().is_multiple_of(2) {
+        let what = format!(
+            "removing {} leaves cluster {name} {} etcd members, an even count: it tolerates {} failed member(s), no more than {} would",
+            leaving.join(", "),
+            stay.len(),
+            (stay.len() - 1) / 2,
+            stay.len() - 1
+        );
+        if dead.is_empty() {
+            return Err(usage(format!(
+                "{what}; remove one member more, or add one first (list it under roleGroups.etcd and apply)"
+            )));
+        }
+        warning = Some(format!(
+            "{what}: add a member (list a host under roleGroups.etcd and run kubexm-install apply) to make it odd again"
+        ));
+    }
+    Ok(Some(EtcdLeave {
+        leaving,
+        stay,
+        via,
+        control_plane: g.control_plane.iter().filter(|c| !unreachable.contains(*c)).cloned().collect(),
+        warning,
+    }))
 }
 
 /// The cluster as `record` has it, each host reached as the operator's
@@ -348,16 +440,18 @@ fn refuse_role(record: &ClusterRecord, topo: &kubexm_bom::topology::Topology, ho
             ),
         ));
     }
+    // etcd members leave where kubexm runs etcd.
+    let binary = record.config.spec.etcd.mode == kubexm_bom::config::model::EtcdMode::Binary;
     let other: Vec<&str> = roles
         .iter()
         .map(String::as_str)
-        .filter(|r| !matches!(*r, "worker" | "local-proxy"))
+        .filter(|r| !(matches!(*r, "worker" | "local-proxy") || (binary && *r == "etcd")))
         .collect();
     if !other.is_empty() {
         return Err(op(
             OpError::Unsupported,
             anyhow::anyhow!(
-                "removing a {} node ({host}) is not supported yet: remove node takes out workers",
+                "removing a {} node ({host}) is not supported yet: remove node takes out workers and etcd members (binary mode)",
                 other.join(" and ")
             ),
         ));
@@ -376,6 +470,25 @@ fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &
     let mut drains = Vec::new();
     let mut resets = Vec::new();
     let mut deletes = Vec::new();
+    let (mut follow, mut leave) = (Vec::new(), Vec::new());
+    if let Some(e) = &plan.etcd {
+        // Every API server stops reading the members leaving, then each
+        // leaves through one that stays, then its host is reset.
+        let topo = kubexm_bom::topology::Topology::of(&plan.record.config)?;
+        follow = etcd_members::api_servers_follow(&topo, &e.stay, &e.control_plane, &[])?;
+        let mut after: Vec<(String, Scope)> = follow.last().map(|t| (t.name.clone(), Scope::AllHosts)).into_iter().collect();
+        for h in &e.leaving {
+            let step = etcd_members::leave(&topo, h, &e.stay, !unreachable.contains(h))?;
+            let name = format!("etcd-leave-{h}");
+            leave.push(Task {
+                name: name.clone(),
+                hosts: vec![e.via.clone()],
+                steps: vec![Arc::new(step)],
+                after: after.clone(),
+            });
+            after = vec![(name, Scope::AllHosts)];
+        }
+    }
     for h in &plan.hosts {
         let out = unreachable.contains(h);
         let mut before = None;
@@ -403,12 +516,17 @@ fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &
             });
             before = Some(format!("drain-{h}"));
         }
+        let left_etcd = leave.iter().find(|t| t.name == format!("etcd-leave-{h}")).map(|t| t.name.clone());
         if !out {
             resets.push(Task {
                 name: format!("reset-{h}"),
                 hosts: vec![h.clone()],
-                steps: vec![Arc::new(crate::pipelines::reset::step(cluster, false)?) as Arc<dyn Step>],
-                after: before.iter().map(|b| (b.clone(), Scope::AllHosts)).collect(),
+                steps: vec![Arc::new(crate::pipelines::reset::step(cluster, plan.etcd_data.contains(h))?) as Arc<dyn Step>],
+                after: before
+                    .iter()
+                    .chain(left_etcd.iter())
+                    .map(|b| (b.clone(), Scope::AllHosts))
+                    .collect(),
             });
             before = Some(format!("reset-{h}"));
         }
@@ -420,16 +538,24 @@ fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &
                 q(h)
             ),
         );
+        // After the member left etcd too: a host counts as removed once this
+        // step is done, and a dead member's removal must not be skipped past.
         deletes.push(Task {
             name: format!("delete-node-{h}"),
             hosts: vec![plan.via.clone()],
             steps: vec![Arc::new(delete)],
-            after: before.iter().map(|b| (b.clone(), Scope::AllHosts)).collect(),
+            after: before
+                .iter()
+                .chain(left_etcd.iter())
+                .map(|b| (b.clone(), Scope::AllHosts))
+                .collect(),
         });
     }
     Ok(Pipeline::of(
         "remove-node",
         vec![
+            ("etcd-servers", follow),
+            ("etcd-member-remove", leave),
             ("drain", drains),
             (super::super::pipelines::Phase::Reset.name(), resets),
             ("delete-node", deletes),
@@ -485,6 +611,41 @@ mod tests {
             },
         };
         (kind, format!("{e:#}"))
+    }
+
+    /// Issue 29: etcd members leave only to an odd count, unless one
+    /// leaving is dead (then a warning); never all of them.
+    #[test]
+    fn etcd_members_leave_to_an_odd_count_unless_dead() -> anyhow::Result<()> {
+        let f = Fixture::installed()?;
+        let mut r = f.record()?;
+        r.config.spec.role_groups.etcd = vec!["a".into(), "b".into(), "c".into()];
+        let names = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let Err(even) = etcd_leave(&r, &names(&["b"]), &[]) else {
+            anyhow::bail!("an even count left accepted");
+        };
+        assert!(format!("{even:#}").contains("2 etcd members, an even count"), "{even:#}");
+        let Some(dead) = etcd_leave(&r, &names(&["b"]), &names(&["b"]))? else {
+            anyhow::bail!("no etcd member leaving");
+        };
+        assert_eq!((dead.stay.clone(), dead.via.as_str()), (names(&["a", "c"]), "a"));
+        assert!(
+            dead.warning.as_deref().is_some_and(|w| w.contains("add a member")),
+            "{:?}",
+            dead.warning
+        );
+        let Some(two) = etcd_leave(&r, &names(&["b", "c"]), &[])? else {
+            anyhow::bail!("no etcd member leaving");
+        };
+        assert!(two.warning.is_none());
+        let Some(down) = etcd_leave(&r, &names(&["b"]), &names(&["a", "b"]))? else {
+            anyhow::bail!("no etcd member leaving");
+        };
+        assert_eq!(down.via, "c", "through a member that answers");
+        assert!(down.control_plane.is_empty(), "an unreachable control-plane node is not told");
+        assert!(etcd_leave(&r, &names(&["a", "b", "c"]), &[]).is_err(), "every member removed");
+        assert!(etcd_leave(&r, &names(&["d"]), &[])?.is_none(), "a worker is no etcd member");
+        Ok(())
     }
 
     /// Issue 29: what remove node cannot do is refused before any host is

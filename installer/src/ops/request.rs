@@ -19,6 +19,10 @@ use crate::engine::facts::HostFacts;
 pub enum Request {
     /// Install the cluster from a bundle.
     Install(InstallRequest),
+    /// Change the installed cluster to what its config now says (`kubexm
+    /// scale`: workers and etcd members added), from the bundle it was
+    /// installed from.
+    Apply(ApplyRequest),
     /// Remove what kubexm installed, on every host that can be reached.
     Reset(HostsRequest),
     /// Gather every host's facts.
@@ -149,6 +153,14 @@ pub struct InstallRequest {
     pub phases: Vec<crate::pipelines::Phase>,
 }
 
+/// An apply's options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApplyRequest {
+    /// The bundle, by the `sha256:<hex>` of its signed `bundle.yaml`.
+    pub bundle: String,
+}
+
 /// The options of an operation over the cluster's hosts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -163,6 +175,7 @@ impl Request {
     pub fn kind(&self) -> &'static str {
         match self {
             Request::Install(_) => "install",
+            Request::Apply(_) => "apply",
             Request::Reset(_) => "reset",
             Request::Facts(_) => "facts",
             Request::EtcdSnapshot(_) => "etcd-snapshot",
@@ -178,6 +191,7 @@ impl Request {
     pub fn bundle(&self) -> Option<&str> {
         match self {
             Request::Install(r) => Some(&r.bundle),
+            Request::Apply(r) => Some(&r.bundle),
             Request::Reset(_)
             | Request::Facts(_)
             | Request::EtcdSnapshot(_)
@@ -192,7 +206,7 @@ impl Request {
     /// The hosts the request names unreachable.
     pub fn unreachable(&self) -> &[String] {
         match self {
-            Request::Install(_) => &[],
+            Request::Install(_) | Request::Apply(_) => &[],
             Request::Reset(r) | Request::Facts(r) => &r.unreachable,
             Request::EtcdSnapshot(r) => &r.unreachable,
             Request::RemoveNode(r) => &r.unreachable,
@@ -239,6 +253,7 @@ impl Request {
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Report {
     Install(install::Installed),
+    Apply(install::Installed),
     Reset(reset::Reset),
     Facts(Gathered),
     EtcdSnapshot(super::etcd::Snapshot),
@@ -259,7 +274,7 @@ pub struct Gathered {
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Report::Install(r) => write!(f, "{r}"),
+            Report::Install(r) | Report::Apply(r) => write!(f, "{r}"),
             Report::Reset(r) => writeln!(f, "{r}"),
             Report::Facts(g) => {
                 for h in &g.facts {
@@ -295,6 +310,16 @@ pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
             match install::install(session, &o)? {
                 install::InstallReport::Installed(i) => Ok(Report::Install(i)),
                 install::InstallReport::Plan(_) => Err(anyhow::anyhow!("an install request planned instead of installing")),
+            }
+        }
+        Request::Apply(r) => {
+            let o = super::apply::ApplyOptions {
+                dry_run: false,
+                expect_digest: Some(r.bundle.clone()),
+            };
+            match super::apply::apply(session, &o)? {
+                super::apply::ApplyReport::Applied { installed, .. } => Ok(Report::Apply(installed)),
+                super::apply::ApplyReport::Plan { .. } => Err(anyhow::anyhow!("an apply request planned instead of applying")),
             }
         }
         Request::Reset(_) => match reset::reset(session, true)? {
@@ -390,9 +415,10 @@ mod tests {
                 phases: vec![crate::pipelines::Phase::Etcd, crate::pipelines::Phase::ControlPlane],
             }),
             Request::Install(InstallRequest {
-                bundle: digest,
+                bundle: digest.clone(),
                 phases: vec![],
             }),
+            Request::Apply(ApplyRequest { bundle: digest }),
             Request::Reset(HostsRequest {
                 unreachable: vec!["worker2".into()],
             }),

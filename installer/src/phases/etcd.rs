@@ -1,19 +1,23 @@
 //! The etcd phase, binary mode: per member our certificates, the binaries
-//! for its arch and a systemd unit (and, with `etcd.backup`, a timer that
-//! snapshots the member); then the whole cluster healthy over TLS.
+//! for its arch, how it first joined (written once) and a systemd unit
+//! (and, with `etcd.backup`, a timer that snapshots the member); then the
+//! whole cluster healthy over TLS. In an apply, members the cluster's record
+//! does not list join the running cluster one at a time
+//! ([`crate::phases::etcd_members`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::{Context, install_component};
-use crate::engine::files::PutFiles;
+use crate::engine::files::{PutFiles, RunWith};
 use crate::engine::plan::{Module, Scope, Step, Task};
 use crate::engine::steps::Shell;
 use crate::pki;
 use crate::template::render;
 
 use crate::paths::ETCD_UNIT as ETCD_UNIT_PATH;
-use crate::paths::{ETCD_BACKUP_SCRIPT, ETCD_BACKUP_SERVICE, ETCD_BACKUP_TIMER, ETCD_PKI};
+use crate::paths::{ETCD_BACKUP_SCRIPT, ETCD_BACKUP_SERVICE, ETCD_BACKUP_TIMER, ETCD_INITIAL_ENV, ETCD_PKI};
+use crate::phases::etcd_members;
 const ETCD_UNIT: &str = include_str!("../../../manifests/templates/kubexm-etcd.service");
 const BACKUP_SCRIPT: &str = include_str!("../../../manifests/templates/etcd-backup.sh");
 const BACKUP_SERVICE: &str = include_str!("../../../manifests/templates/kubexm-etcd-backup.service");
@@ -51,11 +55,25 @@ pub fn member_files(pki: &pki::Pki, topo: &kubexm_bom::topology::Topology, m: &s
 }
 
 /// etcd in binary mode: per member our certificates, the binaries for its
-/// arch, a systemd unit; then the whole cluster healthy over TLS.
+/// arch, how it joins (written once), a systemd unit; then the whole cluster
+/// healthy over TLS. In an apply, the members the record does not list join
+/// the running cluster one at a time, after the others: each added as a
+/// learner, started, promoted once it has caught up
+/// ([`crate::phases::etcd_members`]).
 pub fn module(i: &Context) -> anyhow::Result<Module> {
     let members = i.cluster.spec.role_groups.etcd.clone();
-    let initial: Vec<String> = members.iter().map(|m| format!("{m}=https://{}:2380", i.topo.address(m))).collect();
+    let joining = i.etcd_joining();
+    let joins = |m: &String| joining.contains(m);
+    // A new cluster's members all start together, each listing all.
+    let initial: Vec<String> = members
+        .iter()
+        .map(|m| format!("{m}={}", etcd_members::peer_url(&i.topo, m)))
+        .collect();
+    let initial = format!("KUBEXM_INITIAL_CLUSTER={}\nKUBEXM_INITIAL_CLUSTER_STATE=new\n", initial.join(","));
     let mut tasks = Vec::new();
+    let mut cluster: Vec<String> = members.iter().filter(|m| !joins(m)).cloned().collect();
+    let staying: Vec<(String, Scope)> = cluster.iter().map(|m| (format!("etcd-{m}"), Scope::AllHosts)).collect();
+    let mut previous: Option<String> = None;
     for m in &members {
         let addr = i.topo.address(m).to_string();
         let pki_files = member_files(i.pki, &i.topo, m)?;
@@ -67,7 +85,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             &[
                 ("NAME", m),
                 ("ADDRESS", &addr),
-                ("INITIAL_CLUSTER", &initial.join(",")),
+                ("INITIAL_ENV", ETCD_INITIAL_ENV),
                 ("DATA_DIR", &i.cluster.spec.etcd.data_dir.display().to_string()),
                 ("PKI", ETCD_PKI),
                 ("UNSUPPORTED_ARCH", if arch == "amd64" { "" } else { arch }),
@@ -80,10 +98,25 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             files: pki_files,
             then: None,
         }));
+        let join = if joins(m) {
+            let j = etcd_members::join(&i.topo, m, &cluster)?;
+            cluster.push(m.clone());
+            steps.push(Arc::new(j.add));
+            Some(j.promote)
+        } else {
+            steps.push(Arc::new(RunWith {
+                name: "etcd-initial".into(),
+                check: format!("test -s {ETCD_INITIAL_ENV}"),
+                files: vec![(format!("{ETCD_INITIAL_ENV}.new"), initial.clone().into_bytes(), 0o600)],
+                command: format!("mv -f {ETCD_INITIAL_ENV}.new {ETCD_INITIAL_ENV}"),
+                timeout: Duration::from_secs(30),
+            }));
+            None
+        };
         steps.push(Arc::new(PutFiles {
             name: "etcd-unit".into(),
             files: vec![(ETCD_UNIT_PATH.into(), unit.into_bytes(), 0o644)],
-            then: Some("systemctl daemon-reload && systemctl enable -q kubexm-etcd && systemctl restart --no-block kubexm-etcd".into()),
+            then: Some(restart(i, m, &members)),
         }));
         // Started without waiting: a member is ready only once a quorum runs.
         steps.push(Arc::new(Shell::new(
@@ -93,6 +126,19 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             ),
             "systemctl start --no-block kubexm-etcd",
         )));
+        let after = match (&join, &previous) {
+            (None, _) => vec![],
+            // A joining member waits for the others, and for the one before.
+            (Some(_), prev) => staying
+                .iter()
+                .cloned()
+                .chain(prev.iter().map(|p| (p.clone(), Scope::AllHosts)))
+                .collect(),
+        };
+        if let Some(promote) = join {
+            steps.push(Arc::new(promote));
+            previous = Some(format!("etcd-{m}"));
+        }
         if let Some(b) = &i.cluster.spec.etcd.backup {
             steps.extend(backup(m, b)?);
         }
@@ -100,14 +146,14 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             name: format!("etcd-{m}"),
             hosts: vec![m.clone()],
             steps,
-            after: vec![],
+            after,
         });
     }
     let health = healthy("etcd-healthy", &i.topo, &members);
     let after: Vec<(String, Scope)> = members.iter().map(|m| (format!("etcd-{m}"), Scope::AllHosts)).collect();
     if let Some(first) = members.first() {
         tasks.push(Task {
-            name: "etcd-health".into(),
+            name: HEALTH_TASK.into(),
             hosts: vec![first.clone()],
             steps: vec![Arc::new(health)],
             after,
@@ -119,14 +165,36 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     })
 }
 
+/// What runs after member `m`'s unit is written: a member that is not
+/// running yet (or has no data) is started without waiting (a new cluster's
+/// members start together); a running member (its unit changed by another
+/// kubexm) is restarted only once the others answer, the members one after
+/// another (10 s apart by their place in the list), so the cluster keeps
+/// its quorum.
+fn restart(i: &Context, m: &str, members: &[String]) -> String {
+    let data = crate::engine::transport::shell_quote(&i.cluster.spec.etcd.data_dir.display().to_string());
+    let others: Vec<String> = members.iter().filter(|o| *o != m).cloned().collect();
+    let place = members.iter().position(|o| o == m).unwrap_or_default();
+    let start = "systemctl daemon-reload && systemctl enable -q kubexm-etcd";
+    if others.is_empty() {
+        return format!("{start} && systemctl restart --no-block kubexm-etcd");
+    }
+    let ctl = etcd_members::etcdctl(&etcd_members::client_urls(&i.topo, &others));
+    format!(
+        "{start} || exit 1; if [ -d {data}/member ] && systemctl is-active -q kubexm-etcd; then sleep {pause}; \
+         for _ in $(seq 30); do {ctl} --command-timeout=3s endpoint health >/dev/null 2>&1 && break; sleep 1; done; \
+         systemctl restart kubexm-etcd; else systemctl restart --no-block kubexm-etcd; fi",
+        pause = place * 10
+    )
+}
+
+/// The etcd phase's last task: every member healthy.
+pub const HEALTH_TASK: &str = "etcd-health";
+
 /// A step waiting (up to 120 s) until every one of `members` answers
 /// `endpoint health` over TLS (checked first: a healthy cluster skips it).
 pub fn healthy(name: &str, topo: &kubexm_bom::topology::Topology, members: &[String]) -> Shell {
-    let endpoints: Vec<String> = members.iter().map(|m| format!("https://{}:2379", topo.address(m))).collect();
-    let ctl = format!(
-        "ETCDCTL_API=3 etcdctl --endpoints={} --cacert={ETCD_PKI}/ca.crt --cert={ETCD_PKI}/client.crt --key={ETCD_PKI}/client.key",
-        endpoints.join(",")
-    );
+    let ctl = etcd_members::etcdctl(&etcd_members::client_urls(topo, members));
     Shell {
         name: name.into(),
         check: Some(format!("{ctl} endpoint health >/dev/null 2>&1")),

@@ -11,6 +11,7 @@ pub mod addons;
 pub mod containerd;
 pub mod endpoint;
 pub mod etcd;
+pub mod etcd_members;
 pub mod kubeadm;
 pub mod preflight;
 pub mod registry;

@@ -36,7 +36,7 @@ use serde_json::json;
 use crate::bundles;
 use crate::jobdb::{JobDb, LogLine, Scope};
 use crate::ops::{self, CreateError};
-use kubexm_installer::ops::request::{InstallRequest, Request as OpRequest};
+use kubexm_installer::ops::request::{ApplyRequest, InstallRequest, Request as OpRequest};
 use tls::ClientCertificate;
 
 /// The OpenAPI document of this API, as committed.
@@ -150,7 +150,8 @@ impl App {
 pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
     let app = Arc::new(App::new(db, o));
     let guarded = Router::new()
-        .route("/api/v1/clusters", post(create_cluster))
+        .route("/api/v1/clusters", post(create_cluster::<false>))
+        .route("/api/v1/clusters/apply", post(create_cluster::<true>))
         .route("/api/v1/clusters/facts", post(hosts_jobs::create_facts))
         .route("/api/v1/clusters/reset", post(hosts_jobs::create_reset))
         .route("/api/v1/clusters/etcd-snapshot", post(hosts_jobs::create_etcd_snapshot))
@@ -398,12 +399,38 @@ struct CreateQuery {
     bundle: Option<String>,
 }
 
-async fn create_cluster(
+/// `POST /api/v1/clusters` (an install) and, with `APPLY`, `POST
+/// /api/v1/clusters/apply` (an apply of the installed cluster: `kubexm
+/// scale`).
+async fn create_cluster<const APPLY: bool>(
     State(app): State<Arc<App>>,
     Query(q): Query<CreateQuery>,
     Extension(who): Extension<Principal>,
     headers: HeaderMap,
     body: Bytes,
+) -> Result<Response, ApiError> {
+    bundle_job(app, q, who, headers, body, |bundle| {
+        if APPLY {
+            OpRequest::Apply(ApplyRequest { bundle })
+        } else {
+            OpRequest::Install(InstallRequest {
+                bundle,
+                phases: Vec::new(),
+            })
+        }
+    })
+    .await
+}
+
+/// Stores the job `make` asks of a held bundle (the one named, or the only
+/// one), the body validated against its catalog.
+async fn bundle_job(
+    app: Arc<App>,
+    q: CreateQuery,
+    who: Principal,
+    headers: HeaderMap,
+    body: Bytes,
+    make: impl FnOnce(String) -> OpRequest,
 ) -> Result<Response, ApiError> {
     body_type(&headers)?;
     let _turn = app.validating.acquire().await.map_err(internal)?;
@@ -438,10 +465,7 @@ async fn create_cluster(
         Ok((ops::validate_text(&text, "cluster.yaml", Some(&catalog)), text, digest))
     })
     .await?;
-    let request = OpRequest::Install(InstallRequest {
-        bundle: digest,
-        phases: Vec::new(),
-    });
+    let request = make(digest);
     store_validated(&app, cluster, &text, &request, who).await
 }
 

@@ -8,8 +8,14 @@ use std::process::{Command, Output};
 use kubexm_e2e::{Lab, LabBundle, bin, free_port, ok, text};
 
 /// `kubexm-install apply -f CONFIG` with the scenario's bundle, root and state.
-fn apply(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, extra: &[&str]) -> Output {
+pub(crate) fn apply(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, extra: &[&str]) -> Output {
+    apply_with(lab, config, b, dir, extra, &[])
+}
+
+/// [`apply`] with `env` set (a fault point).
+pub(crate) fn apply_with(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(bin("kubexm-install"))
+        .envs(env.iter().copied())
         .arg("apply")
         .arg("-f")
         .arg(config)
@@ -168,7 +174,7 @@ pub fn etcd_snapshots_are_taken_and_pruned(config: &Path, dir: &Path) {
 }
 
 /// `kubexm-install ARGS -f CONFIG` with the scenario's root and state.
-fn on_cluster(args: &[&str], config: &Path, dir: &Path) -> Output {
+pub(crate) fn on_cluster(args: &[&str], config: &Path, dir: &Path) -> Output {
     Command::new(bin("kubexm-install"))
         .args(args)
         .arg("-f")
@@ -182,12 +188,12 @@ fn on_cluster(args: &[&str], config: &Path, dir: &Path) -> Output {
 }
 
 /// `kubexm-install remove node ARGS -f CONFIG` with the scenario's root and state.
-fn remove_node(config: &Path, dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn remove_node(config: &Path, dir: &Path, args: &[&str]) -> Output {
     on_cluster(&[&["remove", "node"], args].concat(), config, dir)
 }
 
 /// The nodes are Ready, but lab5, the emulated arm64 host, which never is.
-fn nodes_ready(kubectl: &dyn Fn(&str) -> String) {
+pub(crate) fn nodes_ready(kubectl: &dyn Fn(&str) -> String) {
     let nodes = kubectl("get nodes --no-headers");
     assert!(
         nodes
@@ -199,7 +205,7 @@ fn nodes_ready(kubectl: &dyn Fn(&str) -> String) {
 }
 
 /// `status --cluster lab` as text.
-fn cluster_status(dir: &Path) -> String {
+pub(crate) fn cluster_status(dir: &Path) -> String {
     let out = Command::new(bin("kubexm-install"))
         .args(["status", "--cluster", "lab", "--state"])
         .arg(dir.join("state.db"))
@@ -209,7 +215,7 @@ fn cluster_status(dir: &Path) -> String {
 }
 
 /// What kubexm left on `host` (empty: nothing).
-fn left_on(lab: &Lab, host: &str) -> String {
+pub(crate) fn left_on(lab: &Lab, host: &str) -> String {
     lab.ssh_ok(
         host,
         "for p in /etc/kubexm /var/lib/kubexm /etc/kubernetes /usr/local/bin/kubelet; do test -e $p && echo $p; done; \

@@ -146,8 +146,9 @@ fn record_of_the_install(dir: &Path) {
 /// leaving clean hosts and no record.
 #[test]
 fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_reset() {
-    // lab6: a spare, added as a worker by apply (issue 29).
-    let Some(lab) = Lab::up_with_spares(5, 1, 1) else { return };
+    // lab6: a spare, added as a worker by apply; lab7 and lab8: spares
+    // added as etcd members (issue 29).
+    let Some(lab) = Lab::up_with_spares(5, 1, 3) else { return };
     let dir = tempfile::tempdir().unwrap();
     let addr = |h: &str| lab.host(h).address.clone();
     // The main job's config with Kubernetes' conformance tests in its bundle.
@@ -406,6 +407,7 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     let with_spare = crate::day2::apply_adds_a_worker(&lab, &config, &b, dir.path(), &k);
     crate::day2::etcd_snapshots_are_taken_and_pruned(&with_spare, dir.path());
     crate::day2::remove_nodes(&lab, &with_spare, &config, &b, dir.path(), &k);
+    crate::day2_etcd::etcd_grows_and_shrinks(&lab, &config, &b, dir.path(), &k);
     crate::day2::certificates_are_checked(&config, dir.path());
     crate::day2::certificates_are_renewed(&lab, &config, dir.path(), &k);
     crate::day2::etcd_is_restored(&lab, &config, dir.path(), &k);

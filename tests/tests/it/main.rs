@@ -3,6 +3,7 @@
 mod build;
 mod conformance;
 mod day2;
+mod day2_etcd;
 mod deploy;
 mod engine;
 mod hostile;

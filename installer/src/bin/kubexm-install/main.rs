@@ -480,7 +480,16 @@ fn apply(args: InstallArgs) -> anyhow::Result<()> {
     };
     let dry_run = args.dry_run;
     let session = bundle_session(file, args)?;
-    print!("{}", ops::apply::apply(&session, &ops::apply::ApplyOptions { dry_run })?);
+    print!(
+        "{}",
+        ops::apply::apply(
+            &session,
+            &ops::apply::ApplyOptions {
+                dry_run,
+                expect_digest: None,
+            }
+        )?
+    );
     Ok(())
 }
 
@@ -500,6 +509,7 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         server_dry_run: args.server_dry_run,
         expect_digest: None,
         apply: false,
+        etcd_before: None,
     };
     let session = bundle_session(file, args)?;
     print!("{}", ops::install::install(&session, &opts)?);

@@ -175,6 +175,19 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         });
         previous = previous_task;
     }
+    // etcd members joined (apply): every API server reads them, one node at
+    // a time, once they are healthy and the node has joined.
+    if !i.etcd_joining().is_empty() && i.has(crate::pipelines::Phase::Etcd) {
+        let mut after = vec![(crate::phases::etcd::HEALTH_TASK.to_string(), Scope::AllHosts)];
+        after.push((init_task(&i.topo.first_control_plane), Scope::AllHosts));
+        after.extend(g.control_plane.iter().skip(1).map(|h| (join_task(h), Scope::AllHosts)));
+        tasks.extend(crate::phases::etcd_members::api_servers_follow(
+            &i.topo,
+            &g.etcd,
+            &g.control_plane,
+            &after,
+        )?);
+    }
     Ok(Module {
         name: "control-plane".into(),
         tasks,

@@ -300,6 +300,71 @@ fn remote_unreachable(h: &args::HostsJob) -> anyhow::Result<()> {
     ))
 }
 
+/// `create cluster` (an install) or `scale` (`apply`: an apply) stored in
+/// the local job database and, unless detached, run here.
+async fn create_here(db: &Arc<JobDb>, c: CreateCluster, key: PathBuf, quit: &Arc<AtomicBool>, apply: bool) -> anyhow::Result<()> {
+    if c.allow_unsigned && c.pubkey.is_none() {
+        eprintln!(
+            "WARNING: --allow-unsigned: this bundle's origin is NOT verified. Anyone who could change it could run code on every node."
+        );
+    }
+    if c.pubkey.is_none() && !c.allow_unsigned {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
+        ));
+    }
+    let Some(advertise) = c.advertise else {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("pass --advertise ADDR: the address hosts reach the worker's machine at"),
+        ));
+    };
+    let live = detachable(db, c.detach).await?;
+    let local = kubexm_server::job_request::Local {
+        bundle: Some(bundle_file(&c.bundle, &c.bundles)?),
+        pubkey: c.pubkey,
+        allow_unsigned: c.allow_unsigned,
+        advertise: Some(advertise),
+        serve_port: Some(c.serve_port),
+        root: Some(c.root),
+        kubeconfig: c.kubeconfig,
+    };
+    let id = if apply {
+        if !c.phases.is_empty() {
+            return Err(classified(
+                Class::Usage,
+                anyhow::anyhow!("--phases: scale runs what the change needs, not chosen phases"),
+            ));
+        }
+        ops::create_apply(db, &c.file, local).await?
+    } else {
+        ops::create_cluster(db, &c.file, &c.phases, local).await?
+    };
+    run_created(db, id, c.detach, &live, (c.state, key), quit).await
+}
+
+/// `create cluster` or `scale` stored through the API server at `server`.
+async fn create_there(c: &client::Client, server: &str, cc: CreateCluster, apply: bool) -> anyhow::Result<()> {
+    if !cc.bundle.starts_with("sha256:") {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!(
+                "{}: with an API server ({}), name the bundle by digest: `kubexm bundle add FILE --pubkey KEY` on the server prints it",
+                cc.bundle,
+                server
+            ),
+        ));
+    }
+    let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
+    let id = if apply {
+        c.create_apply(text, Some(&cc.bundle)).await.map_err(api)?
+    } else {
+        c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?
+    };
+    follow_created(c, id, cc.detach).await
+}
+
 /// create, get and cancel against the local job database.
 async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result<()> {
     let quit = quit_flag();
@@ -308,37 +373,8 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
         Err(other) => other,
     };
     match command {
-        Command::Create { what: Create::Cluster(c) } => {
-            if c.allow_unsigned && c.pubkey.is_none() {
-                eprintln!(
-                    "WARNING: --allow-unsigned: this bundle's origin is NOT verified. Anyone who could change it could run code on every node."
-                );
-            }
-            if c.pubkey.is_none() && !c.allow_unsigned {
-                return Err(classified(
-                    Class::Usage,
-                    anyhow::anyhow!("pass --pubkey FILE to verify the bundle's signature (or --allow-unsigned)"),
-                ));
-            }
-            let Some(advertise) = c.advertise else {
-                return Err(classified(
-                    Class::Usage,
-                    anyhow::anyhow!("pass --advertise ADDR: the address hosts reach the worker's machine at"),
-                ));
-            };
-            let live = detachable(&db, c.detach).await?;
-            let local = kubexm_server::job_request::Local {
-                bundle: Some(bundle_file(&c.bundle, &c.bundles)?),
-                pubkey: c.pubkey,
-                allow_unsigned: c.allow_unsigned,
-                advertise: Some(advertise),
-                serve_port: Some(c.serve_port),
-                root: Some(c.root),
-                kubeconfig: c.kubeconfig,
-            };
-            let id = ops::create_cluster(&db, &c.file, &c.phases, local).await?;
-            run_created(&db, id, c.detach, &live, (c.state, key), &quit).await
-        }
+        Command::Create { what: Create::Cluster(c) } => create_here(&db, c, key, &quit, false).await,
+        Command::Scale(c) => create_here(&db, c, key, &quit, true).await,
         Command::Get {
             what:
                 Get::Job {
@@ -590,21 +626,8 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
         Err(other) => other,
     };
     match command {
-        Command::Create { what: Create::Cluster(cc) } => {
-            if !cc.bundle.starts_with("sha256:") {
-                return Err(classified(
-                    Class::Usage,
-                    anyhow::anyhow!(
-                        "{}: with an API server ({}), name the bundle by digest: `kubexm bundle add FILE --pubkey KEY` on the server prints it",
-                        cc.bundle,
-                        config.server
-                    ),
-                ));
-            }
-            let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
-            let id = c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?;
-            follow_created(&c, id, cc.detach).await
-        }
+        Command::Create { what: Create::Cluster(cc) } => create_there(&c, &config.server, cc, false).await,
+        Command::Scale(cc) => create_there(&c, &config.server, cc, true).await,
         Command::Get {
             what:
                 Get::Job {

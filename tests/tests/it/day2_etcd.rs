@@ -1,0 +1,186 @@
+//! Day 2 on the main scenario's cluster (issue 29): etcd 3 → 5 → 3 members
+//! while a client writes. `apply` adds two spare lab hosts as members (each
+//! a learner, promoted once caught up; every API server told; the
+//! installer killed between the first learner's addition and its promotion,
+//! then run again); one is
+//! stopped like a dead machine and removed with `--unreachable` (an even
+//! count: a warning), the other removed as a live member (leadership moved
+//! off it first); the dead one is reset once it is back.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use kubexm_e2e::{Lab, LabBundle, ok};
+
+use crate::day2::{apply, apply_with, cluster_status, left_on, nodes_ready, remove_node};
+
+/// etcdctl with lab1's client certificate, through `endpoints`.
+fn ctl(endpoints: &str) -> String {
+    format!(
+        "ETCDCTL_API=3 etcdctl --cacert=/etc/kubexm/etcd/pki/ca.crt --cert=/etc/kubexm/etcd/pki/client.crt \
+         --key=/etc/kubexm/etcd/pki/client.key --endpoints={endpoints}"
+    )
+}
+
+/// `config` with `hosts` added to its hosts and etcd members, written into `dir`.
+fn with_members(lab: &Lab, config: &Path, hosts: &[&str], dir: &Path) -> PathBuf {
+    let mut text = std::fs::read_to_string(config).unwrap();
+    for host in hosts {
+        let h = lab.host(host);
+        let line = format!("    - {{name: {host}, address: {}, arch: {}}}\n", h.address, h.arch);
+        text = text.replacen("  roleGroups:\n", &format!("{line}  roleGroups:\n"), 1);
+    }
+    let old = "    etcd: [lab1, lab2, lab3]\n";
+    assert!(text.contains(old), "{text}");
+    text = text.replacen(old, &format!("    etcd: [lab1, lab2, lab3, {}]\n", hosts.join(", ")), 1);
+    let path = dir.join("with-etcd-members.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A client on lab1 putting keys `w/1`, `w/2`, ... through lab1 to lab3
+/// until told to stop; each failed attempt is counted and retried. Its
+/// last acknowledged key and failures are in /root/writer.acked.
+const WRITER: &str = "i=0; fails=0; rm -f /root/writer.stop /root/writer.acked
+while [ ! -e /root/writer.stop ]; do
+  i=$((i + 1))
+  until $CTL --command-timeout=3s put w/$i $i >/dev/null 2>&1; do
+    fails=$((fails + 1)); [ -e /root/writer.stop ] && exit 0; sleep 0.2
+  done
+  echo \"$i $fails\" > /root/writer.acked
+  sleep 0.05
+done
+";
+
+/// Issue 29: etcd 3 → 5 → 3 members on the running cluster, a client
+/// writing throughout.
+pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, kubectl: &dyn Fn(&str) -> String) {
+    let spares: Vec<&str> = lab.desc.hosts.iter().filter(|h| h.spare).map(|h| h.name.as_str()).collect();
+    let [.., a, z] = spares[..] else {
+        panic!("two more spare lab hosts are needed: {spares:?}")
+    };
+    let addr = |h: &str| lab.host(h).address.clone();
+    let three: Vec<String> = ["lab1", "lab2", "lab3"]
+        .iter()
+        .map(|m| format!("https://{}:2379", addr(m)))
+        .collect();
+    let lab1 = ctl(&three.join(","));
+    let writer = WRITER.replace("$CTL", &lab1);
+    std::fs::write(dir.join("writer.sh"), &writer).unwrap();
+    lab.ssh_ok(
+        "lab1",
+        &format!("cat > /root/writer.sh <<'EOF'\n{writer}EOF\nsystemd-run --unit=kx-writer --collect sh /root/writer.sh >/dev/null"),
+    );
+    let new = with_members(lab, config, &[a, z], dir);
+
+    // 3 → 5: the plan, then the two join one at a time.
+    let plan = ok(apply(lab, &new, b, dir, &["--dry-run"]), "apply --dry-run (etcd members)");
+    assert!(plan.contains(&format!("apply: adds etcd member(s) {a}, {z}")), "{plan}");
+    // The installer killed (SIGKILL, a fault point of the test build) right
+    // after the first learner is added, before its promotion; the re-run
+    // converges.
+    let killed = apply_with(
+        lab,
+        &new,
+        b,
+        dir,
+        &[],
+        &[("KUBEXM_FAULT_KILL_AFTER", &format!("etcd-member-add@{a}"))],
+    );
+    assert_eq!(
+        killed.status.signal(),
+        Some(9),
+        "not killed at the fault point: {}",
+        kubexm_e2e::text(&killed.stderr)
+    );
+    let list = lab.ssh_ok("lab1", &format!("{lab1} member list"));
+    assert!(
+        list.lines()
+            .any(|l| l.contains(&format!("https://{}:2380", addr(a))) && l.ends_with(", true")),
+        "no learner {a} after the kill: {list}"
+    );
+    let start = Instant::now();
+    let applied = ok(apply(lab, &new, b, dir, &[]), "apply (etcd members, again after the kill)");
+    eprintln!("apply (2 etcd members added) took {:?}:\n{applied}", start.elapsed());
+    let list = lab.ssh_ok("lab1", &format!("{lab1} member list"));
+    assert_eq!(
+        list.lines().filter(|l| l.contains(", started, ") && l.ends_with(", false")).count(),
+        5,
+        "{list}"
+    );
+    let five: Vec<String> = ["lab1", "lab2", "lab3", a, z]
+        .iter()
+        .map(|m| format!("https://{}:2379", addr(m)))
+        .collect();
+    let health = lab.ssh_ok("lab1", &format!("{} endpoint health 2>&1", ctl(&five.join(","))));
+    assert_eq!(health.matches("is healthy").count(), 5, "{health}");
+    let log = lab.ssh_ok(a, "journalctl -u kubexm-etcd --no-pager -o cat | grep -ci promot || true");
+    let leader_log = lab.ssh_ok("lab1", "journalctl -u kubexm-etcd --no-pager -o cat | grep -i 'promote' | tail -2");
+    assert!(log.trim() != "0" || !leader_log.trim().is_empty(), "no promotion in etcd's log");
+    eprintln!("etcd's log of the promotion: {leader_log}");
+    let servers = |h: &str| lab.ssh_ok(h, "ps -eo args | grep '^kube-apiserver ' | grep -o -- '--etcd-servers=[^ ]*'");
+    for cp in ["lab1", "lab2", "lab3"] {
+        assert_eq!(servers(cp).trim(), format!("--etcd-servers={}", five.join(",")), "on {cp}");
+    }
+    let cc = kubectl("-n kube-system get configmap kubeadm-config -o jsonpath={.data.ClusterConfiguration}");
+    assert!(five.iter().all(|e| cc.contains(e.as_str())), "{cc}");
+    let again = ok(apply(lab, &new, b, dir, &[]), "apply again (etcd members)");
+    assert!(again.contains(": 0 steps applied"), "{again}");
+
+    // A dead member: removed with --unreachable, leaving 4 (a warning).
+    kubexm_e2e::lab_cmd(&["stop", z]);
+    let start = Instant::now();
+    let out = remove_node(&new, dir, &[z, "--unreachable", z]);
+    let removed = ok(out, "remove node (a dead etcd member)");
+    eprintln!("remove node {z} --unreachable took {:?}:\n{removed}", start.elapsed());
+    assert!(removed.contains("4 etcd members, an even count"), "{removed}");
+    let list = lab.ssh_ok("lab1", &format!("{lab1} member list"));
+    assert_eq!(list.lines().count(), 4, "{list}");
+    assert!(!list.contains(&addr(z)), "{list}");
+    let four: Vec<String> = five.iter().filter(|e| !e.contains(&format!("//{}:", addr(z)))).cloned().collect();
+    let health = lab.ssh_ok("lab1", &format!("{} endpoint health 2>&1", ctl(&four.join(","))));
+    assert_eq!(health.matches("is healthy").count(), 4, "{health}");
+
+    // A live member leaves: 3 again; its host reset.
+    let start = Instant::now();
+    let removed = ok(remove_node(&new, dir, &[a]), "remove node (an etcd member)");
+    eprintln!("remove node {a} took {:?}:\n{removed}", start.elapsed());
+    let list = lab.ssh_ok("lab1", &format!("{lab1} member list"));
+    assert_eq!(list.lines().filter(|l| l.contains(", started, ")).count(), 3, "{list}");
+    for cp in ["lab1", "lab2", "lab3"] {
+        assert_eq!(servers(cp).trim(), format!("--etcd-servers={}", three.join(",")), "on {cp}");
+    }
+    let left = left_on(lab, a);
+    assert!(left.trim().is_empty(), "{a} not reset:\n{left}");
+    lab.ssh_ok(a, "! systemctl is-active -q kubexm-etcd && ! test -e /usr/local/bin/etcd");
+    let status = cluster_status(dir);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.trim_start().starts_with(z) && l.contains("removed, not reset")),
+        "{status}"
+    );
+
+    // The client: every acknowledged write is readable.
+    lab.ssh_ok(
+        "lab1",
+        "touch /root/writer.stop; for i in $(seq 30); do systemctl is-active -q kx-writer || break; sleep 1; done",
+    );
+    let acked = lab.ssh_ok("lab1", "cat /root/writer.acked");
+    let (n, fails) = acked.trim().split_once(' ').expect("the writer's count");
+    let n: u64 = n.parse().unwrap();
+    let keys = lab.ssh_ok(
+        "lab1",
+        &format!("{lab1} get w/ --prefix --keys-only | grep '^w/' | cut -d/ -f2 | sort -n | awk -v n={n} '$1 <= n {{ c++ }} END {{ print c + 0 }}'"),
+    );
+    assert_eq!(keys.trim(), n.to_string(), "acknowledged writes lost");
+    eprintln!("the client wrote {n} keys throughout, all readable after; {fails} failed attempts retried");
+
+    // The dead member back: reset.
+    kubexm_e2e::lab_cmd(&["start", z]);
+    ok(remove_node(&new, dir, &[z]), "remove node (reset what came back)");
+    let left = left_on(lab, z);
+    assert!(left.trim().is_empty(), "{z} not reset:\n{left}");
+    nodes_ready(kubectl);
+}
