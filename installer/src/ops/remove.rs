@@ -86,12 +86,20 @@ pub struct RemovedHost {
     /// What did not run because the host was named unreachable.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// Its etcd member was removed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub left_etcd: bool,
+    /// It ran a kubelet (a Node), not only etcd.
+    #[serde(skip)]
+    pub node: bool,
 }
 
 impl std::fmt::Display for Removed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for h in &self.hosts {
             let what = match (h.drained, h.reset) {
+                _ if h.left_etcd && !h.node && h.reset => "etcd member removed, host reset",
+                _ if h.left_etcd && !h.node => "etcd member removed; host NOT reset (unreachable)",
                 (true, true) => "drained, host reset, Node deleted",
                 (false, true) => "host reset; its Node deleted if it had registered again",
                 (_, false) => "cordoned, Node deleted; host NOT reset (unreachable)",
@@ -223,11 +231,18 @@ pub fn remove(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Remove
         .map(|h| {
             let out = unreachable.contains(h);
             let member = plan.members.contains(h);
+            let skipped: &[&str] = match (out, member) {
+                (false, _) => &[],
+                (true, true) => &["drain", "reset"],
+                (true, false) => &["reset"],
+            };
             RemovedHost {
                 name: h.clone(),
                 drained: member && !out,
                 reset: !out,
-                skipped: if out { vec!["drain".into(), "reset".into()] } else { vec![] },
+                skipped: skipped.iter().map(|s| s.to_string()).collect(),
+                left_etcd: plan.etcd.as_ref().is_some_and(|e| e.leaving.contains(h)),
+                node: member,
             }
         })
         .collect();
