@@ -6,11 +6,12 @@
 //!   endpoint mode and name, etcd mode, network plugin), a host whose
 //!   address or arch changed under the same name: invalid (exit 3);
 //! - what `apply` does not do yet (a version change, which is an upgrade;
-//!   removing hosts; a host that changes roles or joins as more than a
-//!   worker; any other setting): not supported yet (exit 8).
+//!   removing hosts; a host that changes roles; a new host in a role apply
+//!   does not add; any other setting): not supported yet (exit 8).
 //!
 //! What is left is what apply runs: the hosts the config adds as workers,
-//! and as etcd members where kubexm runs etcd (binary mode).
+//! as control-plane nodes (after the first) and as
+//! etcd members where kubexm runs etcd (binary mode).
 
 use serde_json::Value;
 
@@ -136,20 +137,33 @@ pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>,
         ("loadbalancer", &old_g.loadbalancer, &new_g.loadbalancer),
         ("registry", &old_g.registry, &new_g.registry),
     ] {
+        // The first control-plane node ran kubeadm init and holds what the
+        // others join with: an added node goes after it.
         let kept: Vec<&String> = b.iter().filter(|h| !added.contains(*h)).collect();
-        if kept != a.iter().collect::<Vec<_>>() {
+        let problem = match (b.first(), a.first()) {
+            (Some(first), Some(was)) if group == "control-plane" && added.contains(first) => Some((
+                format!(
+                    "{first} is added as the first control-plane node: {was} stays first (it ran kubeadm init; \
+                     the others join through it)"
+                ),
+                Some(format!("list {first} after {was}")),
+            )),
+            _ if kept != a.iter().collect::<Vec<_>>() => Some((
+                format!(
+                    "changing roleGroups.{group} on an installed cluster is not supported yet (recorded: [{}]; apply adds new hosts, remove node takes hosts out)",
+                    a.join(", ")
+                ),
+                None,
+            )),
+            _ => None,
+        };
+        if let Some((message, hint)) = problem {
             let path = format!("spec.roleGroups.{group}");
-            out.push(
-                Diagnostic::new(
-                    Kind::Unsupported,
-                    path.as_str(),
-                    format!(
-                        "changing roleGroups.{group} on an installed cluster is not supported yet (recorded: [{}]; apply adds new hosts as workers, and as etcd members in etcd mode binary)",
-                        a.join(", ")
-                    ),
-                )
-                .at(pos(&path)),
-            );
+            let mut d = Diagnostic::new(Kind::Unsupported, path.as_str(), message);
+            if let Some(h) = hint {
+                d = d.hint(h);
+            }
+            out.push(d.at(pos(&path)));
         }
     }
     // Everything else must be as recorded.
@@ -225,9 +239,11 @@ fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<cra
                 added.push(h.name.clone());
                 continue;
             }
-            // Workers, and etcd members where kubexm runs etcd (they join as learners).
+            // Workers, control-plane nodes (etcd is never stacked: kubeadm
+            // adds no member), and etcd members where kubexm runs etcd
+            // (they join as learners).
             let binary = new.spec.etcd.mode == crate::config::model::EtcdMode::Binary;
-            let takes = |r: &str| matches!(r, "worker" | "local-proxy") || (binary && r == "etcd");
+            let takes = |r: &str| matches!(r, "worker" | "local-proxy" | "control-plane") || (binary && r == "etcd");
             if !roles.iter().all(|r| takes(r)) {
                 let path = format!("spec.hosts[{i}]");
                 out.push(
@@ -235,7 +251,7 @@ fn hosts(record: &ClusterRecord, new: &Cluster, pos: &dyn Fn(&str) -> Option<cra
                         Kind::Unsupported,
                         path.as_str(),
                         format!(
-                            "adding {} as {} is not supported yet; apply adds workers and etcd members (etcd mode binary)",
+                            "adding {} as {} is not supported yet; apply adds workers, control-plane nodes and etcd members (etcd mode binary)",
                             h.name,
                             roles.join(", ")
                         ),
@@ -503,9 +519,9 @@ mod tests {
     }
 
     /// Issue 29: etcd members are added where kubexm runs etcd (binary
-    /// mode); a control-plane node is not yet.
+    /// mode); control-plane nodes after the first.
     #[test]
-    fn etcd_members_are_added_in_binary_mode() -> Result<(), Box<dyn std::error::Error>> {
+    fn etcd_members_and_control_plane_nodes_are_added() -> Result<(), Box<dyn std::error::Error>> {
         let hosts = "    - {name: d, address: 10.0.0.4, auth: {agent: true}}\n    - {name: e, address: 10.0.0.5, auth: {agent: true}}\n";
         let new = BASE.replace(
             "  roleGroups: {control-plane: [a], etcd: [a], worker: [b]}",
@@ -514,10 +530,15 @@ mod tests {
         let c = check(&new)?.map_err(|e| e.to_string())?;
         assert_eq!(c.added, ["d", "e"]);
         let cp = new.replace("control-plane: [a]", "control-plane: [a, d]");
-        let Err(d) = check(&cp)? else {
-            return Err("a control-plane node added".into());
+        assert_eq!(check(&cp)?.map_err(|e| e.to_string())?.added, ["d", "e"]);
+        let first = new.replace("control-plane: [a]", "control-plane: [d, a]");
+        let Err(d) = check(&first)? else {
+            return Err("a control-plane node added first".into());
         };
-        assert!(d.to_string().contains("adding d as etcd, control-plane"), "{d}");
+        assert!(
+            d.to_string().contains("d is added as the first control-plane node: a stays first"),
+            "{d}"
+        );
         Ok(())
     }
 

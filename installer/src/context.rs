@@ -179,8 +179,10 @@ pub struct Context<'a> {
     /// Host name → arch (from facts; from the config in a dry run).
     pub arches: BTreeMap<String, String>,
     pub phases: &'a [crate::pipelines::Phase],
-    /// The bundle file, its signature and public key (none if unsigned), for the registry host.
-    pub bundle: &'a Path,
+    /// The bundle file, its signature and public key (none if unsigned), for
+    /// the registry host; `None`: an apply from the bundle unpacked here
+    /// (the registry host must have it unpacked too).
+    pub bundle: Option<&'a Path>,
     pub pubkey: Option<&'a Path>,
     /// The installer binary, which the registry host runs as its registry service.
     pub installer: &'a Path,

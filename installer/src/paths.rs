@@ -48,6 +48,9 @@ pub const ETCD_INITIAL_ENV: &str = "/etc/kubexm/etcd/initial.env";
 pub const KUBEADM_CONFIG: &str = "/etc/kubexm/kubeadm";
 /// kubeadm's output, redacted, root only.
 pub const LOG_DIR: &str = "/var/log/kubexm";
+/// kubeadm's static pods' manifests, on a control-plane node.
+pub const STATIC_POD_MANIFESTS: &str = "/etc/kubernetes/manifests";
+
 /// Addon manifests as applied, on the first control-plane node.
 pub const ADDONS_DIR: &str = "/etc/kubexm/addons";
 /// keepalived's config before the VRRP interface is filled in.

@@ -35,6 +35,15 @@ restart() {
     c=${pair%%=*}
     stale | grep -qx "$c" || continue
     old=$(pid_of "$c")
+    # A new pod, not a restarted container: a label of the manifest changes
+    # (the kubelet would wait out a crash back-off of up to 5 minutes for a
+    # container that exited before, as a controller-manager does when its
+    # API server restarts).
+    m={{MANIFESTS}}/$c.yaml
+    if [ -f "$m" ] && grep -q '^  labels:$' "$m"; then
+      sed -i -e '/^    kubexm.io\/restarted: /d' \
+        -e "0,/^  labels:\$/s//  labels:\n    kubexm.io\/restarted: \"$(date +%s)\"/" "$m"
+    fi
     # Five seconds for what it is serving, then it is stopped (a kube-apiserver
     # finishes its watches for up to a minute otherwise; clients go to the
     # other API servers meanwhile).

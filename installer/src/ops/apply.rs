@@ -4,8 +4,10 @@
 //! cluster's last successful job first ([`kubexm_bom::changes`]): what can
 //! never change is refused (exit 3), what apply does not do yet is refused
 //! as not supported yet (exit 8), both before any host is touched. What is
-//! left (hosts added as workers, and as etcd members in binary mode: each a
-//! learner first, promoted once caught up, then every API server told) runs
+//! left (hosts added as workers; as control-plane nodes, joined with fresh
+//! credentials and listed by every load balancer or local proxy; as etcd
+//! members in binary mode: each a learner first, promoted once caught up,
+//! then every API server told) runs
 //! as an `apply` job of the
 //! install's pipeline: the steps earlier installs and applies did are
 //! skipped, so the old hosts apply nothing (the first control-plane node
@@ -39,6 +41,9 @@ pub enum ApplyReport {
 #[derive(Debug, Clone, Default)]
 pub struct Added {
     pub workers: Vec<String>,
+    /// New control-plane nodes (they join with fresh credentials; every
+    /// load balancer and local proxy lists them).
+    pub control_plane: Vec<String>,
     /// New etcd members, in the order they join.
     pub etcd: Vec<String>,
 }
@@ -46,11 +51,18 @@ pub struct Added {
 impl std::fmt::Display for ApplyReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (ApplyReport::Plan { added, .. } | ApplyReport::Applied { added, .. }) = self;
-        if added.workers.is_empty() && added.etcd.is_empty() {
+        if added.workers.is_empty() && added.etcd.is_empty() && added.control_plane.is_empty() {
             writeln!(f, "apply: the config is as recorded; only what is not in place yet runs")?;
         }
         if !added.workers.is_empty() {
             writeln!(f, "apply: adds worker(s) {}", added.workers.join(", "))?;
+        }
+        if !added.control_plane.is_empty() {
+            writeln!(
+                f,
+                "apply: adds control-plane node(s) {}; every load balancer and local proxy lists them",
+                added.control_plane.join(", ")
+            )?;
         }
         if !added.etcd.is_empty() {
             writeln!(
@@ -65,6 +77,38 @@ impl std::fmt::Display for ApplyReport {
             ApplyReport::Applied { installed, .. } => write!(f, "{installed}"),
         }
     }
+}
+
+/// A session of `config` with the bundle its cluster's record names, as an
+/// earlier install unpacked (and verified) it under the settings' root: an
+/// apply without `--bundle`. Refused, saying to pass one, when the record
+/// names none or it is not unpacked here.
+pub fn recorded_session(config: &super::session::Config, settings: super::session::Settings) -> anyhow::Result<Session> {
+    let started = crate::engine::state::now_ms();
+    let probe = Session::open(config, None, None, settings.clone())?;
+    let name = probe.cluster().metadata.name.clone();
+    let usage = |msg: String| op(OpError::Usage, anyhow::anyhow!(msg));
+    let record = probe.last_record(true)?.ok_or_else(|| {
+        usage(format!(
+            "the state database {} records no successful install of cluster {name}: install it first, \
+             or pass the --state it was installed with",
+            settings.engine.state.display()
+        ))
+    })?;
+    let Some(digest) = record.bundle else {
+        return Err(usage(format!(
+            "cluster {name}'s record names no bundle (job {}): pass --bundle FILE, the bundle it was installed from",
+            record.job.id
+        )));
+    };
+    let Some((opened, cluster)) = super::session::unpacked(config, &settings.root, &digest)? else {
+        return Err(usage(format!(
+            "cluster {name} was installed from bundle {digest}, which is not unpacked under {} (installed from \
+             another machine, or another --root?): pass --bundle FILE",
+            settings.root.join("bundles").display()
+        )));
+    };
+    Ok(Session::opened(config, cluster, Some(opened), None, settings, started))
 }
 
 /// Applies the session's config to its installed cluster.
@@ -137,10 +181,49 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
     let g = &cluster.spec.role_groups;
     let added = Added {
         workers: changes.added.iter().filter(|h| g.worker.contains(*h)).cloned().collect(),
+        control_plane: g.control_plane.iter().filter(|h| changes.added.contains(*h)).cloned().collect(),
         etcd: g.etcd.iter().filter(|h| changes.added.contains(*h)).cloned().collect(),
     };
     match install::install(session, &opts)? {
         InstallReport::Plan(plan) => Ok(ApplyReport::Plan { added, plan }),
         InstallReport::Installed(installed) => Ok(ApplyReport::Applied { added, installed }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::fixture::{CONFIG, Fixture};
+    use crate::ops::session::Config;
+
+    /// Issue 29: apply without --bundle takes the bundle the record names
+    /// as unpacked under the root, or says to pass one.
+    #[test]
+    fn without_a_bundle_the_recorded_one_is_taken_or_asked_for() -> anyhow::Result<()> {
+        let f = Fixture::installed()?;
+        let config = Config::File(f.dir.path().join("s.yaml"));
+        let err = |r: anyhow::Result<Session>| match r {
+            Ok(_) => "opened".to_string(),
+            Err(e) => format!("{e:#}"),
+        };
+        let e = err(recorded_session(&config, f.settings()));
+        assert!(e.contains("record names no bundle") && e.contains("pass --bundle FILE"), "{e}");
+        let hex = "ab".repeat(32);
+        let s = f.session(CONFIG)?;
+        let rec = f.record()?;
+        s.put_record(rec.job.id, &[], |job| kubexm_bom::record::ClusterRecord {
+            job,
+            bundle: Some(format!("sha256:{hex}")),
+            ..rec.clone()
+        })?;
+        let e = err(recorded_session(&config, f.settings()));
+        assert!(e.contains(&format!("sha256:{hex}, which is not unpacked under")), "{e}");
+        let dir = f.settings().root.join("bundles").join(&hex);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(crate::unpack::COMPLETE), "")?;
+        std::fs::write(dir.join("bundle.yaml"), "changed\n")?;
+        let e = err(recorded_session(&config, f.settings()));
+        assert!(e.contains("the unpacked bundle was changed"), "{e}");
+        Ok(())
     }
 }

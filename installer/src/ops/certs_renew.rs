@@ -380,6 +380,7 @@ fn restart_static_pods(server: &str) -> anyhow::Result<Shell> {
             RESTART,
             &[
                 ("PODS", &pods),
+                ("MANIFESTS", crate::paths::STATIC_POD_MANIFESTS),
                 ("KUBECTL", &crate::waits::kubectl()),
                 ("SERVER", &q(server)),
                 ("TAIL", tail),

@@ -43,6 +43,11 @@ impl Fixture {
     pub fn session(&self, text: &str) -> anyhow::Result<Session> {
         let path = self.dir.path().join("s.yaml");
         std::fs::write(&path, text)?;
+        Ok(Session::open(&Config::File(path), None, None, self.settings())?.with_connector(self.connecting.clone()))
+    }
+
+    /// The settings of the fixture's sessions (its state database and root).
+    pub fn settings(&self) -> Settings {
         let mut engine = Settings::engine_only(crate::ops::EngineSettings {
             state: self.dir.path().join("state.db"),
             accept_new_host_key: false,
@@ -54,7 +59,7 @@ impl Fixture {
             connect_attempts: 1,
         });
         engine.root = self.dir.path().join("root");
-        Ok(Session::open(&Config::File(path), None, None, engine)?.with_connector(self.connecting.clone()))
+        engine
     }
 
     /// The cluster's latest record.

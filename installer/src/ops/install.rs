@@ -143,7 +143,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     };
     // The context, built once; a real run fills in the arches from facts.
     let mut ctx = Context {
-        bundle: &bundle.path,
+        bundle: (!bundle.unpacked).then_some(bundle.path.as_path()),
         pubkey: settings.pubkey.as_deref(),
         installer: &installer,
         cluster,
@@ -402,6 +402,10 @@ type ReadBundle = (
 /// is not the bundle the job asked for.
 fn read_verified(session: &Session, args: &InstallOptions, opened: &OpenBundle) -> anyhow::Result<ReadBundle> {
     let (bundle, early, root) = (&opened.path, &opened.manifest, &session.settings().root);
+    // Unpacked here before: verified then (it is marked complete only after).
+    if opened.unpacked {
+        return Ok((early.clone(), bundle.clone(), None));
+    }
     let t = match &session.settings().pubkey {
         Some(k) => unpack::Trust::PublicKey(k.clone()),
         None => unpack::Trust::Unsigned,

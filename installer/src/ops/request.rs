@@ -20,7 +20,7 @@ pub enum Request {
     /// Install the cluster from a bundle.
     Install(InstallRequest),
     /// Change the installed cluster to what its config now says (`kubexm
-    /// scale`: workers and etcd members added), from the bundle it was
+    /// scale`: workers, control-plane nodes and etcd members added), from the bundle it was
     /// installed from.
     Apply(ApplyRequest),
     /// Remove what kubexm installed, on every host that can be reached.

@@ -108,6 +108,9 @@ pub struct OpenBundle {
     /// `sha256:<hex>` of its `bundle.yaml`.
     pub digest: String,
     pub catalog: Catalog,
+    /// `path` is the bundle's directory, unpacked (and verified) by an
+    /// earlier install: there is no file to verify or upload.
+    pub unpacked: bool,
 }
 
 /// The engine of a session, made on its first job.
@@ -157,8 +160,47 @@ pub fn validate(config: &Config, bundle: &Path) -> anyhow::Result<(OpenBundle, C
         manifest,
         digest,
         catalog,
+        unpacked: false,
     };
     Ok((opened, cluster))
+}
+
+/// The bundle `digest` (`sha256:<hex>` of its `bundle.yaml`) as an earlier
+/// install unpacked it under `root`, and `config` checked against its
+/// catalog; `None` when it is not there (never unpacked, or not finished).
+pub fn unpacked(config: &Config, root: &Path, digest: &str) -> anyhow::Result<Option<(OpenBundle, Cluster)>> {
+    let Some(hex) = digest
+        .strip_prefix("sha256:")
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    else {
+        return Ok(None);
+    };
+    let dir = root.join("bundles").join(hex);
+    if !dir.join(crate::unpack::COMPLETE).is_file() {
+        return Ok(None);
+    }
+    let path = dir.join(kubexm_bundle::manifest::MANIFEST_NAME);
+    let text = fs_err::read_to_string(&path)?;
+    if kubexm_bundle::digest::sha256_hex(text.as_bytes()) != hex {
+        return Err(op(
+            OpError::Verify,
+            anyhow::anyhow!(
+                "{}: its digest is not its directory's name: the unpacked bundle was changed; pass --bundle FILE",
+                path.display()
+            ),
+        ));
+    }
+    let manifest = BundleManifest::from_yaml(&text).map_err(|e| op(OpError::Verify, anyhow::anyhow!("{}: {e}", path.display())))?;
+    let catalog = super::lock_catalog(&manifest, &dir)?;
+    let cluster = config.load(&catalog)?;
+    let opened = OpenBundle {
+        path: dir,
+        manifest,
+        digest: digest.to_string(),
+        catalog,
+        unpacked: true,
+    };
+    Ok(Some((opened, cluster)))
 }
 
 /// Refuses a host name (of `hosts`, named unreachable) that is not a host
@@ -191,6 +233,19 @@ impl Session {
             }
             None => (config.load_hosts()?, None),
         };
+        Ok(Session::opened(config, cluster, bundle, store, settings, started))
+    }
+
+    /// A session of `config`, completed as `cluster` against the catalog of
+    /// `bundle`, opened (checked, read) since `started`.
+    pub fn opened(
+        config: &Config,
+        cluster: Cluster,
+        bundle: Option<OpenBundle>,
+        store: Option<Arc<dyn Store>>,
+        settings: Settings,
+        started: i64,
+    ) -> Session {
         let mut session = Session::of(cluster, config.name(), settings);
         if bundle.is_some() {
             session
@@ -202,7 +257,7 @@ impl Session {
         session.bundle = bundle;
         session.store = store;
         session.source = Some(config.clone());
-        Ok(session)
+        session
     }
 
     /// A session of a config already loaded (by an operation that reads

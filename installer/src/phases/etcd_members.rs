@@ -133,6 +133,44 @@ pub fn api_servers_follow(
     control_plane: &[String],
     after: &[(String, Scope)],
 ) -> anyhow::Result<Vec<Task>> {
+    let mut tasks = api_servers(topo, members, control_plane, after)?;
+    let Some(first) = control_plane.first() else {
+        return Ok(tasks);
+    };
+    let deps = match tasks.last() {
+        Some(prev) => vec![(prev.name.clone(), Scope::AllHosts)],
+        None => after.to_vec(),
+    };
+    tasks.push(kubeadm_config(topo, members, first, deps)?);
+    Ok(tasks)
+}
+
+/// The task (named [`FOLLOWED`]) making kubeadm's ClusterConfiguration
+/// list etcd's `members`, through control-plane node `via`, after `after`:
+/// what a control-plane node joining reads.
+pub fn kubeadm_config(topo: &Topology, members: &[String], via: &str, after: Vec<(String, Scope)>) -> anyhow::Result<Task> {
+    let endpoints = urls(topo, members, 2379).join(" ");
+    let kubectl = crate::waits::kubectl();
+    let script = |tail: &str| {
+        render(
+            "kubeadm-config-etcd.sh",
+            KUBEADM_CONFIG,
+            &[("ENDPOINTS", &endpoints), ("KUBECTL", &kubectl), ("TAIL", tail)],
+            &[],
+        )
+    };
+    let step = Shell::new("kubeadm-config-etcd", Some(&script("current")?), &script("update")?);
+    Ok(Task {
+        name: FOLLOWED.into(),
+        hosts: vec![via.to_string()],
+        steps: vec![Arc::new(step)],
+        after,
+    })
+}
+
+/// The tasks that make every API server on `control_plane` read etcd at
+/// `members`: one node at a time, each after `after`.
+pub fn api_servers(topo: &Topology, members: &[String], control_plane: &[String], after: &[(String, Scope)]) -> anyhow::Result<Vec<Task>> {
     let servers = q(&client_urls(topo, members));
     let kubectl = crate::waits::kubectl();
     let mut tasks: Vec<Task> = Vec::new();
@@ -165,33 +203,10 @@ pub fn api_servers_follow(
             after: deps,
         });
     }
-    let Some(first) = control_plane.first() else {
-        return Ok(tasks);
-    };
-    let endpoints = urls(topo, members, 2379).join(" ");
-    let script = |tail: &str| {
-        render(
-            "kubeadm-config-etcd.sh",
-            KUBEADM_CONFIG,
-            &[("ENDPOINTS", &endpoints), ("KUBECTL", &kubectl), ("TAIL", tail)],
-            &[],
-        )
-    };
-    let step = Shell::new("kubeadm-config-etcd", Some(&script("current")?), &script("update")?);
-    let deps = match tasks.last() {
-        Some(prev) => vec![(prev.name.clone(), Scope::AllHosts)],
-        None => after.to_vec(),
-    };
-    tasks.push(Task {
-        name: FOLLOWED.into(),
-        hosts: vec![first.clone()],
-        steps: vec![Arc::new(step)],
-        after: deps,
-    });
     Ok(tasks)
 }
 
-/// The name of the last task of [`api_servers_follow`].
+/// The name of the task of [`kubeadm_config`], the last of [`api_servers_follow`].
 pub const FOLLOWED: &str = "kubeadm-config-etcd";
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     let cert = server_cert(i.pki, &i.topo, &host)?;
     let bundle_name = i
         .bundle
-        .file_name()
+        .and_then(Path::file_name)
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "bundle.tar.zst".into());
     let remote = format!("{REMOTE_BUNDLE}/{bundle_name}");
@@ -44,34 +44,8 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         .unwrap_or_default();
     let remote_dir = format!("{HOST_BUNDLES}/{id}");
     let unpacked = format!("test -f {remote_dir}/bundle.yaml");
-    // The uploaded bundle is a temporary file: removed once unpacked.
-    let upload = |name: &str, local: &Path, dest: &str| -> anyhow::Result<Arc<dyn Step>> {
-        Ok(Arc::new(Unless {
-            check: unpacked.clone(),
-            inner: Arc::new(Upload::new(name, local, dest, 0o644)?),
-        }))
-    };
-    let mut steps: Vec<Arc<dyn Step>> = vec![
-        Arc::new(Upload::new("installer-binary", i.installer, HOST_INSTALLER, 0o755)?),
-        upload("bundle", i.bundle, &remote)?,
-    ];
-    let trust = match i.pubkey {
-        Some(k) => {
-            let sig = std::path::PathBuf::from(format!("{}.minisig", i.bundle.display()));
-            steps.push(upload("bundle-signature", &sig, &format!("{remote}.minisig"))?);
-            steps.push(upload("bundle-pubkey", k, &format!("{REMOTE_BUNDLE}/bundle.pub"))?);
-            format!("--pubkey {REMOTE_BUNDLE}/bundle.pub")
-        }
-        None => "--allow-unsigned".into(),
-    };
-    steps.push(Arc::new(Shell::new(
-        "bundle-unpack",
-        Some(&unpacked),
-        &format!(
-            "{HOST_INSTALLER} unpack --bundle {r} {trust} --root {ROOT} 2>&1 && rm -f {r} {r}.minisig",
-            r = q(&remote)
-        ),
-    )));
+    let mut steps: Vec<Arc<dyn Step>> = vec![Arc::new(Upload::new("installer-binary", i.installer, HOST_INSTALLER, 0o755)?)];
+    steps.extend(bundle_steps(i, &unpacked, &remote, &id)?);
     // The service runs as a dynamic user (never root): the bundle must be
     // readable by any user, and the directories above it traversable.
     let readable = format!("runuser -u nobody -- test -r {dir}/bundle.yaml", dir = q(&remote_dir));
@@ -127,6 +101,47 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
             after: vec![],
         }],
     })
+}
+
+/// The bundle on the registry host, unpacked (`unpacked`: the check that it
+/// is) from the file uploaded to `remote` and removed after. An apply from
+/// the bundle unpacked on this machine has no file: the registry host must
+/// have bundle `id` unpacked already.
+fn bundle_steps(i: &Context, unpacked: &str, remote: &str, id: &str) -> anyhow::Result<Vec<Arc<dyn Step>>> {
+    let Some(bundle) = i.bundle else {
+        return Ok(vec![Arc::new(Shell::new(
+            "bundle-unpack",
+            Some(unpacked),
+            &format!(
+                "echo \"the registry host has no unpacked bundle {id} (under {HOST_BUNDLES}): pass --bundle FILE, the bundle the cluster was installed from\" >&2; exit 1"
+            ),
+        ))]);
+    };
+    let upload = |name: &str, local: &Path, dest: &str| -> anyhow::Result<Arc<dyn Step>> {
+        Ok(Arc::new(Unless {
+            check: unpacked.to_string(),
+            inner: Arc::new(Upload::new(name, local, dest, 0o644)?),
+        }))
+    };
+    let mut steps = vec![upload("bundle", bundle, remote)?];
+    let trust = match i.pubkey {
+        Some(k) => {
+            let sig = std::path::PathBuf::from(format!("{}.minisig", bundle.display()));
+            steps.push(upload("bundle-signature", &sig, &format!("{remote}.minisig"))?);
+            steps.push(upload("bundle-pubkey", k, &format!("{REMOTE_BUNDLE}/bundle.pub"))?);
+            format!("--pubkey {REMOTE_BUNDLE}/bundle.pub")
+        }
+        None => "--allow-unsigned".into(),
+    };
+    steps.push(Arc::new(Shell::new(
+        "bundle-unpack",
+        Some(unpacked),
+        &format!(
+            "{HOST_INSTALLER} unpack --bundle {r} {trust} --root {ROOT} 2>&1 && rm -f {r} {r}.minisig",
+            r = q(remote)
+        ),
+    )));
+    Ok(steps)
 }
 
 /// The registry's server certificate on `host`, for its address and name:

@@ -9,21 +9,18 @@ use kubexm_e2e::{Lab, LabBundle, bin, free_port, ok, text};
 
 /// `kubexm-install apply -f CONFIG` with the scenario's bundle, root and state.
 pub(crate) fn apply(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, extra: &[&str]) -> Output {
-    apply_with(lab, config, b, dir, extra, &[])
+    apply_with(lab, config, Some(b), dir, extra, &[])
 }
 
-/// [`apply`] with `env` set (a fault point).
-pub(crate) fn apply_with(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(bin("kubexm-install"))
-        .envs(env.iter().copied())
-        .arg("apply")
-        .arg("-f")
-        .arg(config)
-        .arg("--bundle")
-        .arg(&b.bundle)
-        .arg("--pubkey")
-        .arg(&b.public_key)
-        .arg("--root")
+/// [`apply`] with `env` set (a fault point); without a bundle, apply
+/// takes the one the record names, as the install unpacked it.
+pub(crate) fn apply_with(lab: &Lab, config: &Path, b: Option<&LabBundle>, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin("kubexm-install"));
+    cmd.envs(env.iter().copied()).arg("apply").arg("-f").arg(config);
+    if let Some(b) = b {
+        cmd.arg("--bundle").arg(&b.bundle).arg("--pubkey").arg(&b.public_key);
+    }
+    cmd.arg("--root")
         .arg(dir.join("root"))
         .arg("--state")
         .arg(dir.join("state.db"))

@@ -1,11 +1,13 @@
 //! Day 2 on the main scenario's cluster (issue 29): etcd 3 → 5 → 3 members
-//! while a client writes. `apply` adds two spare lab hosts as members (each
-//! a learner, promoted once caught up; every API server told; the
-//! installer killed between the first learner's addition and its promotion,
-//! then run again); one is
-//! stopped like a dead machine and removed with `--unreachable` (an even
-//! count: a warning), the other removed as a live member (leadership moved
-//! off it first); the dead one is reset once it is back.
+//! and a fourth control-plane node while a client writes. `apply` adds two
+//! spare lab hosts as members, the first also as a control-plane node
+//! (each a learner, promoted once caught up; every API server told; every
+//! worker's local proxy lists the new node; the installer killed between
+//! the first learner's addition and its promotion, then run again); the
+//! control-plane node is stopped like a dead machine and removed with
+//! `--unreachable` (an even etcd count: a warning; the local proxies
+//! forward to the others), the other member removed as a live one
+//! (leadership moved off it first); the dead one is reset once it is back.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -23,17 +25,31 @@ fn ctl(endpoints: &str) -> String {
     )
 }
 
-/// `config` with `hosts` added to its hosts and etcd members, written into `dir`.
-fn with_members(lab: &Lab, config: &Path, hosts: &[&str], dir: &Path) -> PathBuf {
+/// `config` with `hosts` added to its hosts and etcd members, and `cp` (the
+/// first of them) to its control-plane nodes and workers, written into `dir`.
+fn with_members(lab: &Lab, config: &Path, hosts: &[&str], cp: &str, dir: &Path) -> PathBuf {
     let mut text = std::fs::read_to_string(config).unwrap();
     for host in hosts {
         let h = lab.host(host);
         let line = format!("    - {{name: {host}, address: {}, arch: {}}}\n", h.address, h.arch);
         text = text.replacen("  roleGroups:\n", &format!("{line}  roleGroups:\n"), 1);
     }
-    let old = "    etcd: [lab1, lab2, lab3]\n";
-    assert!(text.contains(old), "{text}");
-    text = text.replacen(old, &format!("    etcd: [lab1, lab2, lab3, {}]\n", hosts.join(", ")), 1);
+    for (old, new) in [
+        (
+            "    etcd: [lab1, lab2, lab3]\n",
+            format!("    etcd: [lab1, lab2, lab3, {}]\n", hosts.join(", ")),
+        ),
+        (
+            "    control-plane: [lab1, lab2, lab3]\n",
+            format!("    control-plane: [lab1, lab2, lab3, {cp}]\n"),
+        ),
+    ] {
+        assert!(text.contains(old), "{text}");
+        text = text.replacen(old, &new, 1);
+    }
+    let start = text.find("    worker: [").expect("a worker list");
+    let end = start + text[start..].find(']').unwrap();
+    text.insert_str(end, &format!(", {cp}"));
     let path = dir.join("with-etcd-members.yaml");
     std::fs::write(&path, text).unwrap();
     path
@@ -72,18 +88,20 @@ pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Pat
         "lab1",
         &format!("cat > /root/writer.sh <<'EOF'\n{writer}EOF\nsystemd-run --unit=kx-writer --collect sh /root/writer.sh >/dev/null"),
     );
-    let new = with_members(lab, config, &[a, z], dir);
+    let new = with_members(lab, config, &[a, z], a, dir);
 
-    // 3 → 5: the plan, then the two join one at a time.
+    // 3 → 5: the plan, then the two join one at a time; a is a
+    // control-plane node too.
     let plan = ok(apply(lab, &new, b, dir, &["--dry-run"]), "apply --dry-run (etcd members)");
     assert!(plan.contains(&format!("apply: adds etcd member(s) {a}, {z}")), "{plan}");
+    assert!(plan.contains(&format!("apply: adds control-plane node(s) {a}")), "{plan}");
     // The installer killed (SIGKILL, a fault point of the test build) right
     // after the first learner is added, before its promotion; the re-run
     // converges.
     let killed = apply_with(
         lab,
         &new,
-        b,
+        Some(b),
         dir,
         &[],
         &[("KUBEXM_FAULT_KILL_AFTER", &format!("etcd-member-add@{a}"))],
@@ -102,7 +120,10 @@ pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Pat
     );
     let start = Instant::now();
     let applied = ok(apply(lab, &new, b, dir, &[]), "apply (etcd members, again after the kill)");
-    eprintln!("apply (2 etcd members added) took {:?}:\n{applied}", start.elapsed());
+    eprintln!(
+        "apply (2 etcd members added, one a control-plane node) took {:?}:\n{applied}",
+        start.elapsed()
+    );
     let list = lab.ssh_ok("lab1", &format!("{lab1} member list"));
     assert_eq!(
         list.lines().filter(|l| l.contains(", started, ") && l.ends_with(", false")).count(),
@@ -120,45 +141,76 @@ pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Pat
     assert!(log.trim() != "0" || !leader_log.trim().is_empty(), "no promotion in etcd's log");
     eprintln!("etcd's log of the promotion: {leader_log}");
     let servers = |h: &str| lab.ssh_ok(h, "ps -eo args | grep '^kube-apiserver ' | grep -o -- '--etcd-servers=[^ ]*'");
-    for cp in ["lab1", "lab2", "lab3"] {
+    for cp in ["lab1", "lab2", "lab3", a] {
         assert_eq!(servers(cp).trim(), format!("--etcd-servers={}", five.join(",")), "on {cp}");
     }
     let cc = kubectl("-n kube-system get configmap kubeadm-config -o jsonpath={.data.ClusterConfiguration}");
     assert!(five.iter().all(|e| cc.contains(e.as_str())), "{cc}");
-    let again = ok(apply(lab, &new, b, dir, &[]), "apply again (etcd members)");
+    // The fourth control-plane node: Ready, its API server answers, every
+    // worker's local proxy forwards to it.
+    kubectl(&format!("wait --for=condition=Ready node/{a} --timeout=180s"));
+    for cp in ["lab1", "lab2", "lab3", a] {
+        let ready = kubectl(&format!("--server https://{}:6443 get --raw=/readyz", addr(cp)));
+        assert_eq!(ready.trim(), "ok", "through {cp}");
+    }
+    let proxies = |line: &str| {
+        ["lab4", "lab5"]
+            .iter()
+            .map(|w| {
+                lab.ssh_ok(w, &format!("grep -c {line} /etc/haproxy/haproxy.cfg || true"))
+                    .trim()
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+    };
+    let server_a = format!("'server {a} {}:6443'", addr(a));
+    assert_eq!(proxies(&server_a), ["1", "1"], "the local proxies do not list {a}");
+    // Again, without --bundle: the one the record names, unpacked here.
+    let again = ok(apply_with(lab, &new, None, dir, &[], &[]), "apply again without --bundle");
     assert!(again.contains(": 0 steps applied"), "{again}");
 
-    // A dead member: removed with --unreachable, leaving 4 (a warning).
-    kubexm_e2e::lab_cmd(&["stop", z]);
+    // A dead control-plane node and member: removed with --unreachable,
+    // leaving 4 members (a warning); the local proxies forward to the others.
+    kubexm_e2e::lab_cmd(&["stop", a]);
     let start = Instant::now();
-    let out = remove_node(&new, dir, &[z, "--unreachable", z]);
-    let removed = ok(out, "remove node (a dead etcd member)");
-    eprintln!("remove node {z} --unreachable took {:?}:\n{removed}", start.elapsed());
+    let out = remove_node(&new, dir, &[a, "--unreachable", a]);
+    let removed = ok(out, "remove node (a dead control-plane node and etcd member)");
+    eprintln!("remove node {a} --unreachable took {:?}:\n{removed}", start.elapsed());
     assert!(removed.contains("4 etcd members, an even count"), "{removed}");
+    assert!(
+        removed.contains("haproxy forwards to the control-plane nodes that stay on lab4, lab5"),
+        "{removed}"
+    );
+    assert_eq!(proxies(&server_a), ["0", "0"], "the local proxies still list {a}");
+    let nodes = kubectl("get nodes -o name");
+    assert!(!nodes.contains(&format!("node/{a}\n")), "{nodes}");
     let list = lab.ssh_ok("lab1", &format!("{lab1} member list"));
     assert_eq!(list.lines().count(), 4, "{list}");
-    assert!(!list.contains(&addr(z)), "{list}");
-    let four: Vec<String> = five.iter().filter(|e| !e.contains(&format!("//{}:", addr(z)))).cloned().collect();
+    assert!(!list.contains(&addr(a)), "{list}");
+    let four: Vec<String> = five.iter().filter(|e| !e.contains(&format!("//{}:", addr(a)))).cloned().collect();
     let health = lab.ssh_ok("lab1", &format!("{} endpoint health 2>&1", ctl(&four.join(","))));
     assert_eq!(health.matches("is healthy").count(), 4, "{health}");
+    for cp in ["lab1", "lab2", "lab3"] {
+        assert_eq!(servers(cp).trim(), format!("--etcd-servers={}", four.join(",")), "on {cp}");
+    }
 
     // A live member leaves: 3 again; its host reset.
     let start = Instant::now();
-    let removed = ok(remove_node(&new, dir, &[a]), "remove node (an etcd member)");
-    eprintln!("remove node {a} took {:?}:\n{removed}", start.elapsed());
+    let removed = ok(remove_node(&new, dir, &[z]), "remove node (an etcd member)");
+    eprintln!("remove node {z} took {:?}:\n{removed}", start.elapsed());
     let list = lab.ssh_ok("lab1", &format!("{lab1} member list"));
     assert_eq!(list.lines().filter(|l| l.contains(", started, ")).count(), 3, "{list}");
     for cp in ["lab1", "lab2", "lab3"] {
         assert_eq!(servers(cp).trim(), format!("--etcd-servers={}", three.join(",")), "on {cp}");
     }
-    let left = left_on(lab, a);
-    assert!(left.trim().is_empty(), "{a} not reset:\n{left}");
-    lab.ssh_ok(a, "! systemctl is-active -q kubexm-etcd && ! test -e /usr/local/bin/etcd");
+    let left = left_on(lab, z);
+    assert!(left.trim().is_empty(), "{z} not reset:\n{left}");
+    lab.ssh_ok(z, "! systemctl is-active -q kubexm-etcd && ! test -e /usr/local/bin/etcd");
     let status = cluster_status(dir);
     assert!(
         status
             .lines()
-            .any(|l| l.trim_start().starts_with(z) && l.contains("removed, not reset")),
+            .any(|l| l.trim_start().starts_with(a) && l.contains("removed, not reset")),
         "{status}"
     );
 
@@ -177,10 +229,10 @@ pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Pat
     assert_eq!(keys.trim(), n.to_string(), "acknowledged writes lost");
     eprintln!("the client wrote {n} keys throughout, all readable after; {fails} failed attempts retried");
 
-    // The dead member back: reset.
-    kubexm_e2e::lab_cmd(&["start", z]);
-    ok(remove_node(&new, dir, &[z]), "remove node (reset what came back)");
-    let left = left_on(lab, z);
-    assert!(left.trim().is_empty(), "{z} not reset:\n{left}");
+    // The dead node back: reset.
+    kubexm_e2e::lab_cmd(&["start", a]);
+    ok(remove_node(&new, dir, &[a]), "remove node (reset what came back)");
+    let left = left_on(lab, a);
+    assert!(left.trim().is_empty(), "{a} not reset:\n{left}");
     nodes_ready(kubectl);
 }

@@ -270,9 +270,11 @@ pub enum Command {
     #[command(subcommand)]
     Delete(DeleteCommand),
     /// Change an installed cluster to what its config now says, running only what the
-    /// difference needs: today, hosts added as workers. Checked against the cluster's record
-    /// first: a field that can never change exits 3, a change apply does not make yet exits 8,
-    /// before any host is touched. --dry-run prints the change and the steps that would run.
+    /// difference needs: hosts added as workers, control-plane nodes and etcd members. Checked
+    /// against the cluster's record first: a field that can never change exits 3, a change
+    /// apply does not make yet exits 8, before any host is touched. Without --bundle, the
+    /// bundle the cluster was installed from, as unpacked under --root. --dry-run prints the
+    /// change and the steps that would run.
     Apply(InstallArgs),
     /// Show a job: each module and host, and the log tail of each failed
     /// step; with --timeline, where its time went, as a picture; with

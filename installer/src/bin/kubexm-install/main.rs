@@ -479,7 +479,12 @@ fn apply(args: InstallArgs) -> anyhow::Result<()> {
         ));
     };
     let dry_run = args.dry_run;
-    let session = bundle_session(file, args)?;
+    // Without --bundle: the one the record names, unpacked here by the install.
+    let session = if args.bundle.is_none() {
+        ops::apply::recorded_session(&Config::File(file), settings_of(args))?
+    } else {
+        bundle_session(file, args)?
+    };
     print!(
         "{}",
         ops::apply::apply(
@@ -518,7 +523,7 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
 
 /// A session of `file` with the bundle and trust decision `args` give.
 fn bundle_session(file: std::path::PathBuf, args: InstallArgs) -> anyhow::Result<Session> {
-    let Some(bundle) = args.bundle else {
+    let Some(bundle) = args.bundle.clone() else {
         return Err(classified(
             Class::Usage,
             anyhow::anyhow!("pass --bundle k.tar.zst (built by kubexm-bundle)"),
@@ -533,7 +538,12 @@ fn bundle_session(file: std::path::PathBuf, args: InstallArgs) -> anyhow::Result
     if args.pubkey.is_none() {
         warn_unsigned();
     }
-    let settings = Settings {
+    Session::open(&Config::File(file), Some(&bundle), None, settings_of(args))
+}
+
+/// The machine's settings an install's or apply's flags give.
+fn settings_of(args: InstallArgs) -> Settings {
+    Settings {
         engine: args.engine.settings(),
         root: args.root,
         pubkey: args.pubkey,
@@ -541,8 +551,7 @@ fn bundle_session(file: std::path::PathBuf, args: InstallArgs) -> anyhow::Result
         serve_port: args.serve_port,
         kubeconfig: args.kubeconfig,
         installer: None,
-    };
-    Session::open(&Config::File(file), Some(&bundle), None, settings)
+    }
 }
 
 /// `facts`: the plan, or each host's facts (a table or JSON); the hosts that

@@ -18,6 +18,18 @@ use crate::template::render;
 
 const KEEPALIVED: &str = include_str!("../../../../manifests/templates/keepalived.conf");
 
+/// The loadbalancers' haproxy config.
+pub fn config(cluster: &Cluster, topo: &Topology) -> anyhow::Result<String> {
+    let e = &cluster.spec.control_plane_endpoint;
+    let vip = e.address.as_deref().unwrap_or_default();
+    Ok(haproxy_cfg(
+        cluster,
+        topo,
+        &format!("the control-plane endpoint {vip}:{}", e.port),
+        &format!("*:{}", e.port),
+    )?)
+}
+
 /// haproxy and keepalived on each loadbalancer host.
 pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
     let e = &cluster.spec.control_plane_endpoint;
@@ -26,12 +38,7 @@ pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
     let vip = e.address.clone().ok_or_else(|| {
         crate::DeployError::Config("controlPlaneEndpoint.address (the VIP) is required in mode haproxy-keepalived".into())
     })?;
-    let cfg = haproxy_cfg(
-        cluster,
-        topo,
-        &format!("the control-plane endpoint {vip}:{}", e.port),
-        &format!("*:{}", e.port),
-    )?;
+    let cfg = config(cluster, topo)?;
     for (n, lb) in g.loadbalancer.iter().enumerate() {
         let addr = topo.address(lb);
         let peers: Vec<String> = g

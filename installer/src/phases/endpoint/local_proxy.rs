@@ -11,7 +11,7 @@ use crate::engine::plan::Task;
 /// haproxy on 127.0.0.1 on each proxied worker.
 pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
     let mut tasks = Vec::new();
-    let cfg = haproxy_cfg(cluster, topo, "the local API proxy (endpoint mode D)", "127.0.0.1:6443")?;
+    let cfg = config(cluster, topo)?;
     for w in cluster.local_proxy_hosts() {
         tasks.push(Task {
             name: format!("local-proxy-{w}"),
@@ -21,4 +21,9 @@ pub fn tasks(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
         });
     }
     Ok(tasks)
+}
+
+/// The local proxy's haproxy config.
+pub fn config(cluster: &Cluster, topo: &Topology) -> Result<String, crate::template::Unfilled> {
+    haproxy_cfg(cluster, topo, "the local API proxy (endpoint mode D)", "127.0.0.1:6443")
 }

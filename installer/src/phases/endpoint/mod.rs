@@ -24,7 +24,7 @@ use crate::paths::HAPROXY_CFG;
 use crate::template::render;
 
 mod haproxy_keepalived;
-mod local_proxy;
+pub(crate) mod local_proxy;
 
 const HAPROXY: &str = include_str!("../../../../manifests/templates/haproxy.cfg");
 
@@ -86,7 +86,7 @@ pub(super) fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
             name: "haproxy-config".into(),
             files: vec![(HAPROXY_CFG.into(), cfg.into_bytes(), 0o644)],
             then: Some(format!(
-                "haproxy -c -q -f {HAPROXY_CFG} && systemctl enable -q haproxy && systemctl restart haproxy"
+                "haproxy -c -q -f {HAPROXY_CFG} && systemctl enable -q haproxy && systemctl reload-or-restart haproxy"
             )),
         }),
         Arc::new(Shell::new(
@@ -95,6 +95,36 @@ pub(super) fn haproxy_steps(cfg: String) -> Vec<Arc<dyn Step>> {
             "systemctl restart haproxy && systemctl is-active -q haproxy",
         )),
     ]
+}
+
+/// The hosts whose haproxy forwards to the control-plane nodes: the
+/// loadbalancer hosts (mode A), the proxied workers (mode D).
+pub fn proxy_hosts(cluster: &Cluster) -> Vec<String> {
+    match cluster.spec.control_plane_endpoint.mode {
+        EndpointMode::HaproxyKeepalived => cluster.spec.role_groups.loadbalancer.clone(),
+        EndpointMode::LocalProxy => cluster.local_proxy_hosts(),
+        _ => Vec::new(),
+    }
+}
+
+/// The tasks that make every load balancer (mode A) or local proxy (mode
+/// D) of `cluster` forward to its control-plane nodes, and nothing else:
+/// after control-plane nodes leave (haproxy reloads a changed config).
+pub fn backends(cluster: &Cluster, topo: &Topology) -> anyhow::Result<Vec<Task>> {
+    let cfg = match cluster.spec.control_plane_endpoint.mode {
+        EndpointMode::HaproxyKeepalived => haproxy_keepalived::config(cluster, topo)?,
+        EndpointMode::LocalProxy => local_proxy::config(cluster, topo)?,
+        other => return Err(crate::DeployError::NotSupported(format!("control-plane endpoint mode {other:?}")).into()),
+    };
+    Ok(proxy_hosts(cluster)
+        .into_iter()
+        .map(|h| Task {
+            name: format!("haproxy-backends-{h}"),
+            hosts: vec![h],
+            steps: haproxy_steps(cfg.clone()),
+            after: vec![],
+        })
+        .collect())
 }
 
 /// The loadbalancer phase for the configured mode (A or D).
@@ -178,6 +208,17 @@ mod tests {
         let m = plan(&c, &t)?;
         assert_eq!(m.tasks.iter().filter(|t| t.name.starts_with("loadbalancer-")).count(), 2);
         assert!(preflight(&c).is_empty());
+        // b leaves the control plane: the loadbalancers forward to a only.
+        let mut without = c.clone();
+        without.spec.role_groups.control_plane.retain(|h| h != "b");
+        let tasks = backends(&without, &t)?;
+        let hosts: Vec<&str> = tasks.iter().flat_map(|t| t.hosts.iter().map(String::as_str)).collect();
+        assert_eq!(hosts, ["c", "d"]);
+        let cfg = haproxy_keepalived::config(&without, &t)?;
+        assert!(
+            cfg.contains("server a 10.0.0.1:6443") && !cfg.contains("server b ") && cfg.contains("bind *:6443"),
+            "{cfg}"
+        );
         Ok(())
     }
 }

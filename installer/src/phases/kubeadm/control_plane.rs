@@ -85,6 +85,12 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         });
         gates.push((format!("etcd-ready-{m}"), Scope::AllHosts));
     }
+    // etcd members joined (apply): kubeadm's ClusterConfiguration lists them
+    // once they are healthy, before a control-plane node joins (its API
+    // server reads them from the start); every other API server follows
+    // after the joins.
+    let first = &i.topo.first_control_plane;
+    let etcd_joined = !i.etcd_joining().is_empty() && i.has(crate::pipelines::Phase::Etcd);
     let mut previous = String::new();
     for (n, h) in g.control_plane.iter().enumerate() {
         // Binaries, settings and certificates first, while etcd and the
@@ -165,6 +171,9 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
                 init_task(&i.topo.first_control_plane)
             };
             after.push((before, Scope::AllHosts));
+            if etcd_joined {
+                after.push((crate::phases::etcd_members::FOLLOWED.to_string(), Scope::AllHosts));
+            }
         }
         let previous_task = task.clone();
         tasks.push(Task {
@@ -175,13 +184,12 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         });
         previous = previous_task;
     }
-    // etcd members joined (apply): every API server reads them, one node at
-    // a time, once they are healthy and the node has joined.
-    if !i.etcd_joining().is_empty() && i.has(crate::pipelines::Phase::Etcd) {
+    if etcd_joined {
         let mut after = vec![(crate::phases::etcd::HEALTH_TASK.to_string(), Scope::AllHosts)];
-        after.push((init_task(&i.topo.first_control_plane), Scope::AllHosts));
+        after.push((init_task(first), Scope::AllHosts));
+        tasks.push(crate::phases::etcd_members::kubeadm_config(&i.topo, &g.etcd, first, after.clone())?);
         after.extend(g.control_plane.iter().skip(1).map(|h| (join_task(h), Scope::AllHosts)));
-        tasks.extend(crate::phases::etcd_members::api_servers_follow(
+        tasks.extend(crate::phases::etcd_members::api_servers(
             &i.topo,
             &g.etcd,
             &g.control_plane,

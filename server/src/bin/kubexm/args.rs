@@ -51,7 +51,7 @@ pub(crate) enum Command {
         what: Get,
     },
     /// Store an apply job: the installed cluster changed to what cluster.yaml now says
-    /// (workers and etcd members added), from the bundle it was installed from.
+    /// (workers, control-plane nodes and etcd members added), from the bundle it was installed from.
     Scale(CreateCluster),
     /// Store a reset job (runs like any other job).
     Reset {

@@ -28,7 +28,7 @@ use crate::engine::transport::shell_quote as q;
 use crate::paths::ADMIN_CONF;
 use crate::phases::etcd_members;
 
-const REMOVE_NODE: &str = include_str!("../../../manifests/templates/remove-node.sh");
+const REMOVE_NODE: &str = include_str!("../../../../manifests/templates/remove-node.sh");
 
 /// How long a drain may take unless told otherwise.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -67,6 +67,10 @@ pub struct Removed {
     /// Where the config still lists a removed host (`file:line`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub still_in_config: Vec<String>,
+    /// Control-plane nodes left: the hosts whose haproxy (load balancer or
+    /// local proxy) now forwards to the nodes that stay.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub proxies: Vec<String>,
     /// What the operator should do next (an even etcd count left).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -104,7 +108,12 @@ impl std::fmt::Display for Removed {
                 (false, true) => "host reset; its Node deleted if it had registered again",
                 (_, false) => "cordoned, Node deleted; host NOT reset (unreachable)",
             };
-            writeln!(f, "removed {} from cluster {} (job {}): {what}", h.name, self.cluster, self.job)?;
+            let etcd = if h.left_etcd && h.node { "; its etcd member removed" } else { "" };
+            writeln!(
+                f,
+                "removed {} from cluster {} (job {}): {what}{etcd}",
+                h.name, self.cluster, self.job
+            )?;
             if !h.skipped.is_empty() {
                 writeln!(f, "  not run on {} (named unreachable): {}", h.name, h.skipped.join(", "))?;
                 writeln!(
@@ -114,6 +123,13 @@ impl std::fmt::Display for Removed {
                     h.name, self.cluster, h.name
                 )?;
             }
+        }
+        if !self.proxies.is_empty() {
+            writeln!(
+                f,
+                "haproxy forwards to the control-plane nodes that stay on {}",
+                self.proxies.join(", ")
+            )?;
         }
         for w in &self.warnings {
             writeln!(f, "warning: {w}")?;
@@ -143,6 +159,10 @@ struct Plan {
     hosts: Vec<String>,
     /// The control-plane node the Nodes are removed through.
     via: String,
+    /// The cluster without the hosts taken out, when control-plane nodes
+    /// leave: its load balancers (mode A) or local proxies (mode D) forward
+    /// to the others only.
+    backends: Option<Cluster>,
     /// The hosts the operator's config lists, in its order.
     file_hosts: Vec<String>,
     /// The config's text, indexed (`None` when it cannot be read again).
@@ -251,6 +271,7 @@ pub fn remove(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Remove
         job: ex.job,
         hosts,
         still_in_config,
+        proxies: plan.backends.as_ref().map(crate::phases::endpoint::proxy_hosts).unwrap_or_default(),
         warnings: plan.etcd.iter().filter_map(|e| e.warning.clone()).collect(),
         timing: session.timing(ex.job),
     }))
@@ -336,13 +357,19 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
         hosts.push(h.clone());
     }
     let etcd = etcd_leave(&record, &hosts, &o.unreachable)?;
-    let via = record
-        .config
-        .spec
-        .role_groups
+    let g = &record.config.spec.role_groups;
+    let backends = hosts
+        .iter()
+        .any(|h| g.control_plane.contains(h))
+        .then(|| hosts.iter().fold(record.clone(), |r, h| r.without(h, true, r.job.clone())).config);
+    let proxies = match &backends {
+        Some(c) => crate::phases::endpoint::proxy_hosts(c),
+        None => Vec::new(),
+    };
+    let via = g
         .control_plane
         .iter()
-        .find(|c| !o.unreachable.contains(*c))
+        .find(|c| !o.unreachable.contains(*c) && !hosts.contains(*c))
         .cloned()
         .ok_or_else(|| {
             usage(format!(
@@ -352,7 +379,11 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
     // Only the hosts the job works on are connected to: another host down
     // does not stop a removal.
     // etcd's members leave through one that stays; every API server is told.
-    let also: Vec<&String> = etcd.iter().flat_map(|e| e.control_plane.iter().chain([&e.via])).collect();
+    let also: Vec<&String> = etcd
+        .iter()
+        .flat_map(|e| e.control_plane.iter().chain([&e.via]))
+        .chain(&proxies)
+        .collect();
     cluster
         .spec
         .hosts
@@ -367,6 +398,7 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
         etcd_data,
         hosts,
         via,
+        backends,
         file_hosts: file.spec.hosts.iter().map(|h| h.name.clone()).collect(),
         located,
     })
@@ -415,7 +447,13 @@ fn etcd_leave(record: &ClusterRecord, hosts: &[String], unreachable: &[String]) 
         leaving,
         stay,
         via,
-        control_plane: g.control_plane.iter().filter(|c| !unreachable.contains(*c)).cloned().collect(),
+        // Only the API servers that stay are told.
+        control_plane: g
+            .control_plane
+            .iter()
+            .filter(|c| !unreachable.contains(*c) && !hosts.contains(*c))
+            .cloned()
+            .collect(),
         warning,
     }))
 }
@@ -446,6 +484,15 @@ fn refuse_role(record: &ClusterRecord, topo: &kubexm_bom::topology::Topology, ho
             ),
         ));
     }
+    if topo.first_control_plane == host {
+        return Err(op(
+            OpError::Unsupported,
+            anyhow::anyhow!(
+                "{host} is cluster {name}'s first control-plane node (it ran kubeadm init; the others join through it \
+                 and kubexm reaches the cluster through it): removing it is not supported yet; remove another one"
+            ),
+        ));
+    }
     if topo.registry.as_ref().is_some_and(|r| r.host == host) {
         return Err(op(
             OpError::Usage,
@@ -460,13 +507,14 @@ fn refuse_role(record: &ClusterRecord, topo: &kubexm_bom::topology::Topology, ho
     let other: Vec<&str> = roles
         .iter()
         .map(String::as_str)
-        .filter(|r| !(matches!(*r, "worker" | "local-proxy") || (binary && *r == "etcd")))
+        .filter(|r| !(matches!(*r, "worker" | "local-proxy" | "control-plane") || (binary && *r == "etcd")))
         .collect();
     if !other.is_empty() {
         return Err(op(
             OpError::Unsupported,
             anyhow::anyhow!(
-                "removing a {} node ({host}) is not supported yet: remove node takes out workers and etcd members (binary mode)",
+                "removing a {} node ({host}) is not supported yet: remove node takes out workers, control-plane nodes \
+                 (not the first) and etcd members (binary mode)",
                 other.join(" and ")
             ),
         ));
@@ -504,6 +552,13 @@ fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &
             after = vec![(name, Scope::AllHosts)];
         }
     }
+    // The load balancers or local proxies forward to the nodes that stay
+    // before a leaving node's API server stops.
+    let backends = match &plan.backends {
+        Some(c) => crate::phases::endpoint::backends(c, &kubexm_bom::topology::Topology::of(c)?)?,
+        None => Vec::new(),
+    };
+    let proxied: Vec<(String, Scope)> = backends.iter().map(|t| (t.name.clone(), Scope::AllHosts)).collect();
     for h in &plan.hosts {
         let out = unreachable.contains(h);
         let mut before = None;
@@ -541,6 +596,7 @@ fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &
                     .iter()
                     .chain(left_etcd.iter())
                     .map(|b| (b.clone(), Scope::AllHosts))
+                    .chain(proxied.iter().cloned())
                     .collect(),
             });
             before = Some(format!("reset-{h}"));
@@ -571,8 +627,9 @@ fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &
         vec![
             ("etcd-servers", follow),
             ("etcd-member-remove", leave),
+            ("loadbalancer", backends),
             ("drain", drains),
-            (super::super::pipelines::Phase::Reset.name(), resets),
+            (crate::pipelines::Phase::Reset.name(), resets),
             ("delete-node", deletes),
         ],
     ))
@@ -595,168 +652,4 @@ fn removed_in(report: &crate::engine::run::Report, hosts: &[String]) -> Vec<Stri
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ops::fixture::{CONFIG, Fixture};
-
-    impl Fixture {
-        fn remove(&self, text: &str, hosts: &[&str], unreachable: &[&str]) -> anyhow::Result<RemoveReport> {
-            let o = RemoveOptions {
-                hosts: hosts.iter().map(|h| h.to_string()).collect(),
-                unreachable: unreachable.iter().map(|h| h.to_string()).collect(),
-                drain_timeout: DRAIN_TIMEOUT,
-                force_drain: false,
-                dry_run: false,
-            };
-            remove(&mut self.session(text)?, &o)
-        }
-    }
-
-    fn kind(r: anyhow::Result<RemoveReport>) -> (Option<&'static str>, String) {
-        let Err(e) = r else {
-            return (None, "removed".into());
-        };
-        let kind = match OpError::find(&e) {
-            Some(OpError::Usage(_)) => Some("usage"),
-            Some(OpError::Unsupported(_)) => Some("unsupported"),
-            Some(OpError::Config(_)) => Some("config"),
-            _ => match e.downcast_ref::<kubexm_bom::config::LoadError>() {
-                Some(_) => Some("config"),
-                None => Some("other"),
-            },
-        };
-        (kind, format!("{e:#}"))
-    }
-
-    /// Issue 29: etcd members leave only to an odd count, unless one
-    /// leaving is dead (then a warning); never all of them.
-    #[test]
-    fn etcd_members_leave_to_an_odd_count_unless_dead() -> anyhow::Result<()> {
-        let f = Fixture::installed()?;
-        let mut r = f.record()?;
-        r.config.spec.role_groups.etcd = vec!["a".into(), "b".into(), "c".into()];
-        let names = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let Err(even) = etcd_leave(&r, &names(&["b"]), &[]) else {
-            anyhow::bail!("an even count left accepted");
-        };
-        assert!(format!("{even:#}").contains("2 etcd members, an even count"), "{even:#}");
-        let Some(dead) = etcd_leave(&r, &names(&["b"]), &names(&["b"]))? else {
-            anyhow::bail!("no etcd member leaving");
-        };
-        assert_eq!((dead.stay.clone(), dead.via.as_str()), (names(&["a", "c"]), "a"));
-        assert!(
-            dead.warning.as_deref().is_some_and(|w| w.contains("add a member")),
-            "{:?}",
-            dead.warning
-        );
-        let Some(two) = etcd_leave(&r, &names(&["b", "c"]), &[])? else {
-            anyhow::bail!("no etcd member leaving");
-        };
-        assert!(two.warning.is_none());
-        let Some(down) = etcd_leave(&r, &names(&["b"]), &names(&["a", "b"]))? else {
-            anyhow::bail!("no etcd member leaving");
-        };
-        assert_eq!(down.via, "c", "through a member that answers");
-        assert!(down.control_plane.is_empty(), "an unreachable control-plane node is not told");
-        assert!(etcd_leave(&r, &names(&["a", "b", "c"]), &[]).is_err(), "every member removed");
-        assert!(etcd_leave(&r, &names(&["d"]), &[])?.is_none(), "a worker is no etcd member");
-        Ok(())
-    }
-
-    /// Issue 29: what remove node cannot do is refused before any host is
-    /// touched, each with its reason.
-    #[test]
-    fn refusals_come_before_any_host_is_touched() -> anyhow::Result<()> {
-        let f = Fixture::installed()?;
-        let before = f.connecting.asked().len();
-        let moved = CONFIG.replace("10.0.0.2", "10.0.0.9");
-        for (text, hosts, unreachable, want, says) in [
-            (CONFIG, vec!["z"], vec![], "usage", "record has no host z (its hosts: a, b, c, d)"),
-            (CONFIG, vec!["b"], vec!["y"], "usage", "--unreachable y"),
-            (CONFIG, vec!["a"], vec![], "usage", "a is the last control-plane node"),
-            (
-                moved.as_str(),
-                vec!["b"],
-                vec![],
-                "config",
-                "host b's address changed: recorded 10.0.0.2, now 10.0.0.9",
-            ),
-        ] {
-            let (got, msg) = kind(f.remove(text, &hosts, &unreachable));
-            assert_eq!(got, Some(want), "{hosts:?}: {msg}");
-            assert!(msg.contains(says), "{hosts:?}: {msg}");
-        }
-        let two_cp = CONFIG
-            .replace("control-plane: [a]", "control-plane: [a, b]")
-            .replace("worker: [b, c, d]", "worker: [c, d]");
-        let g = Fixture::installed()?;
-        let s = g.session(&two_cp)?;
-        let ex = s.execute("install", run::Policy::FailFast, |_| {
-            Ok(crate::engine::jobs::one_task("probe", vec![], vec![]))
-        })?;
-        s.keep_record(ex.job, None, &Default::default())?;
-        let (got, msg) = kind(g.remove(&two_cp, &["b"], &[]));
-        assert_eq!(got, Some("unsupported"), "{msg}");
-        assert!(msg.contains("removing a control-plane node (b) is not supported yet"), "{msg}");
-        assert_eq!(f.connecting.asked().len(), before, "a host was contacted");
-        assert!(f.connecting.log.calls().is_empty(), "a command ran: {:?}", f.connecting.log.calls());
-        Ok(())
-    }
-
-    /// Issue 29: b is drained and reset; c, named unreachable, is never
-    /// contacted and stays in the record as removed, not reset, until a
-    /// later removal resets it; d, another worker, is not contacted at all.
-    #[test]
-    fn a_reachable_and_an_unreachable_worker_are_removed() -> anyhow::Result<()> {
-        let f = Fixture::installed()?;
-        let before = f.connecting.asked().len();
-        let RemoveReport::Removed(r) = f.remove(CONFIG, &["b", "c"], &["c"])? else {
-            anyhow::bail!("planned instead of removing");
-        };
-        assert_eq!(&f.connecting.asked()[before..], ["a", "b"], "hosts connected to");
-        let calls = f.connecting.log.calls();
-        assert!(calls.iter().all(|(h, _)| h == "a" || h == "b"), "{calls:?}");
-        assert!(
-            calls.iter().any(|(h, c)| h == "a" && c.contains("get node 'b'")),
-            "b's Node was not removed through a: {calls:?}"
-        );
-        assert!(
-            calls.iter().any(|(h, c)| h == "a" && c.contains("get node 'c'")),
-            "c's Node was not removed through a: {calls:?}"
-        );
-        let text = r.to_string();
-        assert!(
-            text.contains("removed b from cluster s") && text.contains("not run on c (named unreachable): drain, reset"),
-            "{text}"
-        );
-        assert!(
-            text.contains("s.yaml:8:5 (b)") && text.contains("delete this host from the config"),
-            "{text}"
-        );
-        let rec = f.record()?;
-        assert_eq!((rec.job.kind.as_str(), rec.job.status.as_str()), ("remove-node", "succeeded"));
-        let nodes: Vec<(&str, NodeState)> = rec.nodes.iter().map(|n| (n.name.as_str(), n.state)).collect();
-        assert_eq!(
-            nodes,
-            [
-                ("a", NodeState::Member),
-                ("c", NodeState::RemovedNotReset),
-                ("d", NodeState::Member)
-            ]
-        );
-        assert_eq!(rec.config.spec.role_groups.worker, ["d"]);
-        assert!(rec.to_string().contains("removed, not reset"), "{rec}");
-        // c is back: removing it again resets it, and the record forgets it.
-        let RemoveReport::Removed(again) = f.remove(CONFIG, &["c"], &[])? else {
-            anyhow::bail!("planned instead of removing");
-        };
-        assert!(again.hosts[0].reset && !again.hosts[0].drained, "{again:?}");
-        assert!(f.connecting.log.calls().iter().any(|(h, _)| h == "c"), "c was not reset");
-        let names: Vec<String> = f.record()?.nodes.iter().map(|n| n.name.clone()).collect();
-        assert_eq!(names, ["a", "d"]);
-        // A host no longer in the record is refused.
-        let (got, msg) = kind(f.remove(CONFIG, &["b"], &[]));
-        assert_eq!(got, Some("usage"), "{msg}");
-        Ok(())
-    }
-}
+mod tests;
