@@ -11,7 +11,8 @@
 //!
 //! What is left is what apply runs: the hosts the config adds as workers,
 //! as control-plane nodes (after the first) and as
-//! etcd members where kubexm runs etcd (binary mode).
+//! etcd members where kubexm runs etcd (binary mode), and the registry
+//! moved to the host `roleGroups.registry` names instead.
 
 use serde_json::Value;
 
@@ -64,12 +65,14 @@ const HOST_LOCAL: &[&str] = &["port", "user", "auth", "bastion"];
 pub struct Changes {
     /// Hosts the config adds (as workers), in config order.
     pub added: Vec<String>,
+    /// The registry moves (local mode): from the recorded host to another.
+    pub registry: Option<(String, String)>,
 }
 
 impl Changes {
     /// Nothing to do on the hosts.
     pub fn is_empty(&self) -> bool {
-        self.added.is_empty()
+        self.added.is_empty() && self.registry.is_none()
     }
 }
 
@@ -130,6 +133,12 @@ pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>,
     // Each role group as recorded, order included (the first control-plane
     // node inits; the registry's host serves every node), but for added hosts.
     let (old_g, new_g) = (&record.config.spec.role_groups, &new.spec.role_groups);
+    // The registry moves to another host when roleGroups.registry names it:
+    // every node is pointed at it, then the old one stops.
+    let registry = match (old_g.registry.as_slice(), new_g.registry.as_slice()) {
+        ([from], [to]) if from != to => Some((from.clone(), to.clone())),
+        _ => None,
+    };
     for (group, a, b) in [
         ("etcd", &old_g.etcd, &new_g.etcd),
         ("control-plane", &old_g.control_plane, &new_g.control_plane),
@@ -137,6 +146,9 @@ pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>,
         ("loadbalancer", &old_g.loadbalancer, &new_g.loadbalancer),
         ("registry", &old_g.registry, &new_g.registry),
     ] {
+        if group == "registry" && registry.is_some() {
+            continue;
+        }
         // The first control-plane node ran kubeadm init and holds what the
         // others join with: an added node goes after it.
         let kept: Vec<&String> = b.iter().filter(|h| !added.contains(*h)).collect();
@@ -171,7 +183,7 @@ pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>,
     diff(&strip(old_v), &strip(new_v), "", &mut rest);
     out.extend(rest.iter().map(|path| unchanged(path, pos(path))));
     if out.is_empty() {
-        return Ok(Changes { added });
+        return Ok(Changes { added, registry });
     }
     out.sort_by_key(|d| (d.line.unwrap_or(u32::MAX), d.column));
     let more = out.len().saturating_sub(MAX_DIAGNOSTICS);
@@ -539,6 +551,18 @@ mod tests {
             d.to_string().contains("d is added as the first control-plane node: a stays first"),
             "{d}"
         );
+        Ok(())
+    }
+
+    /// Issue 29: the registry moves to the host roleGroups.registry names.
+    #[test]
+    fn the_registry_moves_to_another_host() -> Result<(), Box<dyn std::error::Error>> {
+        let with = |g: &str| BASE.replace("worker: [b]}", &format!("worker: [b], registry: [{g}]}}"));
+        let located = crate::yaml::parse(&with("b")).map_err(|e| e.to_string())?;
+        let c = changes(&record(&with("a"))?, &load(&with("b"))?, Some(&located), "c.yaml").map_err(|e| e.to_string())?;
+        assert_eq!(c.registry, Some(("a".to_string(), "b".to_string())));
+        assert!(c.added.is_empty() && !c.is_empty());
+        assert_eq!(check(&with("a"))?.map_err(|e| e.to_string())?.registry, None);
         Ok(())
     }
 

@@ -103,6 +103,12 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
 }
 
 impl Context<'_> {
+    /// The registry host that serves no more (the registry moved), if any.
+    pub fn registry_retired(&self) -> Option<&str> {
+        let now = self.topo.registry.as_ref().map(|r| r.host.as_str());
+        self.registry_before.as_deref().filter(|old| Some(*old) != now)
+    }
+
     /// Whether this run includes `phase`.
     pub fn has(&self, phase: crate::pipelines::Phase) -> bool {
         self.phases.contains(&phase)
@@ -196,6 +202,10 @@ pub struct Context<'a> {
     /// In an apply, etcd's members as recorded: the config's others join
     /// the running cluster (`None`: an install, every member starts new).
     pub etcd_before: Option<Vec<String>>,
+    /// The registry's host as recorded, when the cluster is installed: when
+    /// the config names another, the old one's service stops once every
+    /// node pulls from the new one.
+    pub registry_before: Option<String>,
 }
 
 impl Context<'_> {

@@ -13,7 +13,10 @@ update() {
   [ -f "$m" ] || { echo "$m is missing: not a control-plane node kubeadm set up; is the node's kubeadm join done? run apply again" >&2; return 1; }
   grep -q -- '^ *- --etcd-servers=' "$m" || { echo "$m has no --etcd-servers line: kubexm cannot tell its API server where etcd is; add the line ($want) by hand and run the command again" >&2; return 1; }
   if [ "$(now)" != "$want" ]; then
-    sed -i "s|^\( *- --etcd-servers=\).*|\1$want|" "$m"
+    # Written beside it as a dotfile (the kubelet reads no hidden file as a
+    # static pod), then moved into place.
+    t="$(dirname "$m")/.$(basename "$m").kubexm"
+    sed "s|^\( *- --etcd-servers=\).*|\1$want|" "$m" > "$t" && chmod --reference="$m" "$t" && mv -f "$t" "$m"
   fi
   # The kubelet starts the new pod; the old process gets 5 s for what it
   # serves (clients go to the other API servers meanwhile).

@@ -41,8 +41,11 @@ restart() {
     # API server restarts).
     m={{MANIFESTS}}/$c.yaml
     if [ -f "$m" ] && grep -q '^  labels:$' "$m"; then
-      sed -i -e '/^    kubexm.io\/restarted: /d' \
-        -e "0,/^  labels:\$/s//  labels:\n    kubexm.io\/restarted: \"$(date +%s)\"/" "$m"
+      # Written beside it as a dotfile (the kubelet reads no hidden file as
+      # a static pod), then moved into place.
+      t={{MANIFESTS}}/.$c.yaml.kubexm
+      sed -e '/^    kubexm.io\/restarted: /d' \
+        -e "0,/^  labels:\$/s//  labels:\n    kubexm.io\/restarted: \"$(date +%s)\"/" "$m" > "$t" && chmod --reference="$m" "$t" && mv -f "$t" "$m"
     fi
     # Five seconds for what it is serving, then it is stopped (a kube-apiserver
     # finishes its watches for up to a minute otherwise; clients go to the

@@ -7,7 +7,8 @@
 //! left (hosts added as workers; as control-plane nodes, joined with fresh
 //! credentials and listed by every load balancer or local proxy; as etcd
 //! members in binary mode: each a learner first, promoted once caught up,
-//! then every API server told) runs
+//! then every API server told; the registry moved to the host
+//! `roleGroups.registry` names, the old one stopped last) runs
 //! as an `apply` job of the
 //! install's pipeline: the steps earlier installs and applies did are
 //! skipped, so the old hosts apply nothing (the first control-plane node
@@ -46,12 +47,14 @@ pub struct Added {
     pub control_plane: Vec<String>,
     /// New etcd members, in the order they join.
     pub etcd: Vec<String>,
+    /// The registry moves: from the recorded host to the one named now.
+    pub registry: Option<(String, String)>,
 }
 
 impl std::fmt::Display for ApplyReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (ApplyReport::Plan { added, .. } | ApplyReport::Applied { added, .. }) = self;
-        if added.workers.is_empty() && added.etcd.is_empty() && added.control_plane.is_empty() {
+        if added.workers.is_empty() && added.etcd.is_empty() && added.control_plane.is_empty() && added.registry.is_none() {
             writeln!(f, "apply: the config is as recorded; only what is not in place yet runs")?;
         }
         if !added.workers.is_empty() {
@@ -70,6 +73,13 @@ impl std::fmt::Display for ApplyReport {
                 "apply: adds etcd member(s) {}, one at a time (each a learner, promoted once it has caught up); \
                  then every API server reads them",
                 added.etcd.join(", ")
+            )?;
+        }
+        if let Some((from, to)) = &added.registry {
+            writeln!(
+                f,
+                "apply: moves the registry from {from} to {to}: every node's hosts.toml and the addons' images name {to}; \
+                 then the registry on {from} stops"
             )?;
         }
         match self {
@@ -95,6 +105,14 @@ pub fn recorded_session(config: &super::session::Config, settings: super::sessio
             settings.engine.state.display()
         ))
     })?;
+    if let Some(last) = probe.last_record(false)?
+        && (last.job.kind.starts_with("reset") || last.job.kind == "delete-cluster")
+    {
+        return Err(usage(format!(
+            "cluster {name}'s last job was a {} ({}, job {}): there is no installed cluster to apply to; install it again",
+            last.job.kind, last.job.status, last.job.id
+        )));
+    }
     let Some(digest) = record.bundle else {
         return Err(usage(format!(
             "cluster {name}'s record names no bundle (job {}): pass --bundle FILE, the bundle it was installed from",
@@ -171,6 +189,18 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
     let located = session.located();
     let changes = kubexm_bom::changes::changes(&record, cluster, located.as_ref(), session.config_name())
         .map_err(kubexm_bom::config::LoadError::Invalid)?;
+    if let (Some((_, to)), Some(b)) = (&changes.registry, session.bundle())
+        && b.unpacked
+    {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "moving cluster {name}'s registry to {to} needs the bundle's file (it is uploaded there): pass --bundle FILE, \
+                 the bundle the cluster was installed from ({})",
+                b.digest
+            ),
+        ));
+    }
     let opts = InstallOptions {
         dry_run: o.dry_run,
         apply: true,
@@ -183,6 +213,7 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
         workers: changes.added.iter().filter(|h| g.worker.contains(*h)).cloned().collect(),
         control_plane: g.control_plane.iter().filter(|h| changes.added.contains(*h)).cloned().collect(),
         etcd: g.etcd.iter().filter(|h| changes.added.contains(*h)).cloned().collect(),
+        registry: changes.registry.clone(),
     };
     match install::install(session, &opts)? {
         InstallReport::Plan(plan) => Ok(ApplyReport::Plan { added, plan }),

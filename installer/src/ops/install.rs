@@ -43,14 +43,17 @@ fn etcd_before(session: &Session, args: &InstallOptions) -> anyhow::Result<Optio
     if args.etcd_before.is_some() {
         return Ok(args.etcd_before.clone());
     }
+    Ok(installed(session)?.map(|r| r.config.spec.role_groups.etcd))
+}
+
+/// The record of the cluster as installed: the last successful job's,
+/// unless a reset (even a failed one) came since.
+fn installed(session: &Session) -> anyhow::Result<Option<kubexm_bom::record::ClusterRecord>> {
     let reset = |kind: &str| kind.starts_with("reset") || kind == "delete-cluster";
     if session.last_record(false)?.is_some_and(|r| reset(&r.job.kind)) {
         return Ok(None);
     }
-    Ok(session
-        .last_record(true)?
-        .filter(|r| !reset(&r.job.kind))
-        .map(|r| r.config.spec.role_groups.etcd))
+    Ok(session.last_record(true)?.filter(|r| !reset(&r.job.kind)))
 }
 
 /// What `install` did.
@@ -166,6 +169,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         kubeconfig: &kubeconfig,
         server_dry_run: args.server_dry_run,
         etcd_before: etcd_before(session, args)?,
+        registry_before: installed(session)?.and_then(|r| r.config.spec.role_groups.registry.first().cloned()),
     };
     if args.dry_run {
         for h in &cluster.spec.hosts {

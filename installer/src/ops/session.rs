@@ -176,10 +176,10 @@ pub fn unpacked(config: &Config, root: &Path, digest: &str) -> anyhow::Result<Op
         return Ok(None);
     };
     let dir = root.join("bundles").join(hex);
-    if !dir.join(crate::unpack::COMPLETE).is_file() {
+    let path = dir.join(kubexm_bundle::manifest::MANIFEST_NAME);
+    if !dir.join(crate::unpack::COMPLETE).is_file() || !path.is_file() {
         return Ok(None);
     }
-    let path = dir.join(kubexm_bundle::manifest::MANIFEST_NAME);
     let text = fs_err::read_to_string(&path)?;
     if kubexm_bundle::digest::sha256_hex(text.as_bytes()) != hex {
         return Err(op(

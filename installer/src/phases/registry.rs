@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::context::{Context, HOST_CA};
 use crate::engine::files::{PutFiles, Unless, Upload};
-use crate::engine::plan::{Module, Step, Task};
+use crate::engine::plan::{Module, Scope, Step, Task};
 use crate::engine::steps::Shell;
 use crate::engine::transport::shell_quote as q;
 use crate::pki;
@@ -142,6 +142,24 @@ fn bundle_steps(i: &Context, unpacked: &str, remote: &str, id: &str) -> anyhow::
         ),
     )));
     Ok(steps)
+}
+
+/// The task stopping the registry on `old`, the host that served it before
+/// it moved, after `after` (everything else): its service stopped and
+/// disabled, its unit removed (the bundle unpacked there stays until the
+/// host is reset).
+pub fn retired(old: &str, after: Vec<(String, Scope)>) -> Task {
+    let step = Shell::new(
+        "registry-stopped",
+        Some(&format!("! systemctl is-active -q kubexm-registry && ! test -e {REGISTRY_UNIT}")),
+        &format!("systemctl disable --now -q kubexm-registry 2>/dev/null; rm -f {REGISTRY_UNIT} && systemctl daemon-reload"),
+    );
+    Task {
+        name: format!("registry-retired-{old}"),
+        hosts: vec![old.to_string()],
+        steps: vec![Arc::new(step)],
+        after,
+    }
 }
 
 /// The registry's server certificate on `host`, for its address and name:

@@ -81,6 +81,21 @@ pub fn pipeline(ctx: &Context) -> anyhow::Result<Pipeline> {
         modules.push((*phase, build(ctx)?));
     }
     link(&mut modules);
+    // The registry moved: the old one stops once everything else is done
+    // (every node's hosts.toml and the addons' images name the new one).
+    if let Some(old) = ctx.registry_retired() {
+        let all = modules
+            .iter()
+            .flat_map(|(_, m)| m.tasks.iter().map(|t| (t.name.clone(), crate::engine::plan::Scope::AllHosts)))
+            .collect();
+        modules.push((
+            Phase::Registry,
+            Module {
+                name: "registry-retired".into(),
+                tasks: vec![phases::registry::retired(old, all)],
+            },
+        ));
+    }
     let modules = modules.into_iter().map(|(_, m)| m).collect();
     Ok(Pipeline {
         name: "install".into(),

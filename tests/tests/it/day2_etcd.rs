@@ -69,6 +69,34 @@ while [ ! -e /root/writer.stop ]; do
 done
 ";
 
+/// The client ([`WRITER`]) started on lab1 through `ctl`.
+fn start_writer(lab: &Lab, ctl: &str, dir: &Path) {
+    let writer = WRITER.replace("$CTL", ctl);
+    std::fs::write(dir.join("writer.sh"), &writer).unwrap();
+    lab.ssh_ok(
+        "lab1",
+        &format!("cat > /root/writer.sh <<'EOF'\n{writer}EOF\nsystemd-run --unit=kx-writer --collect sh /root/writer.sh >/dev/null"),
+    );
+}
+
+/// The client stopped: every write it got an acknowledgement for is
+/// readable through `ctl`.
+fn writes_are_readable(lab: &Lab, ctl: &str) {
+    lab.ssh_ok(
+        "lab1",
+        "touch /root/writer.stop; for i in $(seq 30); do systemctl is-active -q kx-writer || break; sleep 1; done",
+    );
+    let acked = lab.ssh_ok("lab1", "cat /root/writer.acked");
+    let (n, fails) = acked.trim().split_once(' ').expect("the writer's count");
+    let n: u64 = n.parse().unwrap();
+    let keys = lab.ssh_ok(
+        "lab1",
+        &format!("{ctl} get w/ --prefix --keys-only | grep '^w/' | cut -d/ -f2 | sort -n | awk -v n={n} '$1 <= n {{ c++ }} END {{ print c + 0 }}'"),
+    );
+    assert_eq!(keys.trim(), n.to_string(), "acknowledged writes lost");
+    eprintln!("the client wrote {n} keys throughout, all readable after; {fails} failed attempts retried");
+}
+
 /// Issue 29: etcd 3 → 5 → 3 members on the running cluster, a client
 /// writing throughout.
 pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, kubectl: &dyn Fn(&str) -> String) {
@@ -82,12 +110,7 @@ pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Pat
         .map(|m| format!("https://{}:2379", addr(m)))
         .collect();
     let lab1 = ctl(&three.join(","));
-    let writer = WRITER.replace("$CTL", &lab1);
-    std::fs::write(dir.join("writer.sh"), &writer).unwrap();
-    lab.ssh_ok(
-        "lab1",
-        &format!("cat > /root/writer.sh <<'EOF'\n{writer}EOF\nsystemd-run --unit=kx-writer --collect sh /root/writer.sh >/dev/null"),
-    );
+    start_writer(lab, &lab1, dir);
     let new = with_members(lab, config, &[a, z], a, dir);
 
     // 3 → 5: the plan, then the two join one at a time; a is a
@@ -177,6 +200,7 @@ pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Pat
     let removed = ok(out, "remove node (a dead control-plane node and etcd member)");
     eprintln!("remove node {a} --unreachable took {:?}:\n{removed}", start.elapsed());
     assert!(removed.contains("4 etcd members, an even count"), "{removed}");
+    assert!(removed.contains("still hold(s) the cluster's keys"), "{removed}");
     assert!(
         removed.contains("haproxy forwards to the control-plane nodes that stay on lab4, lab5"),
         "{removed}"
@@ -214,20 +238,7 @@ pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Pat
         "{status}"
     );
 
-    // The client: every acknowledged write is readable.
-    lab.ssh_ok(
-        "lab1",
-        "touch /root/writer.stop; for i in $(seq 30); do systemctl is-active -q kx-writer || break; sleep 1; done",
-    );
-    let acked = lab.ssh_ok("lab1", "cat /root/writer.acked");
-    let (n, fails) = acked.trim().split_once(' ').expect("the writer's count");
-    let n: u64 = n.parse().unwrap();
-    let keys = lab.ssh_ok(
-        "lab1",
-        &format!("{lab1} get w/ --prefix --keys-only | grep '^w/' | cut -d/ -f2 | sort -n | awk -v n={n} '$1 <= n {{ c++ }} END {{ print c + 0 }}'"),
-    );
-    assert_eq!(keys.trim(), n.to_string(), "acknowledged writes lost");
-    eprintln!("the client wrote {n} keys throughout, all readable after; {fails} failed attempts retried");
+    writes_are_readable(lab, &lab1);
 
     // The dead node back: reset.
     kubexm_e2e::lab_cmd(&["start", a]);
@@ -235,4 +246,58 @@ pub fn etcd_grows_and_shrinks(lab: &Lab, config: &Path, b: &LabBundle, dir: &Pat
     let left = left_on(lab, a);
     assert!(left.trim().is_empty(), "{a} not reset:\n{left}");
     nodes_ready(kubectl);
+}
+
+/// Issue 29: the registry moves from lab1 (its default host, the first
+/// control-plane node) to lab2 when roleGroups.registry names it. Without
+/// the bundle's file apply is refused before any host is touched; with it,
+/// every node's hosts.toml and the addons' images name lab2, lab1's
+/// registry stops, an image pulls through lab2, and a re-run applies
+/// nothing. `config` is the scenario's latest config.
+pub fn registry_moves(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, kubectl: &dyn Fn(&str) -> String) {
+    let addr = |h: &str| lab.host(h).address.clone();
+    let text = std::fs::read_to_string(config)
+        .unwrap()
+        .replacen("  roleGroups:\n", "  roleGroups:\n    registry: [lab2]\n", 1);
+    let new = dir.join("with-registry-on-lab2.yaml");
+    std::fs::write(&new, text).unwrap();
+    let refused = apply_with(lab, &new, None, dir, &[], &[]);
+    let err = kubexm_e2e::text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("moving cluster lab's registry to lab2 needs the bundle's file"),
+        "{err}"
+    );
+    let start = Instant::now();
+    let applied = ok(apply(lab, &new, b, dir, &[]), "apply (the registry moved to lab2)");
+    eprintln!(
+        "apply (the registry moved from lab1 to lab2) took {:?}:\n{applied}",
+        start.elapsed()
+    );
+    assert!(applied.contains("apply: moves the registry from lab1 to lab2"), "{applied}");
+    let (from, to) = (format!("{}:5000", addr("lab1")), format!("{}:5000", addr("lab2")));
+    for h in ["lab1", "lab2", "lab3", "lab4", "lab5"] {
+        lab.ssh_ok(
+            h,
+            &format!("grep -q 'https://{to}' /etc/containerd/certs.d/registry.k8s.io/hosts.toml"),
+        );
+    }
+    lab.ssh_ok(
+        "lab1",
+        "! systemctl is-active -q kubexm-registry && ! test -e /etc/systemd/system/kubexm-registry.service",
+    );
+    lab.ssh_ok("lab2", "systemctl is-active -q kubexm-registry");
+    // An image lab4 no longer holds pulls through lab2 (containerd's own client).
+    let image = "docker.io/library/nginx:1.27-lab";
+    lab.ssh_ok(
+        "lab4",
+        &format!(
+            "ctr -n k8s.io images rm {image} >/dev/null 2>&1; ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d {image} >/dev/null"
+        ),
+    );
+    let images = kubectl("get daemonsets,deployments -A -o jsonpath={..image}");
+    assert!(images.contains(&to) && !images.contains(&from), "{images}");
+    nodes_ready(kubectl);
+    let again = ok(apply(lab, &new, b, dir, &[]), "apply again (the registry on lab2)");
+    assert!(again.contains(": 0 steps applied"), "{again}");
 }

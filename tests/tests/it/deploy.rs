@@ -412,6 +412,7 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     crate::day2::certificates_are_renewed(&lab, &config, dir.path(), &k);
     crate::day2::etcd_is_restored(&lab, &config, dir.path(), &k);
     crate::day2::etcd_backup_timer(&lab, &config, &b, dir.path());
+    crate::day2_etcd::registry_moves(&lab, &dir.path().join("with-backup.yaml"), &b, dir.path(), &k);
 
     // No secret stays on the hosts.
     for h in &lab.desc.hosts {

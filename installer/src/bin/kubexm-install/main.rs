@@ -481,6 +481,15 @@ fn apply(args: InstallArgs) -> anyhow::Result<()> {
     let dry_run = args.dry_run;
     // Without --bundle: the one the record names, unpacked here by the install.
     let session = if args.bundle.is_none() {
+        if args.pubkey.is_some() || args.allow_unsigned {
+            return Err(classified(
+                Class::Usage,
+                anyhow::anyhow!(
+                    "--pubkey and --allow-unsigned go with --bundle; without it apply takes the bundle the cluster's record names, \
+                     as unpacked (and checked) by its install"
+                ),
+            ));
+        }
         ops::apply::recorded_session(&Config::File(file), settings_of(args))?
     } else {
         bundle_session(file, args)?

@@ -245,6 +245,29 @@ pub fn remove(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Remove
             Some(format!("{}{at} ({h})", session.config_name()))
         })
         .collect();
+    let proxies = plan.backends.as_ref().map(crate::phases::endpoint::proxy_hosts).unwrap_or_default();
+    let mut warnings: Vec<String> = plan.etcd.iter().filter_map(|e| e.warning.clone()).collect();
+    let stale: Vec<&String> = proxies.iter().filter(|p| unreachable.contains(*p)).collect();
+    if !stale.is_empty() {
+        warnings.push(format!(
+            "haproxy on {} (named unreachable) still lists the control-plane node(s) removed (its health checks mark \
+             them down): run kubexm-install apply once it is back",
+            stale.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let dead_cp: Vec<&String> = plan
+        .hosts
+        .iter()
+        .filter(|h| unreachable.contains(*h) && plan.record.config.spec.role_groups.control_plane.contains(*h))
+        .collect();
+    if !dead_cp.is_empty() {
+        warnings.push(format!(
+            "{} still hold(s) the cluster's keys (CA, service-account and front-proxy keys, admin.conf, etcd's client \
+             certificate) and would start a control plane when booted: keep it off the network or wipe its disk; \
+             when it is back, reset it first (kubexm-install remove node HOST -f CONFIG)",
+            dead_cp.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
     let hosts = plan
         .hosts
         .iter()
@@ -271,8 +294,8 @@ pub fn remove(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Remove
         job: ex.job,
         hosts,
         still_in_config,
-        proxies: plan.backends.as_ref().map(crate::phases::endpoint::proxy_hosts).unwrap_or_default(),
-        warnings: plan.etcd.iter().filter_map(|e| e.warning.clone()).collect(),
+        proxies: proxies.iter().filter(|p| !unreachable.contains(*p)).cloned().collect(),
+        warnings,
         timing: session.timing(ex.job),
     }))
 }
@@ -373,7 +396,8 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
         .cloned()
         .ok_or_else(|| {
             usage(format!(
-                "every control-plane node of cluster {name} is named unreachable: the Nodes cannot be removed"
+                "no control-plane node of cluster {name} that stays is reachable (the others are removed or named \
+                 unreachable): the Nodes cannot be removed through one"
             ))
         })?;
     // Only the hosts the job works on are connected to: another host down
@@ -388,7 +412,15 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
         .spec
         .hosts
         .retain(|c| c.name == via || hosts.contains(&c.name) || also.contains(&&c.name));
-    let unreachable: Vec<String> = o.unreachable.iter().filter(|u| hosts.contains(u)).cloned().collect();
+    // Removed hosts named unreachable are never contacted; so are local
+    // proxies or load balancers named so (their haproxy keeps the old
+    // list, its health checks mark the node gone down; apply updates it).
+    let unreachable: Vec<String> = o
+        .unreachable
+        .iter()
+        .filter(|u| cluster.spec.hosts.iter().any(|c| &c.name == *u))
+        .cloned()
+        .collect();
     session.use_cluster(cluster);
     session.unreachable(&unreachable)?;
     Ok(Plan {
@@ -498,7 +530,8 @@ fn refuse_role(record: &ClusterRecord, topo: &kubexm_bom::topology::Topology, ho
             OpError::Usage,
             anyhow::anyhow!(
                 "{host} serves cluster {name}'s registry (every node pulls its images from it): it cannot be removed \
-                 while it does (moving the registry to another host with registry.host is not supported yet)"
+                 while it does; move the registry first: name another host under roleGroups.registry and apply \
+                 (with --bundle), then remove {host}"
             ),
         ));
     }
@@ -554,10 +587,11 @@ fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &
     }
     // The load balancers or local proxies forward to the nodes that stay
     // before a leaving node's API server stops.
-    let backends = match &plan.backends {
+    let mut backends = match &plan.backends {
         Some(c) => crate::phases::endpoint::backends(c, &kubexm_bom::topology::Topology::of(c)?)?,
         None => Vec::new(),
     };
+    backends.retain(|t| !t.hosts.iter().any(|h| unreachable.contains(h)));
     let proxied: Vec<(String, Scope)> = backends.iter().map(|t| (t.name.clone(), Scope::AllHosts)).collect();
     for h in &plan.hosts {
         let out = unreachable.contains(h);
@@ -578,11 +612,13 @@ fn pipeline(cluster: &Cluster, plan: &Plan, unreachable: &BTreeSet<String>, o: &
             )?;
             let mut step = Shell::new(&format!("drain-{h}"), Some(&node_gone(h)), &script);
             step.timeout = o.drain_timeout.saturating_add(Duration::from_secs(120));
+            // Not while the API servers restart to read etcd without the
+            // members leaving (the drain goes through one of them).
             drains.push(Task {
                 name: format!("drain-{h}"),
                 hosts: vec![plan.via.clone()],
                 steps: vec![Arc::new(step)],
-                after: vec![],
+                after: follow.last().map(|t| (t.name.clone(), Scope::AllHosts)).into_iter().collect(),
             });
             before = Some(format!("drain-{h}"));
         }

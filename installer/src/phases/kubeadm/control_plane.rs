@@ -85,11 +85,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         });
         gates.push((format!("etcd-ready-{m}"), Scope::AllHosts));
     }
-    // etcd members joined (apply): kubeadm's ClusterConfiguration lists them
-    // once they are healthy, before a control-plane node joins (its API
-    // server reads them from the start); every other API server follows
-    // after the joins.
-    let first = &i.topo.first_control_plane;
+    // etcd members joined (apply): see [`etcd_followed`].
     let etcd_joined = !i.etcd_joining().is_empty() && i.has(crate::pipelines::Phase::Etcd);
     let mut previous = String::new();
     for (n, h) in g.control_plane.iter().enumerate() {
@@ -185,21 +181,32 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         previous = previous_task;
     }
     if etcd_joined {
-        let mut after = vec![(crate::phases::etcd::HEALTH_TASK.to_string(), Scope::AllHosts)];
-        after.push((init_task(first), Scope::AllHosts));
-        tasks.push(crate::phases::etcd_members::kubeadm_config(&i.topo, &g.etcd, first, after.clone())?);
-        after.extend(g.control_plane.iter().skip(1).map(|h| (join_task(h), Scope::AllHosts)));
-        tasks.extend(crate::phases::etcd_members::api_servers(
-            &i.topo,
-            &g.etcd,
-            &g.control_plane,
-            &after,
-        )?);
+        tasks.extend(etcd_followed(i)?);
     }
     Ok(Module {
         name: "control-plane".into(),
         tasks,
     })
+}
+
+/// etcd members joined (apply): kubeadm's ClusterConfiguration lists them
+/// once they are healthy (the joins wait on it: a joining node's API server
+/// reads them from the start), then every API server after the joins, one
+/// node at a time.
+fn etcd_followed(i: &Context) -> anyhow::Result<Vec<Task>> {
+    let g = &i.cluster.spec.role_groups;
+    let first = &i.topo.first_control_plane;
+    let mut after = vec![(crate::phases::etcd::HEALTH_TASK.to_string(), Scope::AllHosts)];
+    after.push((init_task(first), Scope::AllHosts));
+    let mut tasks = vec![crate::phases::etcd_members::kubeadm_config(&i.topo, &g.etcd, first, after.clone())?];
+    after.extend(g.control_plane.iter().skip(1).map(|h| (join_task(h), Scope::AllHosts)));
+    tasks.extend(crate::phases::etcd_members::api_servers(
+        &i.topo,
+        &g.etcd,
+        &g.control_plane,
+        &after,
+    )?);
+    Ok(tasks)
 }
 
 /// The steps of a control-plane node joining: the endpoint's name at the
