@@ -404,15 +404,40 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
 
     // Day 2: apply adds lab6 as a worker; snapshots; remove node takes it
     // out (a drain a PDB blocks, forced; dead; reset when back).
-    let with_spare = crate::day2::apply_adds_a_worker(&lab, &config, &b, dir.path(), &k);
-    crate::day2::etcd_snapshots_are_taken_and_pruned(&with_spare, dir.path());
-    crate::day2::remove_nodes(&lab, &with_spare, &config, &b, dir.path(), &k);
-    crate::day2_etcd::etcd_grows_and_shrinks(&lab, &config, &b, dir.path(), &k);
-    crate::day2::certificates_are_checked(&config, dir.path());
-    crate::day2::certificates_are_renewed(&lab, &config, dir.path(), &k);
-    crate::day2::etcd_is_restored(&lab, &config, dir.path(), &k);
-    crate::day2::etcd_backup_timer(&lab, &config, &b, dir.path());
-    crate::day2_etcd::registry_moves(&lab, &dir.path().join("with-backup.yaml"), &b, dir.path(), &k);
+    // Each part's cost, for the budget (printed at the end).
+    let mut costs: Vec<(&str, std::time::Duration)> = Vec::new();
+    let mut part = |name: &'static str, f: &mut dyn FnMut()| {
+        let start = std::time::Instant::now();
+        f();
+        costs.push((name, start.elapsed()));
+    };
+    let mut with_spare = std::path::PathBuf::new();
+    part("apply adds a worker", &mut || {
+        with_spare = crate::day2::apply_adds_a_worker(&lab, &config, &b, dir.path(), &k)
+    });
+    part("etcd snapshots", &mut || {
+        crate::day2::etcd_snapshots_are_taken_and_pruned(&with_spare, dir.path())
+    });
+    part("remove node (workers)", &mut || {
+        crate::day2::remove_nodes(&lab, &with_spare, &config, &b, dir.path(), &k)
+    });
+    part("etcd 3-5-3, a control-plane node in and out", &mut || {
+        crate::day2_etcd::etcd_grows_and_shrinks(&lab, &config, &b, dir.path(), &k)
+    });
+    part("certs check", &mut || crate::day2::certificates_are_checked(&config, dir.path()));
+    part("certs renew", &mut || {
+        crate::day2::certificates_are_renewed(&lab, &config, dir.path(), &k)
+    });
+    part("etcd restore", &mut || crate::day2::etcd_is_restored(&lab, &config, dir.path(), &k));
+    part("etcd.backup", &mut || crate::day2::etcd_backup_timer(&lab, &config, &b, dir.path()));
+    part("registry moves", &mut || {
+        crate::day2_etcd::registry_moves(&lab, &dir.path().join("with-backup.yaml"), &b, dir.path(), &k)
+    });
+    let total: std::time::Duration = costs.iter().map(|(_, d)| *d).sum();
+    for (name, d) in &costs {
+        eprintln!("day 2 part: {name}: {:.1} s", d.as_secs_f64());
+    }
+    eprintln!("day 2 in all: {:.1} s", total.as_secs_f64());
 
     // No secret stays on the hosts.
     for h in &lab.desc.hosts {
