@@ -7,6 +7,11 @@
 //! A placeholder alone on its line stands for whole lines: its value
 //! replaces the line, and an empty value removes it.
 
+/// Shell helpers of the scripts that replace a control-plane node's static
+/// pod (`within`, `pod_uid`, `swap_manifest`), filled in where such a script
+/// has `{{STATIC_POD}}` alone on a line.
+pub const STATIC_POD: &str = include_str!("../../manifests/templates/static-pod.sh");
+
 /// A placeholder left in a rendered template.
 #[derive(Debug, thiserror::Error)]
 #[error("template {template}: {{{{{key}}}}} was left unfilled; this is a bug in kubexm")]
@@ -108,6 +113,31 @@ mod tests {
             &[],
         )?;
         assert_eq!(out, "a: \"{{TOKEN}}\"\ntoken: secret\nx: {{TOKEN}}\n");
+        Ok(())
+    }
+
+    /// The static-pod helpers, run by sh: `swap_manifest` moves the new
+    /// manifest into place (no process of that name running here, so
+    /// nothing is stopped or waited for), and `within` fails after its
+    /// time with its message.
+    #[test]
+    fn static_pod_helpers_swap_a_manifest_and_bound_a_wait() -> std::io::Result<()> {
+        let dir = std::env::temp_dir().join(format!("kubexm-static-pod-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let (m, t) = (dir.join("pod.yaml"), dir.join(".pod.yaml.kubexm"));
+        std::fs::write(&m, "old\n")?;
+        std::fs::write(&t, "new\n")?;
+        let script = format!(
+            "{STATIC_POD}\nswap_manifest '{}' '{}' kubexm-no-such-command && within 1 'not yet' false",
+            m.display(),
+            t.display()
+        );
+        let out = std::process::Command::new("sh").arg("-c").arg(&script).output()?;
+        let (swapped, left) = (std::fs::read_to_string(&m)?, t.exists());
+        std::fs::remove_dir_all(&dir)?;
+        assert_eq!((swapped.as_str(), left), ("new\n", false));
+        assert!(!out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "not yet\n");
         Ok(())
     }
 }

@@ -2,9 +2,16 @@
 # process started before one of the files it reads was last written, and
 # restarting them (their process stopped; the kubelet starts a new one).
 # Written by kubexm-install; the last line, {{TAIL}}, is the check (none
-# stale) or the restart (each stale pod restarted and waited for, one by one,
-# then this node's API server answers again). procps only: pgrep, ps.
+# stale) or the restart (each stale pod replaced by a new one and waited for,
+# one by one, then this node's API server answers again). procps only: pgrep, ps.
+{{STATIC_POD}}
 pid_of() { pgrep -of "^$1( |\$)"; }
+# Pod $1 runs again: a process other than $2 that started after $3.
+runs_again() {
+  new=$(pid_of "$1") || return 1
+  [ "$new" != "$2" ] && [ $(( $(started "$1") + 1 )) -ge "$3" ]
+}
+api_ready() { {{KUBECTL}} --server {{SERVER}} get --raw=/readyz --request-timeout=5s >/dev/null 2>&1; }
 # When the pod's process started, in seconds since the epoch (0: not running).
 started() {
   p=$(pid_of "$1") || { echo 0; return; }
@@ -16,7 +23,7 @@ newest() {
   n=0
   for f in $(echo "$1" | tr ',' ' '); do
     [ -f "$f" ] || continue
-    m=$(stat -c %Y "$f"); [ "$m" -gt "$n" ] && n=$m
+    mt=$(stat -c %Y "$f"); [ "$mt" -gt "$n" ] && n=$mt
   done
   echo "$n"
 }
@@ -33,46 +40,28 @@ stale() {
 restart() {
   for pair in {{PODS}}; do
     c=${pair%%=*}
+    m={{MANIFESTS}}/$c.yaml
+    t={{MANIFESTS}}/.$c.yaml.kubexm
+    # A run stopped between swap_manifest's two moves left the new one beside.
+    if [ ! -f "$m" ] && [ -f "$t" ]; then mv -f "$t" "$m"; fi
     stale | grep -qx "$c" || continue
     old=$(pid_of "$c")
+    want=$(newest "${pair#*=}")
     # A new pod, not a restarted container: a label of the manifest changes
     # (the kubelet would wait out a crash back-off of up to 5 minutes for a
     # container that exited before, as a controller-manager does when its
-    # API server restarts).
-    m={{MANIFESTS}}/$c.yaml
+    # API server restarts). Without labels, only the process is stopped.
     if [ -f "$m" ] && grep -q '^  labels:$' "$m"; then
-      # Written beside it as a dotfile (the kubelet reads no hidden file as
-      # a static pod), then moved into place.
-      t={{MANIFESTS}}/.$c.yaml.kubexm
       sed -e '/^    kubexm.io\/restarted: /d' \
-        -e "0,/^  labels:\$/s//  labels:\n    kubexm.io\/restarted: \"$(date +%s)\"/" "$m" > "$t" && chmod --reference="$m" "$t" && mv -f "$t" "$m"
+        -e "0,/^  labels:\$/s//  labels:\n    kubexm.io\/restarted: \"$(date +%s)\"/" "$m" > "$t" && chmod --reference="$m" "$t" && swap_manifest "$m" "$t" "$c"
+    else
+      kill "$old" 2>/dev/null || true
+      for _ in 1 2 3 4 5; do kill -0 "$old" 2>/dev/null || break; sleep 1; done
+      kill -9 "$old" 2>/dev/null || true
     fi
-    # Five seconds for what it is serving, then it is stopped (a kube-apiserver
-    # finishes its watches for up to a minute otherwise; clients go to the
-    # other API servers meanwhile).
-    kill "$old" 2>/dev/null || true
-    for _ in 1 2 3 4 5; do kill -0 "$old" 2>/dev/null || break; sleep 1; done
-    kill -9 "$old" 2>/dev/null || true
-    want=$(newest "${pair#*=}")
-    waited=0
-    while :; do
-      new=$(pid_of "$c") || new=
-      if [ -n "$new" ] && [ "$new" != "$old" ] && [ $(( $(started "$c") + 1 )) -ge "$want" ]; then break; fi
-      if [ "$waited" -ge 180 ]; then
-        echo "$c did not run again within 180 s of its restart; look at: journalctl -u kubelet" >&2
-        return 1
-      fi
-      sleep 1; waited=$((waited + 1))
-    done
+    within 180 "$c did not run again within 180 s of its restart; look at: journalctl -u kubelet" runs_again "$c" "$old" "$want"
     echo "$c restarted"
   done
-  waited=0
-  until {{KUBECTL}} --server {{SERVER}} get --raw=/readyz --request-timeout=5s >/dev/null 2>&1; do
-    if [ "$waited" -ge 180 ]; then
-      echo "the API server at {{SERVER}} is not ready 180 s after its restart; look at: journalctl -u kubelet" >&2
-      return 1
-    fi
-    sleep 1; waited=$((waited + 1))
-  done
+  within 180 "the API server at {{SERVER}} is not ready 180 s after its restart; look at: journalctl -u kubelet" api_ready
 }
 {{TAIL}}

@@ -383,6 +383,7 @@ fn restart_static_pods(server: &str) -> anyhow::Result<Shell> {
                 ("MANIFESTS", crate::paths::STATIC_POD_MANIFESTS),
                 ("KUBECTL", &crate::waits::kubectl()),
                 ("SERVER", &q(server)),
+                ("STATIC_POD", crate::template::STATIC_POD),
                 ("TAIL", tail),
             ],
             &[],

@@ -185,6 +185,7 @@ pub fn api_servers(topo: &Topology, members: &[String], control_plane: &[String]
                     ("SERVERS", &servers),
                     ("KUBECTL", &kubectl),
                     ("SERVER", &server),
+                    ("STATIC_POD", crate::template::STATIC_POD),
                     ("TAIL", tail),
                 ],
                 &[],

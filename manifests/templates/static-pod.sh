@@ -1,0 +1,42 @@
+# kubexm: shell helpers of the scripts that replace a control-plane node's
+# static pod (included by kubexm-install where a script says so).
+#
+# within SECONDS MESSAGE COMMAND...: COMMAND run every second until it
+# succeeds; after SECONDS, MESSAGE goes to stderr and it fails.
+within() {
+  limit=$1; msg=$2; shift 2
+  t0=$(date +%s)
+  until "$@"; do
+    if [ $(( $(date +%s) - t0 )) -ge "$limit" ]; then echo "$msg" >&2; return 1; fi
+    sleep 1
+  done
+}
+# The UID of the pod process $1 runs in (its cgroup names it), or nothing.
+pod_uid() { grep -o 'pod[0-9a-f_-]\{16,\}' "/proc/$1/cgroup" 2>/dev/null | head -1 | sed 's/^pod//; s/_/-/g'; }
+# swap_manifest MANIFEST NEW COMMAND: the static pod of MANIFEST replaced
+# by the one NEW describes (a hidden file beside it, which the kubelet
+# ignores; a run stopped half-way leaves one of the two, and the caller
+# moves NEW into place first when MANIFEST is missing). The manifest goes,
+# the old process (its command line starts with COMMAND) gets 5 s for what
+# it serves and is then killed, the kubelet is given time to finish the old
+# pod (its directory under /var/lib/kubelet/pods gone, then a second), and
+# only then does NEW move in: the kubelet starts a static pod only once no
+# other of the same name is still terminating, and otherwise tries again 10
+# to 15 s later (what made every restart here take 15 to 20 s).
+swap_manifest() {
+  m=$1; new=$2; c=$3
+  old=$(pgrep -of "^$c( |\$)") || old=
+  uid=
+  if [ -n "$old" ]; then uid=$(pod_uid "$old"); fi
+  rm -f "$m"
+  if [ -n "$old" ]; then
+    kill "$old" 2>/dev/null || true
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$old" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$old" 2>/dev/null || true
+  fi
+  if [ -n "$uid" ]; then
+    for _ in $(seq 60); do [ -d "/var/lib/kubelet/pods/$uid" ] || break; sleep 0.5; done
+    sleep 1
+  fi
+  mv -f "$new" "$m"
+}
