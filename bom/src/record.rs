@@ -57,6 +57,14 @@ pub struct JobRef {
     pub finished: i64,
 }
 
+impl JobRef {
+    /// A reset or a cluster deletion, even a failed one: the hosts are no
+    /// longer as an install left them.
+    pub fn took_down(&self) -> bool {
+        self.kind.starts_with("reset") || self.kind == "delete-cluster"
+    }
+}
+
 /// One host of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]

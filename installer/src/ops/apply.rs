@@ -98,21 +98,7 @@ pub fn recorded_session(config: &super::session::Config, settings: super::sessio
     let probe = Session::open(config, None, None, settings.clone())?;
     let name = probe.cluster().metadata.name.clone();
     let usage = |msg: String| op(OpError::Usage, anyhow::anyhow!(msg));
-    let record = probe.last_record(true)?.ok_or_else(|| {
-        usage(format!(
-            "the state database {} records no successful install of cluster {name}: install it first, \
-             or pass the --state it was installed with",
-            settings.engine.state.display()
-        ))
-    })?;
-    if let Some(last) = probe.last_record(false)?
-        && (last.job.kind.starts_with("reset") || last.job.kind == "delete-cluster")
-    {
-        return Err(usage(format!(
-            "cluster {name}'s last job was a {} ({}, job {}): there is no installed cluster to apply to; install it again",
-            last.job.kind, last.job.status, last.job.id
-        )));
-    }
+    let record = installed(&probe)?;
     let Some(digest) = record.bundle else {
         return Err(usage(format!(
             "cluster {name}'s record names no bundle (job {}): pass --bundle FILE, the bundle it was installed from",
@@ -129,47 +115,43 @@ pub fn recorded_session(config: &super::session::Config, settings: super::sessio
     Ok(Session::opened(config, cluster, Some(opened), None, settings, started))
 }
 
+/// The record of `session`'s installed cluster: its last successful job's,
+/// an install's or a change of it, with no reset since (even a failed one
+/// left the hosts half undone); refused, saying what to do, otherwise.
+fn installed(session: &Session) -> anyhow::Result<kubexm_bom::record::ClusterRecord> {
+    let name = &session.cluster().metadata.name;
+    let usage = |msg: String| op(OpError::Usage, anyhow::anyhow!(msg));
+    let record = session.last_record(true)?.ok_or_else(|| {
+        usage(format!(
+            "the state database {} records no successful install of cluster {name}: install it first \
+             (kubexm-install --bundle ... -f ...), or pass the --state it was installed with; a cluster \
+             installed by a kubexm before records gets one when its install is run again (done steps are skipped)",
+            session.settings().engine.state.display()
+        ))
+    })?;
+    if !matches!(record.job.kind.as_str(), "install" | "apply" | "remove-node") {
+        return Err(usage(format!(
+            "cluster {name}'s last successful job was a {} (job {}): there is no installed cluster to apply to; install it",
+            record.job.kind, record.job.id
+        )));
+    }
+    if let Some(last) = session.last_record(false)?
+        && last.job.took_down()
+    {
+        return Err(usage(format!(
+            "cluster {name}'s last job was a {} ({}, job {}): its hosts are not as the install left them; \
+             finish the reset and install again",
+            last.job.kind, last.job.status, last.job.id
+        )));
+    }
+    Ok(record)
+}
+
 /// Applies the session's config to its installed cluster.
 pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport> {
     let cluster = session.cluster();
     let name = &cluster.metadata.name;
-    let state = &session.settings().engine.state;
-    let record = session.last_record(true)?.ok_or_else(|| {
-        op(
-            OpError::Usage,
-            anyhow::anyhow!(
-                "the state database {} records no successful install of cluster {name}: install it first \
-                 (kubexm-install --bundle ... -f ...), or pass the --state it was installed with; a cluster \
-                 installed by a kubexm before records gets one when its install is run again (done steps are skipped)",
-                state.display()
-            ),
-        )
-    })?;
-    if !matches!(record.job.kind.as_str(), "install" | "apply" | "remove-node") {
-        return Err(op(
-            OpError::Usage,
-            anyhow::anyhow!(
-                "cluster {name}'s last successful job was a {} (job {}): there is no installed cluster to apply to; install it",
-                record.job.kind,
-                record.job.id
-            ),
-        ));
-    }
-    // A reset since, even a failed one, left hosts half undone: install again.
-    if let Some(last) = session.last_record(false)?
-        && (last.job.kind.starts_with("reset") || last.job.kind == "delete-cluster")
-    {
-        return Err(op(
-            OpError::Usage,
-            anyhow::anyhow!(
-                "cluster {name}'s last job was a {} ({}, job {}): its hosts are not as the install left them; \
-                 finish the reset and install again",
-                last.job.kind,
-                last.job.status,
-                last.job.id
-            ),
-        ));
-    }
+    let record = installed(session)?;
     // Another bundle may add images; what is installed stays as it is.
     if let Some(b) = session.bundle() {
         let changed = kubexm_bom::changes::bundle_changes(&record, &b.manifest.lock);

@@ -49,11 +49,10 @@ fn etcd_before(session: &Session, args: &InstallOptions) -> anyhow::Result<Optio
 /// The record of the cluster as installed: the last successful job's,
 /// unless a reset (even a failed one) came since.
 fn installed(session: &Session) -> anyhow::Result<Option<kubexm_bom::record::ClusterRecord>> {
-    let reset = |kind: &str| kind.starts_with("reset") || kind == "delete-cluster";
-    if session.last_record(false)?.is_some_and(|r| reset(&r.job.kind)) {
+    if session.last_record(false)?.is_some_and(|r| r.job.took_down()) {
         return Ok(None);
     }
-    Ok(session.last_record(true)?.filter(|r| !reset(&r.job.kind)))
+    Ok(session.last_record(true)?.filter(|r| !r.job.took_down()))
 }
 
 /// What `install` did.

@@ -320,7 +320,7 @@ fn check(session: &mut Session, o: &RemoveOptions) -> anyhow::Result<Plan> {
     })?;
     let last = session.last_record(false)?;
     for r in [Some(&record), last.as_ref()].into_iter().flatten() {
-        if r.job.kind.starts_with("reset") || r.job.kind == "delete-cluster" {
+        if r.job.took_down() {
             return Err(usage(format!(
                 "cluster {name}'s last job was a {} ({}, job {}): there is no installed cluster to remove a node from",
                 r.job.kind, r.job.status, r.job.id
