@@ -20,7 +20,7 @@ update() {
   [ -f "$m" ] || { echo "$m is missing: not a control-plane node kubeadm set up; is the node's kubeadm join done? run apply again" >&2; return 1; }
   grep -q -- '^ *- --etcd-servers=' "$m" || { echo "$m has no --etcd-servers line: kubexm cannot tell its API server where etcd is; add the line ($want) by hand and run the command again" >&2; return 1; }
   if [ "$(now)" != "$want" ]; then
-    sed "s|^\( *- --etcd-servers=\).*|\1$want|" "$m" > "$t" && chmod --reference="$m" "$t" && swap_manifest "$m" "$t" kube-apiserver
+    sed "s|^\( *- --etcd-servers=\).*|\1$want|" "$m" > "$t" && chmod --reference="$m" "$t" && swap_manifest "$m" "$t" kube-apiserver || return 1
   else
     # The manifest says so already (an earlier run): a process started
     # before it is stopped, the kubelet starts the new pod.
@@ -32,7 +32,7 @@ update() {
     fi
   fi
   t0=$(date +%s)
-  within 180 "the API server at {{SERVER}} is not ready with --etcd-servers=$want 180 s after the change; look at: journalctl -u kubelet and crictl ps -a on this node, then run the command again" ready
+  within 180 "the API server at {{SERVER}} is not ready with --etcd-servers=$want 180 s after the change; look at: journalctl -u kubelet and crictl ps -a on this node, then run the command again" ready || return 1
   echo "API server at {{SERVER}} reads etcd at $want ($(( $(date +%s) - t0 )) s)"
 }
 {{TAIL}}

@@ -1,6 +1,6 @@
 # kubexm: on a control-plane node (`certs renew`), which static pods' main
 # process started before one of the files it reads was last written, and
-# restarting them (their process stopped; the kubelet starts a new one).
+# replacing each by a new pod (see swap_manifest).
 # Written by kubexm-install; the last line, {{TAIL}}, is the check (none
 # stale) or the restart (each stale pod replaced by a new one and waited for,
 # one by one, then this node's API server answers again). procps only: pgrep, ps.
@@ -33,6 +33,8 @@ newest() {
 stale() {
   for pair in {{PODS}}; do
     c=${pair%%=*}
+    # A run stopped between swap_manifest's two moves: its new manifest waits beside.
+    if [ ! -f "{{MANIFESTS}}/$c.yaml" ] && [ -f "{{MANIFESTS}}/.$c.yaml.kubexm" ]; then echo "$c"; continue; fi
     pid_of "$c" >/dev/null || continue
     if [ "$(newest "${pair#*=}")" -gt $(( $(started "$c") + 1 )) ]; then echo "$c"; fi
   done
@@ -42,26 +44,27 @@ restart() {
     c=${pair%%=*}
     m={{MANIFESTS}}/$c.yaml
     t={{MANIFESTS}}/.$c.yaml.kubexm
-    # A run stopped between swap_manifest's two moves left the new one beside.
-    if [ ! -f "$m" ] && [ -f "$t" ]; then mv -f "$t" "$m"; fi
     stale | grep -qx "$c" || continue
-    old=$(pid_of "$c")
+    old=$(pid_of "$c") || old=
     want=$(newest "${pair#*=}")
     # A new pod, not a restarted container: a label of the manifest changes
     # (the kubelet would wait out a crash back-off of up to 5 minutes for a
     # container that exited before, as a controller-manager does when its
     # API server restarts). Without labels, only the process is stopped.
-    if [ -f "$m" ] && grep -q '^  labels:$' "$m"; then
+    if [ ! -f "$m" ] && [ -f "$t" ]; then
+      # A run stopped between swap_manifest's two moves: the new one moves in.
+      mv -f "$t" "$m"
+    elif [ -f "$m" ] && grep -q '^  labels:$' "$m"; then
       sed -e '/^    kubexm.io\/restarted: /d' \
-        -e "0,/^  labels:\$/s//  labels:\n    kubexm.io\/restarted: \"$(date +%s)\"/" "$m" > "$t" && chmod --reference="$m" "$t" && swap_manifest "$m" "$t" "$c"
+        -e "0,/^  labels:\$/s//  labels:\n    kubexm.io\/restarted: \"$(date +%s)\"/" "$m" > "$t" && chmod --reference="$m" "$t" && swap_manifest "$m" "$t" "$c" || return 1
     else
       kill "$old" 2>/dev/null || true
       for _ in 1 2 3 4 5; do kill -0 "$old" 2>/dev/null || break; sleep 1; done
       kill -9 "$old" 2>/dev/null || true
     fi
-    within 180 "$c did not run again within 180 s of its restart; look at: journalctl -u kubelet" runs_again "$c" "$old" "$want"
+    within 180 "$c did not run again within 180 s of its restart; look at: journalctl -u kubelet" runs_again "$c" "$old" "$want" || return 1
     echo "$c restarted"
   done
-  within 180 "the API server at {{SERVER}} is not ready 180 s after its restart; look at: journalctl -u kubelet" api_ready
+  within 180 "the API server at {{SERVER}} is not ready 180 s after its restart; look at: journalctl -u kubelet" api_ready || return 1
 }
 {{TAIL}}

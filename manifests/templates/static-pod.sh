@@ -22,7 +22,10 @@ pod_uid() { grep -o 'pod[0-9a-f_-]\{16,\}' "/proc/$1/cgroup" 2>/dev/null | head 
 # pod (its directory under /var/lib/kubelet/pods gone, then a second), and
 # only then does NEW move in: the kubelet starts a static pod only once no
 # other of the same name is still terminating, and otherwise tries again 10
-# to 15 s later (what made every restart here take 15 to 20 s).
+# to 15 s later (what made every restart here take 15 to 21 s). Without an
+# old process (one that keeps crashing) there is nothing to wait for, and
+# the kubelet may take those 10 to 15 s. The wait for the directory is cut
+# at 15 s, the longest the kubelet's own retry would take.
 swap_manifest() {
   m=$1; new=$2; c=$3
   old=$(pgrep -of "^$c( |\$)") || old=
@@ -35,7 +38,7 @@ swap_manifest() {
     kill -9 "$old" 2>/dev/null || true
   fi
   if [ -n "$uid" ]; then
-    for _ in $(seq 60); do [ -d "/var/lib/kubelet/pods/$uid" ] || break; sleep 0.5; done
+    for _ in $(seq 30); do [ -d "/var/lib/kubelet/pods/$uid" ] || break; sleep 0.5; done
     sleep 1
   fi
   mv -f "$new" "$m"

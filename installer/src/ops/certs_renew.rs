@@ -390,7 +390,9 @@ fn restart_static_pods(server: &str) -> anyhow::Result<Shell> {
         )
     };
     let mut s = Shell::new("static-pods-restarted", Some(&script("[ -z \"$(stale)\" ]")?), &script("restart")?);
-    s.timeout = Duration::from_secs(STATIC_PODS.len() as u64 * 200 + 240);
+    // Per pod: 5 s to stop, 15 s for the kubelet to finish it, 180 s to run
+    // again, with room; then 180 s for /readyz.
+    s.timeout = Duration::from_secs(STATIC_PODS.len() as u64 * 240 + 240);
     Ok(s)
 }
 

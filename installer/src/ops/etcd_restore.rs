@@ -48,6 +48,9 @@ const REMOTE_DIR: &str = "/var/lib/kubexm/etcd-restore";
 /// Where the API servers' manifests wait while etcd is restored.
 const ASIDE: &str = "/etc/kubernetes/kubexm-restore";
 const MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+/// Where `etcd-servers` or `certs renew` leave its new manifest when
+/// stopped half-way through a replacement (see `static-pod.sh`).
+const NEW_MANIFEST: &str = "/etc/kubernetes/manifests/.kube-apiserver.yaml.kubexm";
 /// How long the API servers and nodes may take to come back.
 const BACK_WAIT: u64 = 300;
 
@@ -261,12 +264,15 @@ fn pipeline(
             .map(|h| task(name, h, vec![Arc::new(Shell::new(name, None, cmd))], after.clone()))
             .collect()
     };
-    // Its manifest aside, the kubelet stops the pod; the process (procps: its
+    // Its manifest aside (a new one left beside by a replacement stopped
+    // half-way taken first), the kubelet stops the pod; the process (procps: its
     // command line starts with its name) gets 5 s for what it serves, then it
     // is killed (it would finish its watches for up to a minute, and nothing
     // may write to etcd while it is restored).
     let stop_api = format!(
-        "set -e; mkdir -p {ASIDE}; if [ -f {MANIFEST} ]; then mv {MANIFEST} {ASIDE}/; fi; \
+        "set -e; mkdir -p {ASIDE}; \
+         if [ ! -f {MANIFEST} ] && [ -f {NEW_MANIFEST} ]; then mv {NEW_MANIFEST} {MANIFEST}; fi; \
+         if [ -f {MANIFEST} ]; then mv {MANIFEST} {ASIDE}/; fi; \
          pkill -f '^kube-apiserver( |$)' || true; \
          for i in $(seq 5); do pgrep -f '^kube-apiserver( |$)' >/dev/null || exit 0; sleep 1; done; \
          pkill -9 -f '^kube-apiserver( |$)' || true; \
