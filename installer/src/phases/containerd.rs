@@ -12,6 +12,9 @@ use crate::paths::{REGISTRY_CLIENT_CERT, REGISTRY_CLIENT_KEY};
 use crate::template::render;
 
 const CONTAINERD_CONFIG: &str = include_str!("../../../manifests/templates/containerd-config.toml");
+/// containerd 2.x's own layout (config version 3: the CRI plugin split into
+/// images and runtime).
+const CONTAINERD_CONFIG_V3: &str = include_str!("../../../manifests/templates/containerd-config-v3.toml");
 const CONTAINERD_UNIT: &str = include_str!("../../../manifests/templates/containerd.service");
 
 /// containerd on every node from the bundle's binaries for its arch, with
@@ -65,35 +68,16 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         .find(|f| f.component == "containerd")
         .map(|f| f.version.clone())
         .unwrap_or_default();
-    files.push((
-        CONTAINERD_CONFIG_PATH.into(),
-        render(
-            "containerd-config.toml",
-            CONTAINERD_CONFIG,
-            &[
-                ("SANDBOX_IMAGE", &sandbox),
-                (
-                    "RESTRICT_OOM_SCORE_ADJ",
-                    if i.cluster.spec.container_runtime.restrict_oom_score_adj {
-                        "true"
-                    } else {
-                        "false"
-                    },
-                ),
-                ("VERSION", &version),
-                (
-                    "SYSTEMD_CGROUP",
-                    match i.cluster.spec.kubernetes.kubelet.cgroup_driver {
-                        kubexm_bom::config::model::CgroupDriver::Systemd => "true",
-                        kubexm_bom::config::model::CgroupDriver::Cgroupfs => "false",
-                    },
-                ),
-            ],
-            &[],
-        )?
-        .into_bytes(),
-        0o644,
-    ));
+    let config = Config {
+        version: &version,
+        sandbox: &sandbox,
+        restrict_oom_score_adj: i.cluster.spec.container_runtime.restrict_oom_score_adj,
+        systemd_cgroup: matches!(
+            i.cluster.spec.kubernetes.kubelet.cgroup_driver,
+            kubexm_bom::config::model::CgroupDriver::Systemd
+        ),
+    };
+    files.push((CONTAINERD_CONFIG_PATH.into(), config.render()?.into_bytes(), 0o644));
     files.push((CONTAINERD_UNIT_PATH.into(), CONTAINERD_UNIT.as_bytes().to_vec(), 0o644));
     let mut tasks = Vec::new();
     for h in &hosts {
@@ -133,4 +117,91 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         name: "containerd".into(),
         tasks,
     })
+}
+
+/// What `config.toml` says, for the containerd `version` the bundle holds.
+struct Config<'a> {
+    version: &'a str,
+    sandbox: &'a str,
+    restrict_oom_score_adj: bool,
+    systemd_cgroup: bool,
+}
+
+impl Config<'_> {
+    /// containerd 1.x reads config version 2; 2.x version 3 (2.0 still takes
+    /// a single CNI `bin_dir`, 2.1 and later `bin_dirs`). A version that does
+    /// not parse is taken as 1.x, what kubexm wrote before 2.x existed.
+    fn render(&self) -> anyhow::Result<String> {
+        let v = self.version.trim_start_matches('v');
+        let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        let flag = |b: bool| if b { "true" } else { "false" };
+        let mut values = vec![
+            ("SANDBOX_IMAGE", self.sandbox),
+            ("RESTRICT_OOM_SCORE_ADJ", flag(self.restrict_oom_score_adj)),
+            ("VERSION", self.version),
+            ("SYSTEMD_CGROUP", flag(self.systemd_cgroup)),
+        ];
+        let (name, template) = if major >= 2 {
+            let dirs = if minor >= 1 || major > 2 {
+                "bin_dirs = [\"/opt/cni/bin\"]"
+            } else {
+                "bin_dir = \"/opt/cni/bin\""
+            };
+            values.push(("CNI_BIN_DIRS", dirs));
+            ("containerd-config-v3.toml", CONTAINERD_CONFIG_V3)
+        } else {
+            ("containerd-config.toml", CONTAINERD_CONFIG)
+        };
+        Ok(render(name, template, &values, &[])?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(version: &str) -> anyhow::Result<String> {
+        Config {
+            version,
+            sandbox: "registry.k8s.io/pause:3.10",
+            restrict_oom_score_adj: true,
+            systemd_cgroup: false,
+        }
+        .render()
+    }
+
+    /// containerd 1.x gets config version 2 with the one CRI plugin; 2.x
+    /// version 3 with the images and runtime plugins, the same sandbox
+    /// image, registry directory, cgroup driver and OOM setting; the CNI
+    /// binaries' directory as each 2.x minor names it.
+    #[test]
+    fn the_config_follows_the_containerd_major_version() -> anyhow::Result<()> {
+        let one = config("1.7.13")?;
+        assert!(
+            one.contains("version = 2\n") && one.contains("[plugins.\"io.containerd.grpc.v1.cri\"]"),
+            "{one}"
+        );
+        assert!(one.contains("sandbox_image = \"registry.k8s.io/pause:3.10\""), "{one}");
+        for (version, cni) in [
+            ("2.3.4", "bin_dirs = [\"/opt/cni/bin\"]"),
+            ("v2.1.0", "bin_dirs = [\"/opt/cni/bin\"]"),
+            ("2.0.5", "bin_dir = \"/opt/cni/bin\""),
+        ] {
+            let three = config(version)?;
+            assert!(three.contains("version = 3\n") && !three.contains("grpc.v1.cri"), "{three}");
+            for line in [
+                "[plugins.'io.containerd.cri.v1.images'.pinned_images]",
+                "sandbox = \"registry.k8s.io/pause:3.10\"",
+                "config_path = \"/etc/containerd/certs.d\"",
+                "restrict_oom_score_adj = true",
+                "SystemdCgroup = false",
+                cni,
+                "conf_dir = \"/etc/cni/net.d\"",
+            ] {
+                assert!(three.lines().any(|l| l.trim() == line), "{version}: no {line}:\n{three}");
+            }
+        }
+        Ok(())
+    }
 }
