@@ -243,7 +243,7 @@ pub fn remove_nodes(lab: &Lab, config: &Path, base: &Path, b: &LabBundle, dir: &
     kubectl("rollout status deployment/pinned --timeout=180s");
 
     let start = std::time::Instant::now();
-    let blocked = remove_node(config, dir, &[&spare, "--drain-timeout", "10"]);
+    let blocked = remove_node(config, dir, &[&spare, "--drain-timeout", "3"]);
     let err = text(&blocked.stderr);
     assert_eq!(blocked.status.code(), Some(7), "{err}");
     assert!(

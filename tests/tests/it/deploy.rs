@@ -434,10 +434,15 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         crate::day2_etcd::registry_moves(&lab, &dir.path().join("with-backup.yaml"), &b, dir.path(), &k)
     });
     let total: std::time::Duration = costs.iter().map(|(_, d)| *d).sum();
+    let mut report = String::new();
     for (name, d) in &costs {
-        eprintln!("day 2 part: {name}: {:.1} s", d.as_secs_f64());
+        report.push_str(&format!("day 2 part: {name}: {:.1} s\n", d.as_secs_f64()));
     }
-    eprintln!("day 2 in all: {:.1} s", total.as_secs_f64());
+    report.push_str(&format!("day 2 in all: {:.1} s\n", total.as_secs_f64()));
+    eprint!("{report}");
+    // Kept beside the install's timeline: CI shows no test's output unless it fails.
+    let _ = std::fs::create_dir_all("/var/cache/kubexm-lab/timelines")
+        .and_then(|()| std::fs::write("/var/cache/kubexm-lab/timelines/main-job-day2.txt", &report));
 
     // No secret stays on the hosts.
     for h in &lab.desc.hosts {
