@@ -35,7 +35,7 @@ stale() {
   for pair in {{PODS}}; do
     c=${pair%%=*}
     # A run stopped between swap_manifest's two moves: its new manifest waits beside.
-    if [ ! -f "{{MANIFESTS}}/$c.yaml" ] && [ -f "{{MANIFESTS}}/.$c.yaml.kubexm" ]; then echo "$c"; continue; fi
+    if [ ! -f "{{MANIFESTS}}/$c.yaml" ] && [ -f "$(beside "{{MANIFESTS}}/$c.yaml")" ]; then echo "$c"; continue; fi
     pid_of "$c" >/dev/null || continue
     if [ "$(newest "${pair#*=}")" -gt $(( $(started "$c") + 1 )) ]; then echo "$c"; fi
   done
@@ -46,7 +46,7 @@ replace() {
   pair=$1
   c=${pair%%=*}
   m={{MANIFESTS}}/$c.yaml
-  t={{MANIFESTS}}/.$c.yaml.kubexm
+  t=$(beside "$m")
   stale | grep -qx "$c" || return 0
   old=$(pid_of "$c") || old=
   want=$(newest "${pair#*=}")
@@ -60,10 +60,8 @@ replace() {
   elif [ -f "$m" ] && grep -q '^  labels:$' "$m"; then
     sed -e '/^    kubexm.io\/restarted: /d' \
       -e "0,/^  labels:\$/s//  labels:\n    kubexm.io\/restarted: \"$(date +%s)\"/" "$m" > "$t" && chmod --reference="$m" "$t" && swap_manifest "$m" "$t" "$c" || return 1
-  else
-    kill "$old" 2>/dev/null || true
-    for _ in 1 2 3 4 5; do kill -0 "$old" 2>/dev/null || break; sleep 1; done
-    kill -9 "$old" 2>/dev/null || true
+  elif [ -n "$old" ]; then
+    stop_process "$old"
   fi
   within 180 "$c did not run again within 180 s of its restart; look at: journalctl -u kubelet" runs_again "$c" "$old" "$want" || return 1
   echo "$c restarted"
