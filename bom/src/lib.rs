@@ -18,6 +18,7 @@ pub mod net;
 pub mod record;
 pub mod resolve;
 pub mod topology;
+pub mod upgrade;
 pub mod yaml;
 
 pub use bom::{Bom, ChartItem, ChartSource, Checksum, DebItem, FileItem, ImageItem, ManifestItem, OsRepoItem};

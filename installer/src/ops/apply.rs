@@ -118,7 +118,7 @@ pub fn recorded_session(config: &super::session::Config, settings: super::sessio
 /// The record of `session`'s installed cluster: its last successful job's,
 /// an install's or a change of it, with no reset since (even a failed one
 /// left the hosts half undone); refused, saying what to do, otherwise.
-fn installed(session: &Session) -> anyhow::Result<kubexm_bom::record::ClusterRecord> {
+pub(crate) fn installed(session: &Session) -> anyhow::Result<kubexm_bom::record::ClusterRecord> {
     let name = &session.cluster().metadata.name;
     let usage = |msg: String| op(OpError::Usage, anyhow::anyhow!(msg));
     let record = session.last_record(true)?.ok_or_else(|| {

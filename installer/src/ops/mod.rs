@@ -26,6 +26,7 @@ pub mod reset;
 pub mod serve;
 pub mod session;
 pub mod status;
+pub mod upgrade;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -56,7 +56,7 @@ impl Config {
     }
 
     /// Validated for an operation that only reaches its hosts.
-    fn load_hosts(&self) -> Result<Cluster, kubexm_bom::config::LoadError> {
+    pub(crate) fn load_hosts(&self) -> Result<Cluster, kubexm_bom::config::LoadError> {
         match self {
             Config::File(p) => kubexm_bom::config::load_file_hosts(p),
             Config::Text { name, text } => kubexm_bom::config::load_str_hosts(text, name),

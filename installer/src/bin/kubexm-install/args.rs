@@ -71,6 +71,29 @@ pub struct InstallArgs {
     pub engine: EngineArgs,
 }
 
+#[derive(Args)]
+pub struct UpgradeArgs {
+    /// The cluster config (cluster.yaml), naming the version to upgrade to.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// A bundle built by kubexm-bundle: the one for the config's version, and one for each
+    /// minor in between (repeat the flag; any order).
+    #[arg(long, value_name = "FILE", required = true)]
+    pub bundle: Vec<PathBuf>,
+    /// A NotReady worker to leave at its version (repeatable); it is checked against the
+    /// version skew policy at every hop.
+    #[arg(long = "skip-not-ready", value_name = "HOST")]
+    pub skip_not_ready: Vec<String>,
+    /// Print the chain of hops (after reading each node's version from the API server);
+    /// change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
 #[derive(Args, Clone)]
 pub struct TrustArgs {
     /// The bundle's minisign public key; `<bundle>.minisig` is checked before anything is decompressed.
@@ -276,6 +299,13 @@ pub enum Command {
     /// bundle the cluster was installed from, as unpacked under --root. --dry-run prints the
     /// change and the steps that would run.
     Apply(InstallArgs),
+    /// Upgrade an installed cluster to the Kubernetes version its config now names, one
+    /// minor at a time. Checked first, before any change: no downgrade, a bundle for every
+    /// minor in between (--bundle once per hop), every kubelet within the version skew
+    /// policy at every hop, every artifact of every hop in its bundle, every node Ready
+    /// (or a NotReady worker named by --skip-not-ready). --dry-run prints the chain of hops;
+    /// running them is not supported yet (exit 8).
+    Upgrade(UpgradeArgs),
     /// Show a job: each module and host, and the log tail of each failed
     /// step; with --timeline, where its time went, as a picture; with
     /// --cluster, the cluster's record (what its last job applied).

@@ -12,7 +12,7 @@ use kubexm_installer::{ops, serve, unpack};
 
 mod args;
 mod exit_codes;
-use args::{Cli, Command, EngineArgs, InstallArgs, TrustArgs};
+use args::{Cli, Command, EngineArgs, InstallArgs, TrustArgs, UpgradeArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -169,6 +169,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Conformance(a) => conformance(a),
         Command::Apply(a) => apply(a),
+        Command::Upgrade(u) => upgrade(u),
         Command::Etcd(e) => etcd(e),
         Command::Remove(r) => remove(r),
         Command::Delete(d) => delete(d),
@@ -504,6 +505,29 @@ fn apply(args: InstallArgs) -> anyhow::Result<()> {
             }
         )?
     );
+    Ok(())
+}
+
+/// `upgrade`: the version rules checked, the chain of hops printed.
+fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
+    if args.trust.pubkey.is_none() {
+        warn_unsigned();
+    }
+    let settings = Settings {
+        root: args.trust.root,
+        pubkey: args.trust.pubkey,
+        ..Settings::engine_only(args.engine.settings())
+    };
+    let (session, hop_bundles) = ops::upgrade::open(&Config::File(args.file), &args.bundle, settings)?;
+    let plan = ops::upgrade::upgrade(
+        &session,
+        &ops::upgrade::UpgradeOptions {
+            hop_bundles,
+            skip_not_ready: args.skip_not_ready,
+            dry_run: args.dry_run,
+        },
+    )?;
+    print!("{plan}");
     Ok(())
 }
 

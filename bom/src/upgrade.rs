@@ -1,0 +1,477 @@
+//! The upgrade's version rules, checked before any host is touched: from
+//! what a cluster runs (its record, and each node's kubelet and readiness
+//! as the API server reports them) and what the operator gives (the
+//! config's version, one bundle per hop), the chain of hops, one minor at
+//! a time, or every reason it is refused, all at once:
+//!
+//! - a downgrade (there is none: an etcd snapshot is the way back);
+//! - a minor skipped: each minor between the running one and the target
+//!   needs a bundle of its own (`--bundle` once per hop), since kubeadm
+//!   upgrades one minor at a time;
+//! - a kubelet that would end newer than the API server, or more than
+//!   three minors older than it at any hop (Kubernetes' version skew
+//!   policy), including a node left alone by `--skip-not-ready`, which
+//!   keeps its kubelet through every hop;
+//! - an artifact a hop needs missing from its bundle (kubeadm, kubelet and
+//!   kubectl for each node's arch, the control-plane and kube-proxy images);
+//! - a node NotReady, unless named by `--skip-not-ready` (a worker only:
+//!   every control-plane node and etcd member takes part).
+//!
+//! A patch upgrade within a minor is one hop with no hop checks.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::Bom;
+use crate::record::ClusterRecord;
+
+/// The newest kubelet minor may be this many minors older than the API
+/// server (Kubernetes' version skew policy since v1.28).
+pub const KUBELET_SKEW: u32 = 3;
+
+/// A Kubernetes release, `vMAJOR.MINOR.PATCH` (a pre-release suffix is kept
+/// for messages and ordered before its release).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+    /// `None` for a release; `Some("rc.1")` sorts before it.
+    pre: PreRelease,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum PreRelease {
+    Some(String),
+    None,
+}
+
+impl Version {
+    /// `v1.37.2` (the `v` optional; a `-rc.1` or `+build` suffix allowed).
+    pub fn parse(s: &str) -> Option<Version> {
+        let t = s.trim().trim_start_matches('v');
+        let (core, pre) = match t.split_once(['-', '+']) {
+            Some((c, p)) => (c, PreRelease::Some(p.to_string())),
+            None => (t, PreRelease::None),
+        };
+        let mut it = core.split('.').map(|p| p.parse::<u32>().ok());
+        let v = Version {
+            major: it.next()??,
+            minor: it.next()??,
+            patch: it.next()??,
+            pre,
+        };
+        it.next().is_none().then_some(v)
+    }
+
+    /// `v1.37`.
+    pub fn minor_name(&self) -> String {
+        format!("v{}.{}", self.major, self.minor)
+    }
+
+    /// How many minors `self` is behind `other` (0 when not behind).
+    fn minors_behind(&self, other: &Version) -> u32 {
+        if self.major != other.major {
+            return if self.major < other.major { u32::MAX } else { 0 };
+        }
+        other.minor.saturating_sub(self.minor)
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)?;
+        if let PreRelease::Some(p) = &self.pre {
+            write!(f, "-{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A node as the API server reports it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeNow {
+    pub name: String,
+    /// `status.nodeInfo.kubeletVersion`; `None`: not registered.
+    pub kubelet: Option<String>,
+    pub ready: bool,
+}
+
+/// A bundle given for the upgrade: what messages call it, and its lock.
+#[derive(Debug, Clone, Copy)]
+pub struct GivenBundle<'a> {
+    pub name: &'a str,
+    pub bom: &'a Bom,
+}
+
+/// What the planner is asked.
+#[derive(Debug, Clone)]
+pub struct PlanInput<'a> {
+    /// The cluster as its last successful job left it.
+    pub record: &'a ClusterRecord,
+    /// Every node the API server knows.
+    pub nodes: Vec<NodeNow>,
+    /// The version the config asks for.
+    pub target: &'a str,
+    /// Every bundle given, in any order.
+    pub bundles: Vec<GivenBundle<'a>>,
+    /// NotReady workers to leave alone.
+    pub skip_not_ready: Vec<String>,
+}
+
+/// One hop: the whole cluster from one version to the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hop {
+    pub from: Version,
+    pub to: Version,
+    /// The index in [`PlanInput::bundles`] of the bundle it installs from.
+    pub bundle: usize,
+    /// The bundle's name, for messages.
+    pub bundle_name: String,
+    /// Components whose version changes in this hop, `(name, from, to)`:
+    /// etcd and containerd among them get their own node-by-node step.
+    pub changes: Vec<(String, String, String)>,
+}
+
+impl Hop {
+    /// Within one minor: no hop checks, nothing but patch releases.
+    pub fn is_patch(&self) -> bool {
+        self.from.major == self.to.major && self.from.minor == self.to.minor
+    }
+
+    /// The change of `component` in this hop, if any.
+    pub fn change(&self, component: &str) -> Option<(&str, &str)> {
+        self.changes
+            .iter()
+            .find(|(c, _, _)| c == component)
+            .map(|(_, a, b)| (a.as_str(), b.as_str()))
+    }
+}
+
+/// The chain of hops, and what it leaves alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpgradePlan {
+    pub cluster: String,
+    pub from: Version,
+    pub to: Version,
+    pub hops: Vec<Hop>,
+    /// NotReady workers left alone, with the kubelet they keep.
+    pub skipped: Vec<(String, String)>,
+    /// Bundles given that no hop uses, and why.
+    pub unused: Vec<String>,
+}
+
+impl fmt::Display for UpgradePlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.hops.is_empty() {
+            return writeln!(f, "upgrade: cluster {} already runs {}: nothing to do", self.cluster, self.to);
+        }
+        writeln!(
+            f,
+            "upgrade: cluster {} from {} to {} in {} hop(s), one minor at a time:",
+            self.cluster,
+            self.from,
+            self.to,
+            self.hops.len()
+        )?;
+        for (i, h) in self.hops.iter().enumerate() {
+            let kind = if h.is_patch() { " (patch)" } else { "" };
+            writeln!(f, "  hop {}: {} -> {}{kind}, from {}", i + 1, h.from, h.to, h.bundle_name)?;
+            for (c, a, b) in &h.changes {
+                writeln!(f, "      {c} {a} -> {b}")?;
+            }
+        }
+        for (n, v) in &self.skipped {
+            writeln!(f, "  left alone (NotReady, --skip-not-ready): {n}, its kubelet stays {v}")?;
+        }
+        for u in &self.unused {
+            writeln!(f, "  not used: {u}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why an upgrade is refused: every reason found, each saying what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub cluster: String,
+    pub reasons: Vec<String>,
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the upgrade of cluster {} is refused before any host is touched:", self.cluster)?;
+        for r in &self.reasons {
+            write!(f, "\n  - {r}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The chain of hops from what `input.record` runs to `input.target`, or
+/// every reason not to start.
+pub fn plan(input: &PlanInput<'_>) -> Result<UpgradePlan, Refused> {
+    let record = input.record;
+    let mut reasons = Vec::new();
+    let refused = |reasons: Vec<String>| Refused {
+        cluster: record.name.clone(),
+        reasons,
+    };
+    let from = Version::parse(&record.kubernetes).ok_or_else(|| {
+        refused(vec![format!(
+            "the record's Kubernetes version {:?} is not a version",
+            record.kubernetes
+        )])
+    })?;
+    let to = Version::parse(input.target).ok_or_else(|| {
+        refused(vec![format!(
+            "spec.kubernetes.version {:?} is not a version (vMAJOR.MINOR.PATCH)",
+            input.target
+        )])
+    })?;
+    if to < from {
+        return Err(refused(vec![format!(
+            "{to} is older than the {from} the cluster runs: there is no downgrade (kubeadm has none); \
+             to go back, restore the etcd snapshot taken before the upgrade on a cluster reinstalled at {from}"
+        )]));
+    }
+    if to.major != from.major {
+        return Err(refused(vec![format!("{from} -> {to} changes the major version: not supported")]));
+    }
+    // Each bundle's version; the same version twice is ambiguous.
+    let mut by_version: BTreeMap<Version, usize> = BTreeMap::new();
+    let mut unused = Vec::new();
+    for (i, b) in input.bundles.iter().enumerate() {
+        match Version::parse(&b.bom.kubernetes_version) {
+            None => reasons.push(format!(
+                "{}: its lock's Kubernetes version {:?} is not a version",
+                b.name, b.bom.kubernetes_version
+            )),
+            Some(v) => {
+                if let Some(j) = by_version.insert(v.clone(), i) {
+                    reasons.push(format!(
+                        "{} and {} both carry Kubernetes {v}: give each version once",
+                        input.bundles[j].name, b.name
+                    ));
+                }
+            }
+        }
+    }
+    // The hops' ends: the newest patch given of each minor after the
+    // running one, the target's own version last.
+    let mut ends: Vec<(Version, usize)> = Vec::new();
+    if to != from {
+        if !by_version.contains_key(&to) {
+            reasons.push(format!(
+                "no bundle given carries Kubernetes {to}, the version the config asks for: pass --bundle with the bundle built for {to}"
+            ));
+        }
+        for minor in from.minor..=to.minor {
+            if minor == to.minor {
+                if let Some(&i) = by_version.get(&to) {
+                    ends.push((to.clone(), i));
+                }
+                continue;
+            }
+            if minor == from.minor {
+                continue;
+            }
+            let newest = by_version.iter().rfind(|(v, _)| v.major == to.major && v.minor == minor);
+            match newest {
+                Some((v, &i)) => ends.push((v.clone(), i)),
+                None => reasons.push(format!(
+                    "{from} -> {to} skips v{}.{minor}: kubeadm upgrades one minor at a time; build a bundle for \
+                     the newest v{}.{minor} patch and pass it with --bundle too (once per hop)",
+                    to.major, to.major
+                )),
+            }
+        }
+    }
+    let used: Vec<usize> = ends.iter().map(|(_, i)| *i).collect();
+    for (v, &i) in &by_version {
+        if !used.contains(&i) {
+            let why = if *v <= from {
+                format!("not newer than the {from} the cluster runs")
+            } else if *v > to {
+                format!("newer than the {to} the config asks for")
+            } else {
+                format!("an older patch of {} than the hop's", v.minor_name())
+            };
+            unused.push(format!("{} (Kubernetes {v}): {why}", input.bundles[i].name));
+        }
+    }
+    // Nodes: readiness, and each kubelet against every hop's API server.
+    let skipped = nodes(input, &to, &ends, &mut reasons);
+    // What each hop installs must be in its bundle.
+    for (v, i) in &ends {
+        missing(record, &input.bundles[*i], v, &mut reasons);
+    }
+    if !reasons.is_empty() {
+        return Err(refused(reasons));
+    }
+    let mut hops = Vec::new();
+    let mut prev = (from.clone(), record.versions.clone());
+    for (v, i) in ends {
+        let b = &input.bundles[i];
+        let now = crate::record::versions(b.bom);
+        let changes = now
+            .iter()
+            .filter_map(|(c, n)| {
+                let o = prev.1.get(c)?;
+                (o != n).then(|| (c.clone(), o.clone(), n.clone()))
+            })
+            .collect();
+        hops.push(Hop {
+            from: prev.0.clone(),
+            to: v.clone(),
+            bundle: i,
+            bundle_name: b.name.to_string(),
+            changes,
+        });
+        prev = (v, now);
+    }
+    Ok(UpgradePlan {
+        cluster: record.name.clone(),
+        from,
+        to,
+        hops,
+        skipped,
+        unused,
+    })
+}
+
+/// Checks every node; returns the NotReady workers left alone.
+fn nodes(input: &PlanInput<'_>, to: &Version, ends: &[(Version, usize)], reasons: &mut Vec<String>) -> Vec<(String, String)> {
+    let record = input.record;
+    let g = &record.config.spec.role_groups;
+    let mut skipped = Vec::new();
+    for s in &input.skip_not_ready {
+        match input.nodes.iter().find(|n| &n.name == s) {
+            None => reasons.push(format!(
+                "--skip-not-ready {s}: the API server knows no node {s} (its nodes: {})",
+                input.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+            Some(n) if n.ready => reasons.push(format!(
+                "--skip-not-ready {s}: {s} is Ready; only a NotReady node is left alone (drop the flag and it is upgraded)"
+            )),
+            Some(_) if g.control_plane.contains(s) || g.etcd.contains(s) => reasons.push(format!(
+                "--skip-not-ready {s}: {s} is a control-plane node or etcd member, which every hop needs; \
+                 bring it back, or take it out first (kubexm-install remove node {s} --unreachable {s})"
+            )),
+            Some(_) => {}
+        }
+    }
+    for n in &input.nodes {
+        let skip = input.skip_not_ready.contains(&n.name);
+        if !n.ready && !skip {
+            let hint = if g.control_plane.contains(&n.name) || g.etcd.contains(&n.name) {
+                format!(
+                    "bring it back, or take it out first (kubexm-install remove node {} --unreachable {})",
+                    n.name, n.name
+                )
+            } else {
+                format!(
+                    "bring it back, or pass --skip-not-ready {} to leave it at its version (checked against every hop's skew)",
+                    n.name
+                )
+            };
+            reasons.push(format!("node {} is NotReady: {hint}", n.name));
+        }
+        let Some(kv) = &n.kubelet else {
+            continue;
+        };
+        let Some(k) = Version::parse(kv) else {
+            reasons.push(format!("node {}: its kubelet version {kv:?} is not a version", n.name));
+            continue;
+        };
+        if k > *to {
+            reasons.push(format!(
+                "node {}: its kubelet {k} is newer than {to}, the API server the upgrade ends at (a kubelet is never newer than its API server)",
+                n.name
+            ));
+            continue;
+        }
+        // Before each hop's control plane moves, a node's kubelet is at
+        // the hop's start (its own version before the first hop; a skipped
+        // node stays at its own through all of them).
+        let mut at = k.clone();
+        for (v, _) in ends {
+            if at.minors_behind(v) > KUBELET_SKEW {
+                let why = if skip {
+                    "it is left alone by --skip-not-ready".to_string()
+                } else {
+                    format!("the hop to {v} moves the API server before the kubelets")
+                };
+                reasons.push(format!(
+                    "node {}: its kubelet {at} would be {} minors older than the API server at {v} ({why}); \
+                     the skew policy allows {KUBELET_SKEW}: upgrade that node's kubelet first, or remove it",
+                    n.name,
+                    at.minors_behind(v)
+                ));
+                break;
+            }
+            if !skip {
+                at = v.clone();
+            }
+        }
+        if skip {
+            skipped.push((n.name.clone(), k.to_string()));
+        }
+    }
+    skipped
+}
+
+/// What a hop to `v` installs that `bundle` lacks: kubeadm, kubelet and
+/// kubectl for each node's arch, the control-plane images for the
+/// control-plane nodes' arches, kube-proxy's for every node's.
+fn missing(record: &ClusterRecord, bundle: &GivenBundle<'_>, v: &Version, reasons: &mut Vec<String>) {
+    let bom = bundle.bom;
+    let version = v.to_string();
+    let g = &record.config.spec.role_groups;
+    let arch_of = |name: &str| record.members().find(|n| n.name == name).and_then(|n| n.arch.clone());
+    let mut node_arches: Vec<String> = record.members().filter_map(|n| n.arch.clone()).collect();
+    node_arches.sort();
+    node_arches.dedup();
+    let mut cp_arches: Vec<String> = g.control_plane.iter().filter_map(|h| arch_of(h)).collect();
+    cp_arches.sort();
+    cp_arches.dedup();
+    let mut lacks = Vec::new();
+    for c in ["kubeadm", "kubelet", "kubectl"] {
+        for a in &node_arches {
+            if !bom.files.iter().any(|f| f.component == c && &f.arch == a && f.version == version) {
+                lacks.push(format!("{c} {version} for {a}"));
+            }
+        }
+    }
+    let image = |name: &str, arches: &[String], lacks: &mut Vec<String>| {
+        let wanted = format!("registry.k8s.io/{name}:{version}");
+        match bom.images.iter().find(|i| i.reference.to_string() == wanted) {
+            None => lacks.push(format!("image {wanted}")),
+            Some(i) => {
+                for a in arches {
+                    if !i.platforms.iter().any(|p| p == &format!("linux/{a}") || p == a) {
+                        lacks.push(format!("image {wanted} for {a}"));
+                    }
+                }
+            }
+        }
+    };
+    if record.config.spec.kubernetes.deploy_mode == crate::config::model::DeployMode::Kubeadm {
+        for c in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+            image(c, &cp_arches, &mut lacks);
+        }
+        image("kube-proxy", &node_arches, &mut lacks);
+    }
+    if !lacks.is_empty() {
+        reasons.push(format!(
+            "{} (Kubernetes {version}) lacks what its hop installs: {}; rebuild it with kubexm-bundle build (every node's arch in spec.bundle.arches)",
+            bundle.name,
+            lacks.join(", ")
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests;

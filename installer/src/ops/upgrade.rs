@@ -1,0 +1,228 @@
+//! `kubexm-install upgrade -f cluster.yaml --bundle new.tar.zst [--bundle
+//! hop.tar.zst ...]`: an installed cluster to the Kubernetes version its
+//! config now names, one minor at a time. First the version rules
+//! ([`kubexm_bom::upgrade`]), before any change: what the cluster runs
+//! (its record, and each node's kubelet and readiness read from the API
+//! server on the first control-plane node, by an `upgrade-check` job that
+//! changes nothing), the bundles given (one per hop; the session's is the
+//! target's) and `--skip-not-ready`. `--dry-run` prints the chain of hops.
+//! Running the hops is not built yet: refused as not supported yet.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use kubexm_bom::upgrade::{self, GivenBundle, NodeNow, PlanInput, UpgradePlan};
+
+use super::error::{OpError, op};
+use super::session::Session;
+use crate::engine::plan::{Check, Step, StepError};
+use crate::engine::run;
+use crate::engine::transport::Transport;
+use crate::paths::ADMIN_CONF;
+
+/// What `upgrade` is asked.
+#[derive(Debug, Clone, Default)]
+pub struct UpgradeOptions {
+    /// The bundles of the hops before the last (the session's bundle is
+    /// the target's).
+    pub hop_bundles: Vec<PathBuf>,
+    /// NotReady workers to leave at their version.
+    pub skip_not_ready: Vec<String>,
+    /// Print the chain of hops; change nothing.
+    pub dry_run: bool,
+}
+
+/// A session of `config` with the bundle of its version (of `bundles`,
+/// in any order), and the others, the hops' before it.
+pub fn open(
+    config: &super::session::Config,
+    bundles: &[PathBuf],
+    settings: super::session::Settings,
+) -> anyhow::Result<(Session, Vec<PathBuf>)> {
+    let wanted = config.load_hosts()?.spec.kubernetes.version;
+    let mut target = None;
+    let mut hops = Vec::new();
+    for b in bundles {
+        let (manifest, _) = kubexm_bundle::verify::read_manifest_digest(b).map_err(|e| crate::unpack::UnpackError::from(e).classified())?;
+        if target.is_none() && manifest.lock.kubernetes_version == wanted {
+            target = Some(b.clone());
+        } else {
+            hops.push(b.clone());
+        }
+    }
+    let Some(target) = target else {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "none of the bundles given ({}) carries Kubernetes {wanted}, the version {} names: pass the bundle built for it with --bundle",
+                bundles.iter().map(|b| b.display().to_string()).collect::<Vec<_>>().join(", "),
+                config.name()
+            ),
+        ));
+    };
+    Ok((Session::open(config, Some(&target), None, settings)?, hops))
+}
+
+/// The chain of hops from what the session's cluster runs to its config's
+/// version, or every reason to refuse it (a config error, exit 3), read
+/// and checked before any change.
+pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradePlan> {
+    let cluster = session.cluster();
+    let record = super::apply::installed(session)?;
+    let Some(target) = session.bundle() else {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!("pass --bundle with the bundle built for {}", cluster.spec.kubernetes.version),
+        ));
+    };
+    let mut hops = Vec::new();
+    for path in &o.hop_bundles {
+        let (manifest, _) =
+            kubexm_bundle::verify::read_manifest_digest(path).map_err(|e| crate::unpack::UnpackError::from(e).classified())?;
+        hops.push((path.display().to_string(), manifest.lock));
+    }
+    let target_name = target.path.display().to_string();
+    let mut bundles = vec![GivenBundle {
+        name: &target_name,
+        bom: &target.manifest.lock,
+    }];
+    bundles.extend(hops.iter().map(|(name, bom)| GivenBundle { name, bom }));
+    let nodes = read_nodes(session, &record)?;
+    let input = PlanInput {
+        record: &record,
+        nodes,
+        target: &cluster.spec.kubernetes.version,
+        bundles,
+        skip_not_ready: o.skip_not_ready.clone(),
+    };
+    upgrade::plan(&input).map_err(|e| op(OpError::Config, anyhow::Error::new(e)))
+}
+
+/// Plans the upgrade; with `dry_run`, that is all. Running the hops is not
+/// built yet.
+pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradePlan> {
+    let p = plan(session, o)?;
+    if o.dry_run || p.hops.is_empty() {
+        return Ok(p);
+    }
+    Err(op(
+        OpError::Unsupported,
+        anyhow::anyhow!(
+            "running an upgrade's hops is not supported yet; its plan, checked:\n{p}(kubexm-install upgrade --dry-run prints it)"
+        ),
+    ))
+}
+
+/// Each node's kubelet and readiness, as the API server reports them,
+/// read on the first control-plane node.
+fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> anyhow::Result<Vec<NodeNow>> {
+    let name = &session.cluster().metadata.name;
+    let Some(first) = record.config.spec.role_groups.control_plane.first().cloned() else {
+        return Err(op(
+            OpError::Config,
+            anyhow::anyhow!("cluster {name}'s record names no control-plane node to read its nodes from"),
+        ));
+    };
+    let step = Arc::new(ReadNodes::default());
+    let s: Arc<dyn Step> = step.clone();
+    let on = first.clone();
+    let ex = session.execute("upgrade-check", run::Policy::ContinueOtherHosts, move |hosts| {
+        let hosts = hosts.into_iter().filter(|h| *h == on).collect();
+        Ok(crate::engine::jobs::one_task("upgrade-check", hosts, vec![s]))
+    })?;
+    let read = step.read.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let Some(json) = read else {
+        let mut why = ex.errors();
+        why.extend(ex.connect_errors.iter().cloned());
+        return Err(op(
+            OpError::Host,
+            anyhow::anyhow!(
+                "the nodes of cluster {name} could not be read on {first} (job {}): the upgrade needs its API server; {}",
+                ex.job,
+                why.join("; ")
+            ),
+        ));
+    };
+    parse_nodes(&json).map_err(|e| op(OpError::Host, anyhow::anyhow!("{first}: kubectl get nodes: {e}")))
+}
+
+/// `kubectl get nodes -o json` → each node's name, kubelet and Ready.
+pub(crate) fn parse_nodes(json: &str) -> Result<Vec<NodeNow>, String> {
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
+    let items = v["items"].as_array().ok_or("no items")?;
+    items
+        .iter()
+        .map(|n| {
+            let name = n["metadata"]["name"].as_str().ok_or("a node without a name")?;
+            let kubelet = n["status"]["nodeInfo"]["kubeletVersion"].as_str().map(str::to_string);
+            let ready = n["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+            Ok(NodeNow {
+                name: name.to_string(),
+                kubelet,
+                ready,
+            })
+        })
+        .collect()
+}
+
+/// Reads `kubectl get nodes -o json` with the admin kubeconfig.
+#[derive(Default)]
+struct ReadNodes {
+    read: Mutex<Option<String>>,
+}
+
+impl Step for ReadNodes {
+    fn name(&self) -> &str {
+        "read-nodes"
+    }
+
+    fn check<'a>(&'a self, _: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>> {
+        Box::pin(async { Ok(Check::Missing) })
+    }
+
+    fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
+        Box::pin(async move {
+            let out = t
+                .run(
+                    &format!("kubectl --kubeconfig {ADMIN_CONF} get nodes -o json"),
+                    Duration::from_secs(60),
+                )
+                .await?;
+            if !out.success() {
+                return Err(StepError::Failed(format!("kubectl get nodes: {}", out.stderr.trim())));
+            }
+            let n = parse_nodes(&out.stdout).map(|n| n.len()).unwrap_or(0);
+            *self.read.lock().unwrap_or_else(|e| e.into_inner()) = Some(out.stdout);
+            Ok(format!("{n} node(s) read"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The API server's node list: names, kubelets and the Ready condition.
+    #[test]
+    fn nodes_are_read_from_the_api_server_s_list() -> Result<(), String> {
+        let json = r#"{"items": [
+            {"metadata": {"name": "a"}, "status": {"nodeInfo": {"kubeletVersion": "v1.36.3"},
+             "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}]}},
+            {"metadata": {"name": "b"}, "status": {"nodeInfo": {"kubeletVersion": "v1.36.3"},
+             "conditions": [{"type": "Ready", "status": "Unknown"}]}},
+            {"metadata": {"name": "c"}, "status": {}}
+        ]}"#;
+        let n = parse_nodes(json)?;
+        let got: Vec<(&str, Option<&str>, bool)> = n.iter().map(|n| (n.name.as_str(), n.kubelet.as_deref(), n.ready)).collect();
+        assert_eq!(
+            got,
+            [("a", Some("v1.36.3"), true), ("b", Some("v1.36.3"), false), ("c", None, false)]
+        );
+        assert!(parse_nodes("{}").is_err());
+        Ok(())
+    }
+}
