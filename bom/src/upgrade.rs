@@ -29,29 +29,46 @@ use crate::record::ClusterRecord;
 /// server (Kubernetes' version skew policy since v1.28).
 pub const KUBELET_SKEW: u32 = 3;
 
-/// A Kubernetes release, `vMAJOR.MINOR.PATCH` (a pre-release suffix is kept
-/// for messages and ordered before its release).
+/// A Kubernetes release, `vMAJOR.MINOR.PATCH`: a pre-release (`-rc.1`)
+/// sorts before its release, identifiers compared as numbers where they
+/// are; build metadata (`+k3s1`) is ignored.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Version {
     pub major: u32,
     pub minor: u32,
     pub patch: u32,
-    /// `None` for a release; `Some("rc.1")` sorts before it.
     pre: PreRelease,
 }
 
+/// Declared so that any pre-release sorts before the release.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum PreRelease {
-    Some(String),
+    Some(Vec<Ident>),
     None,
 }
 
+/// A pre-release identifier: numbers sort before words, as in semver.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Ident {
+    Num(u64),
+    Word(String),
+}
+
 impl Version {
-    /// `v1.37.2` (the `v` optional; a `-rc.1` or `+build` suffix allowed).
+    /// `v1.37.2` (the `v` optional; `-rc.1` and `+build` allowed).
     pub fn parse(s: &str) -> Option<Version> {
         let t = s.trim().trim_start_matches('v');
-        let (core, pre) = match t.split_once(['-', '+']) {
-            Some((c, p)) => (c, PreRelease::Some(p.to_string())),
+        let t = t.split_once('+').map_or(t, |(v, _)| v);
+        let (core, pre) = match t.split_once('-') {
+            Some((c, p)) if !p.is_empty() => (
+                c,
+                PreRelease::Some(
+                    p.split('.')
+                        .map(|i| i.parse().map_or_else(|_| Ident::Word(i.to_string()), Ident::Num))
+                        .collect(),
+                ),
+            ),
+            Some(_) => return None,
             None => (t, PreRelease::None),
         };
         let mut it = core.split('.').map(|p| p.parse::<u32>().ok());
@@ -69,20 +86,24 @@ impl Version {
         format!("v{}.{}", self.major, self.minor)
     }
 
-    /// How many minors `self` is behind `other` (0 when not behind).
-    fn minors_behind(&self, other: &Version) -> u32 {
-        if self.major != other.major {
-            return if self.major < other.major { u32::MAX } else { 0 };
-        }
-        other.minor.saturating_sub(self.minor)
+    /// The same major and minor.
+    fn same_minor(&self, other: &Version) -> bool {
+        self.major == other.major && self.minor == other.minor
     }
 }
 
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)?;
-        if let PreRelease::Some(p) = &self.pre {
-            write!(f, "-{p}")?;
+        if let PreRelease::Some(ids) = &self.pre {
+            let ids: Vec<String> = ids
+                .iter()
+                .map(|i| match i {
+                    Ident::Num(n) => n.to_string(),
+                    Ident::Word(w) => w.clone(),
+                })
+                .collect();
+            write!(f, "-{}", ids.join("."))?;
         }
         Ok(())
     }
@@ -240,6 +261,16 @@ pub fn plan(input: &PlanInput<'_>) -> Result<UpgradePlan, Refused> {
     if to.major != from.major {
         return Err(refused(vec![format!("{from} -> {to} changes the major version: not supported")]));
     }
+    if to == from {
+        return Ok(UpgradePlan {
+            cluster: record.name.clone(),
+            from,
+            to,
+            hops: vec![],
+            skipped: vec![],
+            unused: vec![],
+        });
+    }
     // Each bundle's version; the same version twice is ambiguous.
     let mut by_version: BTreeMap<Version, usize> = BTreeMap::new();
     let mut unused = Vec::new();
@@ -262,31 +293,29 @@ pub fn plan(input: &PlanInput<'_>) -> Result<UpgradePlan, Refused> {
     // The hops' ends: the newest patch given of each minor after the
     // running one, the target's own version last.
     let mut ends: Vec<(Version, usize)> = Vec::new();
-    if to != from {
-        if !by_version.contains_key(&to) {
-            reasons.push(format!(
-                "no bundle given carries Kubernetes {to}, the version the config asks for: pass --bundle with the bundle built for {to}"
-            ));
+    if !by_version.contains_key(&to) {
+        reasons.push(format!(
+            "no bundle given carries Kubernetes {to}, the version the config asks for: pass --bundle with the bundle built for {to}"
+        ));
+    }
+    for minor in from.minor..=to.minor {
+        if minor == to.minor {
+            if let Some(&i) = by_version.get(&to) {
+                ends.push((to.clone(), i));
+            }
+            continue;
         }
-        for minor in from.minor..=to.minor {
-            if minor == to.minor {
-                if let Some(&i) = by_version.get(&to) {
-                    ends.push((to.clone(), i));
-                }
-                continue;
-            }
-            if minor == from.minor {
-                continue;
-            }
-            let newest = by_version.iter().rfind(|(v, _)| v.major == to.major && v.minor == minor);
-            match newest {
-                Some((v, &i)) => ends.push((v.clone(), i)),
-                None => reasons.push(format!(
-                    "{from} -> {to} skips v{}.{minor}: kubeadm upgrades one minor at a time; build a bundle for \
-                     the newest v{}.{minor} patch and pass it with --bundle too (once per hop)",
-                    to.major, to.major
-                )),
-            }
+        if minor == from.minor {
+            continue;
+        }
+        let newest = by_version.iter().rfind(|(v, _)| v.major == to.major && v.minor == minor);
+        match newest {
+            Some((v, &i)) => ends.push((v.clone(), i)),
+            None => reasons.push(format!(
+                "{from} -> {to} skips v{}.{minor}: kubeadm upgrades one minor at a time; build a bundle for \
+                 the newest v{}.{minor} patch and pass it with --bundle too (once per hop)",
+                to.major, to.major
+            )),
         }
     }
     let used: Vec<usize> = ends.iter().map(|(_, i)| *i).collect();
@@ -296,6 +325,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<UpgradePlan, Refused> {
                 format!("not newer than the {from} the cluster runs")
             } else if *v > to {
                 format!("newer than the {to} the config asks for")
+            } else if v.same_minor(&from) {
+                format!(
+                    "a patch of the running {}: the first hop goes from {from} straight to the next minor",
+                    from.minor_name()
+                )
             } else {
                 format!("an older patch of {} than the hop's", v.minor_name())
             };
@@ -342,10 +376,12 @@ pub fn plan(input: &PlanInput<'_>) -> Result<UpgradePlan, Refused> {
     })
 }
 
-/// Checks every node; returns the NotReady workers left alone.
+/// Checks every node the API server and the record know; returns the
+/// NotReady workers left alone.
 fn nodes(input: &PlanInput<'_>, to: &Version, ends: &[(Version, usize)], reasons: &mut Vec<String>) -> Vec<(String, String)> {
     let record = input.record;
     let g = &record.config.spec.role_groups;
+    let needed = |h: &str| g.control_plane.iter().chain(&g.etcd).any(|x| x == h);
     let mut skipped = Vec::new();
     for s in &input.skip_not_ready {
         match input.nodes.iter().find(|n| &n.name == s) {
@@ -356,17 +392,28 @@ fn nodes(input: &PlanInput<'_>, to: &Version, ends: &[(Version, usize)], reasons
             Some(n) if n.ready => reasons.push(format!(
                 "--skip-not-ready {s}: {s} is Ready; only a NotReady node is left alone (drop the flag and it is upgraded)"
             )),
-            Some(_) if g.control_plane.contains(s) || g.etcd.contains(s) => reasons.push(format!(
+            Some(_) if needed(s) => reasons.push(format!(
                 "--skip-not-ready {s}: {s} is a control-plane node or etcd member, which every hop needs; \
                  bring it back, or take it out first (kubexm-install remove node {s} --unreachable {s})"
             )),
             Some(_) => {}
         }
     }
+    // A member that runs a kubelet but has no Node: neither Ready nor checkable.
+    for m in record.members() {
+        let kubelet = g.control_plane.contains(&m.name) || g.worker.contains(&m.name);
+        if kubelet && !input.nodes.iter().any(|n| n.name == m.name) {
+            reasons.push(format!(
+                "{} is a node of the record, but the API server has no Node {}: bring its kubelet back, \
+                 or take it out first (kubexm-install remove node {} --unreachable {})",
+                m.name, m.name, m.name, m.name
+            ));
+        }
+    }
     for n in &input.nodes {
         let skip = input.skip_not_ready.contains(&n.name);
         if !n.ready && !skip {
-            let hint = if g.control_plane.contains(&n.name) || g.etcd.contains(&n.name) {
+            let hint = if needed(&n.name) {
                 format!(
                     "bring it back, or take it out first (kubexm-install remove node {} --unreachable {})",
                     n.name, n.name
@@ -379,36 +426,60 @@ fn nodes(input: &PlanInput<'_>, to: &Version, ends: &[(Version, usize)], reasons
             };
             reasons.push(format!("node {} is NotReady: {hint}", n.name));
         }
-        let Some(kv) = &n.kubelet else {
-            continue;
+        let parsed = n.kubelet.as_deref().map(|kv| (kv, Version::parse(kv)));
+        let k = match parsed {
+            Some((_, Some(k))) => k,
+            Some((kv, None)) => {
+                reasons.push(format!(
+                    "node {}: its kubelet version {kv:?} is not a version: its skew cannot be checked",
+                    n.name
+                ));
+                continue;
+            }
+            None => {
+                if skip || n.ready {
+                    reasons.push(format!(
+                        "node {}: the API server reports no kubelet version: its skew cannot be checked; \
+                         bring its kubelet back, or take it out first (kubexm-install remove node {} --unreachable {})",
+                        n.name, n.name, n.name
+                    ));
+                }
+                continue;
+            }
         };
-        let Some(k) = Version::parse(kv) else {
-            reasons.push(format!("node {}: its kubelet version {kv:?} is not a version", n.name));
-            continue;
-        };
-        if k > *to {
+        if k.major != to.major {
             reasons.push(format!(
-                "node {}: its kubelet {k} is newer than {to}, the API server the upgrade ends at (a kubelet is never newer than its API server)",
+                "node {}: its kubelet {k} is of another major version than {to}: not supported",
                 n.name
             ));
             continue;
         }
-        // Before each hop's control plane moves, a node's kubelet is at
-        // the hop's start (its own version before the first hop; a skipped
-        // node stays at its own through all of them).
+        // Before each hop's control plane moves, a node's kubelet is at the
+        // hop's start (its own version before the first hop; a skipped node
+        // stays at its own through all of them). Minors only: a kubelet a
+        // patch ahead of its API server is within the policy.
         let mut at = k.clone();
         for (v, _) in ends {
-            if at.minors_behind(v) > KUBELET_SKEW {
+            if at.minor > v.minor {
+                reasons.push(format!(
+                    "node {}: its kubelet {at} is newer than {v}, the API server {} (a kubelet is never newer \
+                     than its API server)",
+                    n.name,
+                    if v == to { "the upgrade ends at" } else { "of a hop" }
+                ));
+                break;
+            }
+            let behind = v.minor - at.minor;
+            if behind > KUBELET_SKEW {
                 let why = if skip {
                     "it is left alone by --skip-not-ready".to_string()
                 } else {
                     format!("the hop to {v} moves the API server before the kubelets")
                 };
                 reasons.push(format!(
-                    "node {}: its kubelet {at} would be {} minors older than the API server at {v} ({why}); \
+                    "node {}: its kubelet {at} would be {behind} minors older than the API server at {v} ({why}); \
                      the skew policy allows {KUBELET_SKEW}: upgrade that node's kubelet first, or remove it",
-                    n.name,
-                    at.minors_behind(v)
+                    n.name
                 ));
                 break;
             }
@@ -423,26 +494,55 @@ fn nodes(input: &PlanInput<'_>, to: &Version, ends: &[(Version, usize)], reasons
     skipped
 }
 
-/// What a hop to `v` installs that `bundle` lacks: kubeadm, kubelet and
-/// kubectl for each node's arch, the control-plane images for the
-/// control-plane nodes' arches, kube-proxy's for every node's.
+/// What a hop to `v` installs that `bundle` lacks: every component file the
+/// cluster runs, for each arch it was installed for (kubeadm, kubelet and
+/// kubectl at `v`); the control-plane images for the control-plane nodes'
+/// arches and kube-proxy's for every node's (every arch installed where a
+/// node's is not known).
 fn missing(record: &ClusterRecord, bundle: &GivenBundle<'_>, v: &Version, reasons: &mut Vec<String>) {
     let bom = bundle.bom;
     let version = v.to_string();
     let g = &record.config.spec.role_groups;
-    let arch_of = |name: &str| record.members().find(|n| n.name == name).and_then(|n| n.arch.clone());
-    let mut node_arches: Vec<String> = record.members().filter_map(|n| n.arch.clone()).collect();
-    node_arches.sort();
-    node_arches.dedup();
-    let mut cp_arches: Vec<String> = g.control_plane.iter().filter_map(|h| arch_of(h)).collect();
-    cp_arches.sort();
-    cp_arches.dedup();
+    let mut installed: Vec<(String, String)> = record
+        .artifacts
+        .iter()
+        .filter(|a| a.kind == "file")
+        .filter_map(|a| Some((a.name.clone(), a.arch.clone()?)))
+        .collect();
+    installed.sort();
+    installed.dedup();
+    let mut all_arches: Vec<String> = installed.iter().map(|(_, a)| a.clone()).collect();
+    all_arches.extend(record.members().filter_map(|n| n.arch.clone()));
+    all_arches.sort();
+    all_arches.dedup();
+    let arches_of = |hosts: &mut dyn Iterator<Item = &String>| -> Vec<String> {
+        let mut out = Vec::new();
+        for h in hosts {
+            match record.members().find(|n| &n.name == h).and_then(|n| n.arch.clone()) {
+                Some(a) => out.push(a),
+                None => out.extend(all_arches.iter().cloned()),
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    };
+    let node_arches = arches_of(&mut record.members().map(|n| &n.name));
+    let cp_arches = arches_of(&mut g.control_plane.iter());
     let mut lacks = Vec::new();
     for c in ["kubeadm", "kubelet", "kubectl"] {
         for a in &node_arches {
             if !bom.files.iter().any(|f| f.component == c && &f.arch == a && f.version == version) {
                 lacks.push(format!("{c} {version} for {a}"));
             }
+        }
+    }
+    for (c, a) in installed
+        .iter()
+        .filter(|(c, _)| !matches!(c.as_str(), "kubeadm" | "kubelet" | "kubectl"))
+    {
+        if !bom.files.iter().any(|f| &f.component == c && &f.arch == a) {
+            lacks.push(format!("{c} for {a}"));
         }
     }
     let image = |name: &str, arches: &[String], lacks: &mut Vec<String>| {

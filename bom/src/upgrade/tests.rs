@@ -122,6 +122,9 @@ fn versions_parse_and_order() {
     assert!(v("v1.36.3") < v("v1.37.0-rc.1"));
     assert!(v("v1.37.0-rc.1") < v("v1.37.0"));
     assert!(v("1.37.2") < v("v1.37.10"));
+    assert!(v("v1.37.0-rc.2") < v("v1.37.0-rc.10"));
+    assert!(v("v1.37.0-alpha.1") < v("v1.37.0-rc.0"));
+    assert_eq!(v("v1.30.2+k3s1"), v("v1.30.2"));
     assert_eq!(v("v1.37.2").to_string(), "v1.37.2");
     assert_eq!(v("v1.37.0-rc.1").to_string(), "v1.37.0-rc.1");
     for bad in ["", "v1.37", "v1.37.2.1", "latest", "v1.x.2"] {
@@ -308,5 +311,62 @@ fn an_artifact_missing_from_a_hop_s_bundle_is_named() -> R {
             && !e.contains("kubelet v1.37.2 for amd64"),
         "{e}"
     );
+    Ok(())
+}
+
+/// A skipped node whose kubelet the API server does not report cannot be
+/// checked; a member the API server has no Node for is named; a kubelet
+/// newer than an intermediate hop's API server is caught there, while one
+/// a patch ahead of its API server is within the policy.
+#[test]
+fn unknown_kubelets_missing_nodes_and_the_middle_hop_s_skew() -> R {
+    let rec = record("v1.36.3", "v3.6.8")?;
+    let b = given(&[("v1.37.2", "v3.6.16")]);
+    let mut i = input(&rec, "v1.37.2", &b);
+    i.nodes[2] = NodeNow {
+        name: "c".into(),
+        kubelet: None,
+        ready: false,
+    };
+    i.skip_not_ready = vec!["c".into()];
+    let e = refused(plan(&i));
+    assert!(e.contains("node c: the API server reports no kubelet version"), "{e}");
+    i.nodes.remove(2);
+    i.skip_not_ready.clear();
+    let e = refused(plan(&i));
+    assert!(e.contains("c is a node of the record, but the API server has no Node c"), "{e}");
+
+    let rec = record("v1.35.4", "v3.6.8")?;
+    let chain = given(&[("v1.36.3", "v3.6.8"), ("v1.37.2", "v3.6.16")]);
+    let mut i = input(&rec, "v1.37.2", &chain);
+    i.nodes[1].kubelet = Some("v1.37.0".into());
+    let e = refused(plan(&i));
+    assert!(
+        e.contains("node b: its kubelet v1.37.0 is newer than v1.36.3, the API server of a hop"),
+        "{e}"
+    );
+    i.nodes[1].kubelet = Some("v1.35.9".into());
+    assert_eq!(plan(&i)?.hops.len(), 2, "a kubelet a patch ahead of the API server is allowed");
+    Ok(())
+}
+
+/// The middle hop's bundle is checked like the last's: etcd missing for
+/// arm64 (the cluster runs it there) is named with that bundle.
+#[test]
+fn a_middle_hop_s_bundle_is_checked_too() -> R {
+    let rec = record("v1.35.4", "v3.6.8")?;
+    let mut chain = given(&[("v1.36.3", "v3.6.8"), ("v1.37.2", "v3.6.16")]);
+    chain[0].1.files.retain(|f| !(f.component == "etcd" && f.arch == "arm64"));
+    let e = refused(plan(&input(&rec, "v1.37.2", &chain)));
+    assert!(
+        e.contains("k-v1.36.3.tar.zst (Kubernetes v1.36.3) lacks what its hop installs: etcd for arm64")
+            && !e.contains("k-v1.37.2.tar.zst (Kubernetes"),
+        "{e}"
+    );
+    // A patch of the running minor is not a hop.
+    let extra = given(&[("v1.35.5", "v3.6.8"), ("v1.36.3", "v3.6.8"), ("v1.37.2", "v3.6.16")]);
+    let p = plan(&input(&rec, "v1.37.2", &extra))?;
+    assert_eq!(p.hops.len(), 2);
+    assert!(p.unused[0].contains("a patch of the running v1.35"), "{:?}", p.unused);
     Ok(())
 }

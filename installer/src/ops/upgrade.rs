@@ -42,11 +42,16 @@ pub fn open(
     settings: super::session::Settings,
 ) -> anyhow::Result<(Session, Vec<PathBuf>)> {
     let wanted = config.load_hosts()?.spec.kubernetes.version;
+    let parsed = upgrade::Version::parse(&wanted);
     let mut target = None;
     let mut hops = Vec::new();
     for b in bundles {
         let (manifest, _) = kubexm_bundle::verify::read_manifest_digest(b).map_err(|e| crate::unpack::UnpackError::from(e).classified())?;
-        if target.is_none() && manifest.lock.kubernetes_version == wanted {
+        let same = match (&parsed, upgrade::Version::parse(&manifest.lock.kubernetes_version)) {
+            (Some(a), Some(b)) => *a == b,
+            _ => manifest.lock.kubernetes_version == wanted,
+        };
+        if target.is_none() && same {
             target = Some(b.clone());
         } else {
             hops.push(b.clone());
