@@ -109,12 +109,15 @@ pub fn changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>,
                 Kind::Unsupported,
                 version,
                 format!(
-                    "changing the Kubernetes version ({} to {}) is an upgrade: not supported yet",
+                    "changing the Kubernetes version ({} to {}) is an upgrade, not an apply",
                     show(at(&old_v, version)),
                     show(at(&new_v, version))
                 ),
             )
-            .hint("put the recorded version back to apply other changes")
+            .hint(
+                "an upgrade is checked (and, once built, run) by `kubexm-install upgrade -f CONFIG --bundle NEW.tar.zst --dry-run`; \
+                 put the recorded version back to apply other changes",
+            )
             .at(pos(version)),
         );
     }

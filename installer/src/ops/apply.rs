@@ -159,7 +159,7 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
             return Err(op(
                 OpError::Unsupported,
                 anyhow::anyhow!(
-                    "the bundle {} would change what cluster {name} runs, an upgrade (not supported yet):\n  {}\n\
+                    "the bundle {} would change what cluster {name} runs, an upgrade (kubexm-install upgrade, not apply):\n  {}\n\
                      apply with the bundle it was installed from ({})",
                     b.path.display(),
                     changed.join("\n  "),
