@@ -25,6 +25,8 @@ use std::fmt;
 use crate::Bom;
 use crate::record::ClusterRecord;
 
+pub mod order;
+
 /// The newest kubelet minor may be this many minors older than the API
 /// server (Kubernetes' version skew policy since v1.28).
 pub const KUBELET_SKEW: u32 = 3;

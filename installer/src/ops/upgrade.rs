@@ -70,10 +70,33 @@ pub fn open(
     Ok((Session::open(config, Some(&target), None, settings)?, hops))
 }
 
+/// Workers moved at once until the config names it (`upgrade.maxUnavailable`, next slice).
+pub const MAX_UNAVAILABLE: usize = 1;
+
+/// The chain of hops and the order of each (its waves).
+#[derive(Debug, Clone)]
+pub struct UpgradeReport {
+    pub plan: UpgradePlan,
+    pub waves: Vec<Vec<upgrade::order::Wave>>,
+}
+
+impl std::fmt::Display for UpgradeReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.plan)?;
+        for (i, waves) in self.waves.iter().enumerate() {
+            writeln!(f, "hop {} in order (each line once the one before is done):", i + 1)?;
+            for w in waves {
+                writeln!(f, "  {}: {}", w.action, w.hosts.join(", "))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The chain of hops from what the session's cluster runs to its config's
 /// version, or every reason to refuse it (a config error, exit 3), read
 /// and checked before any change.
-pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradePlan> {
+pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeReport> {
     let cluster = session.cluster();
     let record = super::apply::installed(session)?;
     let Some(target) = session.bundle() else {
@@ -102,14 +125,21 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradePlan
         bundles,
         skip_not_ready: o.skip_not_ready.clone(),
     };
-    upgrade::plan(&input).map_err(|e| op(OpError::Config, anyhow::Error::new(e)))
+    let plan = upgrade::plan(&input).map_err(|e| op(OpError::Config, anyhow::Error::new(e)))?;
+    let skipped: Vec<String> = plan.skipped.iter().map(|(n, _)| n.clone()).collect();
+    let waves = plan
+        .hops
+        .iter()
+        .map(|h| upgrade::order::waves(&record, h, MAX_UNAVAILABLE, &skipped))
+        .collect();
+    Ok(UpgradeReport { plan, waves })
 }
 
 /// Plans the upgrade; with `dry_run`, that is all. Running the hops is not
 /// built yet.
-pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradePlan> {
+pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeReport> {
     let p = plan(session, o)?;
-    if o.dry_run || p.hops.is_empty() {
+    if o.dry_run || p.plan.hops.is_empty() {
         return Ok(p);
     }
     Err(op(
