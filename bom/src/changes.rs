@@ -52,6 +52,7 @@ const LOCAL: &[&str] = &[
     "spec.preflight",
     "spec.hostDefaults",
     "spec.certificates",
+    "spec.upgrade",
 ];
 
 /// Settings apply changes on the hosts (their steps compare what they write).

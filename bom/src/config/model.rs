@@ -87,6 +87,36 @@ pub struct Spec {
     /// Kubernetes' own conformance tests carried in the bundle.
     #[serde(skip_serializing_if = "Conformance::is_off")]
     pub conformance: Conformance,
+    /// How `kubexm-install upgrade` moves the workers.
+    #[serde(skip_serializing_if = "Upgrade::is_default")]
+    pub upgrade: Upgrade,
+}
+
+/// `upgrade`: how many workers an upgrade takes out of service at once, and
+/// how long a node's drain may take before the upgrade stops on it (the
+/// node stays cordoned and named; a re-run continues there).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Upgrade {
+    /// Workers cordoned, drained and upgraded at once (1..100).
+    pub max_unavailable: u32,
+    /// Seconds a node's drain may take (30..86400).
+    pub drain_timeout_seconds: u32,
+}
+
+impl Upgrade {
+    fn is_default(&self) -> bool {
+        self == &Upgrade::default()
+    }
+}
+
+impl Default for Upgrade {
+    fn default() -> Self {
+        Upgrade {
+            max_unavailable: 1,
+            drain_timeout_seconds: 600,
+        }
+    }
 }
 
 /// `conformance.enabled`: the bundle carries the Kubernetes e2e test binaries

@@ -50,6 +50,20 @@ impl Rules<'_> {
                 "leave it out for a year, or give the days a leaf certificate kubexm issues is valid",
             );
         }
+        if !(1..=100).contains(&s.upgrade.max_unavailable) {
+            self.hinted(
+                "spec.upgrade.maxUnavailable",
+                format!("maxUnavailable {} is outside 1..100", s.upgrade.max_unavailable),
+                "leave it out for one worker at a time, or give how many workers may be out of service at once",
+            );
+        }
+        if !(30..=86_400).contains(&s.upgrade.drain_timeout_seconds) {
+            self.hinted(
+                "spec.upgrade.drainTimeoutSeconds",
+                format!("drainTimeoutSeconds {} is outside 30..86400", s.upgrade.drain_timeout_seconds),
+                "leave it out for 600, or give the seconds a node's drain may take",
+            );
+        }
         if s.etcd.mode == EtcdMode::Kubeadm {
             for (i, m) in s.role_groups.etcd.iter().enumerate() {
                 if !s.role_groups.control_plane.contains(m) {

@@ -370,3 +370,25 @@ fn a_middle_hop_s_bundle_is_checked_too() -> R {
     assert!(p.unused[0].contains("a patch of the running v1.35"), "{:?}", p.unused);
     Ok(())
 }
+
+/// `spec.upgrade`: workers at once and the drain's time limit, checked
+/// where they are written; an upgrade's defaults are one worker and 600 s.
+#[test]
+fn upgrade_settings_are_validated() -> R {
+    let c = crate::config::load_str_hosts(&CLUSTER.replace("VERSION", "v1.37.2"), "c.yaml")?;
+    assert_eq!((c.spec.upgrade.max_unavailable, c.spec.upgrade.drain_timeout_seconds), (1, 600));
+    let bad = CLUSTER.replace("VERSION", "v1.37.2") + "  upgrade: {maxUnavailable: 0, drainTimeoutSeconds: 5}\n";
+    let e = match crate::config::load_str_hosts(&bad, "c.yaml") {
+        Ok(_) => "accepted".to_string(),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("spec.upgrade.maxUnavailable")
+            && e.contains("maxUnavailable 0 is outside 1..100")
+            && e.contains("drainTimeoutSeconds 5"),
+        "{e}"
+    );
+    let ok = CLUSTER.replace("VERSION", "v1.37.2") + "  upgrade: {maxUnavailable: 2}\n";
+    assert_eq!(crate::config::load_str_hosts(&ok, "c.yaml")?.spec.upgrade.max_unavailable, 2);
+    Ok(())
+}

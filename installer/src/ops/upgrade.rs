@@ -70,9 +70,6 @@ pub fn open(
     Ok((Session::open(config, Some(&target), None, settings)?, hops))
 }
 
-/// Workers moved at once until the config names it (`upgrade.maxUnavailable`, next slice).
-pub const MAX_UNAVAILABLE: usize = 1;
-
 /// The chain of hops and the order of each (its waves).
 #[derive(Debug, Clone)]
 pub struct UpgradeReport {
@@ -130,7 +127,7 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeRepo
     let waves = plan
         .hops
         .iter()
-        .map(|h| upgrade::order::waves(&record, h, MAX_UNAVAILABLE, &skipped))
+        .map(|h| upgrade::order::waves(&record, h, cluster.spec.upgrade.max_unavailable as usize, &skipped))
         .collect();
     Ok(UpgradeReport { plan, waves })
 }
