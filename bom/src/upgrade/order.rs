@@ -4,56 +4,67 @@
 //! wave). What moves one at a time does so because a quorum or a replica
 //! depends on it:
 //!
-//! 1. the hop's images pulled on every node, before anything is cordoned;
-//! 2. an etcd snapshot on the first member (the restore point);
-//! 3. etcd member by member, each healthy before the next (binary mode,
+//! 1. the hop's bundle served by the registry beside the old one (the
+//!    registry host, local mode; an external registry gets its images
+//!    pushed), so that every node can pull either;
+//! 2. the hop's images pulled on every node, before anything is cordoned;
+//! 3. an etcd snapshot (the restore point): on the first member (binary
+//!    mode), through the first control-plane node (stacked); none for an
+//!    external etcd;
+//! 4. etcd member by member, each healthy before the next (binary mode,
 //!    when the hop changes etcd's version);
-//! 4. `kubeadm upgrade apply` on the first control-plane node, then
-//!    `kubeadm upgrade node` on the others one at a time, each drained,
-//!    its kubelet replaced and Ready again before the next;
-//! 5. the workers in batches of `maxUnavailable` (cordon, drain, `kubeadm
-//!    upgrade node`, kubelet, Ready, uncordon);
-//! 6. containerd and runc, node by node, when the hop changes them;
+//! 5. `kubeadm upgrade apply` on the first control-plane node, then
+//!    `kubeadm upgrade node` on the others one at a time, each cordoned,
+//!    drained, its kubelet (and containerd and runc when the hop changes
+//!    them: never on a node that still runs workloads) replaced, Ready and
+//!    uncordoned before the next;
+//! 6. the workers the same way, in batches of `maxUnavailable` less the
+//!    workers already out of service (left alone by `--skip-not-ready`),
+//!    at least one;
 //! 7. the network plugin's and addons' manifests, then the record.
 //!
-//! Nodes left alone (`--skip-not-ready`) are in no wave.
+//! Nodes left alone are in no wave.
 
 use std::fmt;
 
 use super::Hop;
-use crate::config::model::EtcdMode;
+use crate::config::model::{EtcdMode, RegistryMode};
 use crate::record::ClusterRecord;
 
 /// What a host does in a wave.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
+    /// The hop's bundle served by the local registry beside the old one, or
+    /// its images pushed to the external registry (from the installer).
+    Registry,
     /// Pull the hop's images into containerd.
     PullImages,
     /// Save an etcd snapshot.
     Snapshot,
     /// Replace this etcd member's binaries and restart it; healthy before the next.
     Etcd,
-    /// `kubeadm upgrade apply VERSION`, then the node's kubelet.
-    KubeadmApply,
-    /// `kubeadm upgrade node`, then the node's kubelet (cordoned and drained first).
-    KubeadmNode,
-    /// containerd and runc replaced and restarted (cordoned and drained first).
-    Runtime,
+    /// Cordon and drain, `kubeadm upgrade apply VERSION`, the node's kubelet
+    /// (and runtime), Ready, uncordon.
+    KubeadmApply { runtime: bool },
+    /// Cordon and drain, `kubeadm upgrade node`, the node's kubelet (and
+    /// runtime), Ready, uncordon.
+    KubeadmNode { runtime: bool },
     /// The network plugin's and addons' manifests applied (on the first control-plane node).
     Addons,
 }
 
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Action::PullImages => "pull images",
-            Action::Snapshot => "etcd snapshot",
-            Action::Etcd => "etcd",
-            Action::KubeadmApply => "kubeadm upgrade apply",
-            Action::KubeadmNode => "kubeadm upgrade node",
-            Action::Runtime => "containerd",
-            Action::Addons => "addons",
-        })
+        let runtime = |r: &bool| if *r { " (+ containerd, runc)" } else { "" };
+        match self {
+            Action::Registry => f.write_str("the hop's bundle on the registry"),
+            Action::PullImages => f.write_str("pull images"),
+            Action::Snapshot => f.write_str("etcd snapshot"),
+            Action::Etcd => f.write_str("etcd"),
+            Action::KubeadmApply { runtime: r } => write!(f, "kubeadm upgrade apply{}", runtime(r)),
+            Action::KubeadmNode { runtime: r } => write!(f, "kubeadm upgrade node{}", runtime(r)),
+            Action::Addons => f.write_str("addons"),
+        }
     }
 }
 
@@ -65,7 +76,7 @@ pub struct Wave {
 }
 
 /// The waves of `hop` on `record`'s cluster, workers `max_unavailable` at a
-/// time (at least 1), leaving out `skipped`.
+/// time less those `skipped` (at least 1), leaving out `skipped`.
 pub fn waves(record: &ClusterRecord, hop: &Hop, max_unavailable: usize, skipped: &[String]) -> Vec<Wave> {
     let spec = &record.config.spec;
     let g = &spec.role_groups;
@@ -79,36 +90,60 @@ pub fn waves(record: &ClusterRecord, hop: &Hop, max_unavailable: usize, skipped:
         .cloned()
         .collect();
     let workers: Vec<String> = kubelets.iter().filter(|h| !cp.contains(*h)).cloned().collect();
+    let out_of_service = skipped
+        .iter()
+        .filter(|h| g.worker.contains(*h) && !g.control_plane.contains(*h))
+        .count();
+    let batch = max_unavailable.saturating_sub(out_of_service).max(1);
     let one = |action: Action, host: &String| Wave {
         action,
         hosts: vec![host.clone()],
     };
-    let mut out = vec![Wave {
+    let mut out = Vec::new();
+    match (spec.registry.mode, g.registry.first()) {
+        (RegistryMode::Local, Some(host)) => out.push(one(Action::Registry, host)),
+        (RegistryMode::External, _) => out.push(Wave {
+            action: Action::Registry,
+            hosts: vec![],
+        }),
+        _ => {}
+    }
+    out.push(Wave {
         action: Action::PullImages,
         hosts: kubelets.clone(),
-    }];
-    let binary_etcd = spec.etcd.mode == EtcdMode::Binary;
-    if let Some(first) = g.etcd.first().filter(|_| binary_etcd) {
-        out.push(one(Action::Snapshot, first));
-        if hop.change("etcd").is_some() {
-            out.extend(g.etcd.iter().map(|h| one(Action::Etcd, h)));
+    });
+    match spec.etcd.mode {
+        EtcdMode::Binary => {
+            if let Some(first) = g.etcd.first() {
+                out.push(one(Action::Snapshot, first));
+                if hop.change("etcd").is_some() {
+                    out.extend(g.etcd.iter().map(|h| one(Action::Etcd, h)));
+                }
+            }
         }
-    } else if let Some(first) = cp.first().filter(|_| spec.etcd.mode == EtcdMode::Kubeadm) {
-        // Stacked etcd: kubeadm upgrades it with the control plane; the
+        // Stacked: kubeadm upgrades etcd with the control plane; the
         // snapshot is taken through the first control-plane node.
-        out.push(one(Action::Snapshot, first));
+        EtcdMode::Kubeadm => {
+            if let Some(first) = cp.first() {
+                out.push(one(Action::Snapshot, first));
+            }
+        }
+        EtcdMode::External => {}
     }
+    let runtime = hop.change("containerd").is_some() || hop.change("runc").is_some();
     for (i, h) in cp.iter().enumerate() {
-        out.push(one(if i == 0 { Action::KubeadmApply } else { Action::KubeadmNode }, h));
+        let action = if i == 0 {
+            Action::KubeadmApply { runtime }
+        } else {
+            Action::KubeadmNode { runtime }
+        };
+        out.push(one(action, h));
     }
-    for batch in workers.chunks(max_unavailable.max(1)) {
+    for b in workers.chunks(batch) {
         out.push(Wave {
-            action: Action::KubeadmNode,
-            hosts: batch.to_vec(),
+            action: Action::KubeadmNode { runtime },
+            hosts: b.to_vec(),
         });
-    }
-    if hop.change("containerd").is_some() || hop.change("runc").is_some() {
-        out.extend(kubelets.iter().map(|h| one(Action::Runtime, h)));
     }
     if let Some(first) = cp.first() {
         out.push(one(Action::Addons, first));
@@ -165,9 +200,10 @@ mod tests {
     }
 
     /// Issue 30's order for 3 control-plane nodes, 3 etcd members and 4
-    /// workers at maxUnavailable 2: images everywhere first, the snapshot,
-    /// etcd one member at a time, kubeadm apply then node one at a time,
-    /// workers two by two, containerd node by node, the addons last.
+    /// workers at maxUnavailable 2: the bundle on the registry, images
+    /// everywhere, the snapshot, etcd one member at a time, kubeadm apply
+    /// then node one at a time, workers two by two (containerd in each
+    /// node's own drain), the addons last.
     #[test]
     fn three_control_plane_nodes_three_members_and_four_workers_two_at_a_time() -> Result<(), Box<dyn std::error::Error>> {
         let r = record()?;
@@ -175,30 +211,26 @@ mod tests {
         assert_eq!(
             shown(&waves(&r, &h, 2, &[])),
             [
+                "the hop's bundle on the registry: cp1",
                 "pull images: cp1,cp2,cp3,w1,w2,w3,w4",
                 "etcd snapshot: cp1",
                 "etcd: cp1",
                 "etcd: cp2",
                 "etcd: cp3",
-                "kubeadm upgrade apply: cp1",
-                "kubeadm upgrade node: cp2",
-                "kubeadm upgrade node: cp3",
-                "kubeadm upgrade node: w1,w2",
-                "kubeadm upgrade node: w3,w4",
-                "containerd: cp1",
-                "containerd: cp2",
-                "containerd: cp3",
-                "containerd: w1",
-                "containerd: w2",
-                "containerd: w3",
-                "containerd: w4",
+                "kubeadm upgrade apply (+ containerd, runc): cp1",
+                "kubeadm upgrade node (+ containerd, runc): cp2",
+                "kubeadm upgrade node (+ containerd, runc): cp3",
+                "kubeadm upgrade node (+ containerd, runc): w1,w2",
+                "kubeadm upgrade node (+ containerd, runc): w3,w4",
                 "addons: cp1",
             ]
         );
-        // Without an etcd or runtime change, and w3 left alone, one at a time.
+        // Without an etcd or runtime change, and w3 left alone (out of
+        // service already: at 2, one more at a time).
         assert_eq!(
-            shown(&waves(&r, &hop(&[]), 0, &["w3".to_string()])),
+            shown(&waves(&r, &hop(&[]), 2, &["w3".to_string()])),
             [
+                "the hop's bundle on the registry: cp1",
                 "pull images: cp1,cp2,cp3,w1,w2,w4",
                 "etcd snapshot: cp1",
                 "kubeadm upgrade apply: cp1",
