@@ -26,8 +26,8 @@ use crate::paths::ADMIN_CONF;
 #[derive(Debug, Clone, Default)]
 pub struct UpgradeOptions {
     /// The bundles of the hops before the last (the session's bundle is
-    /// the target's).
-    pub hop_bundles: Vec<PathBuf>,
+    /// the target's): each file's name and its lock, read by [`open`].
+    pub hop_bundles: Vec<(String, kubexm_bom::Bom)>,
     /// NotReady workers to leave at their version.
     pub skip_not_ready: Vec<String>,
     /// Print the chain of hops; change nothing.
@@ -35,12 +35,13 @@ pub struct UpgradeOptions {
 }
 
 /// A session of `config` with the bundle of its version (of `bundles`,
-/// in any order), and the others, the hops' before it.
+/// in any order), and the others' names and locks, the hops' before it
+/// (each `bundle.yaml` read once, nothing unpacked).
 pub fn open(
     config: &super::session::Config,
     bundles: &[PathBuf],
     settings: super::session::Settings,
-) -> anyhow::Result<(Session, Vec<PathBuf>)> {
+) -> anyhow::Result<(Session, Vec<(String, kubexm_bom::Bom)>)> {
     let wanted = config.load_hosts()?.spec.kubernetes.version;
     let parsed = upgrade::Version::parse(&wanted);
     let mut target = None;
@@ -54,7 +55,7 @@ pub fn open(
         if target.is_none() && same {
             target = Some(b.clone());
         } else {
-            hops.push(b.clone());
+            hops.push((b.display().to_string(), manifest.lock));
         }
     }
     let Some(target) = target else {
@@ -102,18 +103,12 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeRepo
             anyhow::anyhow!("pass --bundle with the bundle built for {}", cluster.spec.kubernetes.version),
         ));
     };
-    let mut hops = Vec::new();
-    for path in &o.hop_bundles {
-        let (manifest, _) =
-            kubexm_bundle::verify::read_manifest_digest(path).map_err(|e| crate::unpack::UnpackError::from(e).classified())?;
-        hops.push((path.display().to_string(), manifest.lock));
-    }
     let target_name = target.path.display().to_string();
     let mut bundles = vec![GivenBundle {
         name: &target_name,
         bom: &target.manifest.lock,
     }];
-    bundles.extend(hops.iter().map(|(name, bom)| GivenBundle { name, bom }));
+    bundles.extend(o.hop_bundles.iter().map(|(name, bom)| GivenBundle { name, bom }));
     let nodes = read_nodes(session, &record)?;
     let input = PlanInput {
         record: &record,
