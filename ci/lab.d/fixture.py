@@ -54,6 +54,9 @@ CRICTL = "v1.29.0-lab"
 REGISTRY = "2.8.2"
 # Built from source by ci/lab prepare (components-build), served beside the fixture.
 REAL_ETCD = "v3.6.16"
+# The upgrade scenario's older minor (ci/lab's HOP_VERSION, HOP_ETCD; amd64 only).
+HOP_K8S = "v1.36.3"
+HOP_ETCD = "v3.6.8"
 HELM = "v3.20.2"
 MTIME = 1700000000
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -316,9 +319,10 @@ def catalog(out, digests):
         for version, per_arch in digests.get(comp, {}).items():
             inner = ", ".join(f'{a}: "{d}"' for a, d in sorted(per_arch.items()))
             lines.append(f'      "{version}": {{{inner}}}')
-        built = {"kubeadm": K8S, "kubelet": K8S, "kubectl": K8S, "etcd": REAL_ETCD, "helm": HELM}.get(comp)
-        if built:
-            lines.append(f'      "{built}": {{}}')
+        built = {"kubeadm": [K8S, HOP_K8S], "kubelet": [K8S, HOP_K8S], "kubectl": [K8S, HOP_K8S],
+                 "etcd": [REAL_ETCD, HOP_ETCD], "helm": [HELM]}.get(comp, [])
+        for version in built:
+            lines.append(f'      "{version}": {{}}')
     # The real cluster: Kubernetes v1.37.2, etcd v3.6.16 and helm v3.20.2
     # built from source by `ci/lab prepare` (flannel v0.28.10 too: the
     # built-in catalog lists it).
@@ -326,7 +330,10 @@ def catalog(out, digests):
     # files, as it does upstream's for a version the catalog does not pin.
     real = f'etcd: {REAL_ETCD}, containerd: "{CONTAINERD}", runc: {RUNC}, crictl: {CRICTL}, cni-plugins: {CNI}, helm: {HELM}'
     lines += ["minors:", "  v1.37:", f"    components: {{{real}}}", "    notes:",
-              "      - \"lab: Kubernetes, etcd and helm built from source; Debian's containerd, runc and CNI plugins; crictl is a lab stand-in nothing calls\""]
+              "      - \"lab: Kubernetes, etcd and helm built from source; Debian's containerd, runc and CNI plugins; crictl is a lab stand-in nothing calls\"",
+              # v1.36 (the upgrade's older minor): its etcd and CoreDNS built too.
+              "  v1.36:", f"    components: {{{real.replace(REAL_ETCD, HOP_ETCD)}}}", "    notes:",
+              "      - \"lab: Kubernetes v1.36.3, etcd v3.6.8 and CoreDNS v1.14.2 built from source, amd64 only\""]
     write(os.path.join(out, "catalog.yaml"), ("\n".join(lines) + "\n").encode())
     with open(os.path.join(out, "digests.json"), "w") as f:
         json.dump(digests, f, indent=1, sort_keys=True)

@@ -19,6 +19,11 @@ OUT/images.txt for push.py (`REFERENCE LAYOUT INDEX_DIGEST`):
   docker.io/flannel/flannel-cni-plugin:v0.9.1-kubexm-lab
                                                amd64, arm64  /flannel (the CNI plugin) and busybox
 
+With KUBEXM_LAB_IMAGES=kubernetes, KUBEXM_LAB_K8S=VERSION and
+KUBEXM_LAB_COREDNS=VERSION it writes only Kubernetes' own images of VERSION
+(the control plane's and kube-proxy) and CoreDNS's, for amd64: the upgrade
+scenario's older minor.
+
 Like the official images the control-plane ones hold the static binary alone
 (kubeadm's static pods name the command), with PATH covering
 /usr/local/bin. Layers and configs are reproducible (fixed mtimes, sorted).
@@ -37,7 +42,8 @@ K8S = COMPONENTS = OUT = POOL = BASE = DEBS = ""
 TRIPLET = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 PROXY_DEBS = ["iptables", "libip4tc2", "libip6tc2", "libxtables12", "libnftnl11", "libmnl0",
               "libnetfilter-conntrack3", "libnfnetlink0", "conntrack"]
-KV = "v1.37.2"
+KV = os.environ.get("KUBEXM_LAB_K8S", "v1.37.2")
+COREDNS = os.environ.get("KUBEXM_LAB_COREDNS", "v1.14.6")
 FLANNEL = "v0.28.10"
 FLANNEL_CNI = "v0.9.1"
 # The CNI plugin is built from containernetworking/plugins (its home before
@@ -217,23 +223,40 @@ def flannel(arch):
     return with_iptables(files, arch, [d for d in PROXY_DEBS if d != "conntrack"])
 
 
-def main():
-    global K8S, COMPONENTS, OUT, POOL, BASE, DEBS
-    K8S, COMPONENTS, OUT, POOL, BASE, DEBS = sys.argv[1:7]
+def kubernetes_images(arches):
+    """The control plane's images (amd64) and kube-proxy's (for `arches`) of KV."""
     lines = []
-    pause = {a: [("pause", read(f"{COMPONENTS}/kubexm-lab/pause/v3.10.2/{a}/pause"), 0o755)] for a in ["amd64", "arm64"]}
-    lines.append(image("registry.k8s.io/pause:3.10.2", pause, {"Entrypoint": ["/pause"], "User": "65535:65535"}))
     for b in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]:
         binary = read(f"{K8S}/dl.k8s.io/release/{KV}/bin/linux/amd64/{b}")
         files = {"amd64": [(f"usr/local/bin/{b}", binary, 0o755)]}
         lines.append(image(f"registry.k8s.io/{b}:{KV}", files, {"Entrypoint": [f"/usr/local/bin/{b}"], "Env": [PATH_ENV]}))
-    coredns = {a: [("coredns", from_tgz(f"{COMPONENTS}/github.com/coredns/coredns/releases/download/v1.14.6/coredns_1.14.6_linux_{a}.tgz", "coredns"), 0o755)]
-               for a in ["amd64", "arm64"]}
-    lines.append(image("registry.k8s.io/coredns/coredns:v1.14.6", coredns,
-                       {"Entrypoint": ["/coredns"], "ExposedPorts": {"53/tcp": {}, "53/udp": {}}, "User": "0"}))
-    proxy = {a: kube_proxy(a) for a in ["amd64", "arm64"]}
+    proxy = {a: kube_proxy(a) for a in arches}
     lines.append(image(f"registry.k8s.io/kube-proxy:{KV}", proxy,
                        {"Entrypoint": ["/usr/local/bin/kube-proxy"], "Env": ["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}))
+    return lines
+
+
+def coredns_image(arches):
+    """CoreDNS's image of COREDNS for `arches`."""
+    v = COREDNS.lstrip("v")
+    files = {a: [("coredns", from_tgz(f"{COMPONENTS}/github.com/coredns/coredns/releases/download/v{v}/coredns_{v}_linux_{a}.tgz", "coredns"), 0o755)]
+             for a in arches}
+    return image(f"registry.k8s.io/coredns/coredns:{COREDNS}", files,
+                 {"Entrypoint": ["/coredns"], "ExposedPorts": {"53/tcp": {}, "53/udp": {}}, "User": "0"})
+
+
+def main():
+    global K8S, COMPONENTS, OUT, POOL, BASE, DEBS
+    K8S, COMPONENTS, OUT, POOL, BASE, DEBS = sys.argv[1:7]
+    lines = []
+    if os.environ.get("KUBEXM_LAB_IMAGES") == "kubernetes":
+        lines += kubernetes_images(["amd64"]) + [coredns_image(["amd64"])]
+        write(os.path.join(OUT, "images.txt"), ("\n".join(lines) + "\n").encode())
+        return
+    pause = {a: [("pause", read(f"{COMPONENTS}/kubexm-lab/pause/v3.10.2/{a}/pause"), 0o755)] for a in ["amd64", "arm64"]}
+    lines.append(image("registry.k8s.io/pause:3.10.2", pause, {"Entrypoint": ["/pause"], "User": "65535:65535"}))
+    lines.append(coredns_image(["amd64", "arm64"]))
+    lines += kubernetes_images(["amd64", "arm64"])
     fl = {a: flannel(a) for a in ["amd64", "arm64"]}
     lines.append(image(f"docker.io/flannel/flannel:{FLANNEL}", fl,
                        {"Entrypoint": ["/opt/bin/flanneld"], "Env": ["PATH=/opt/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}))

@@ -68,11 +68,17 @@ pub struct RegistryService<'a> {
     /// The CA client certificates must be signed by (`registry.clientAuth`).
     pub client_ca: Option<&'a str>,
     pub limits: &'a serve::ConnectionLimits,
+    /// Older unpacked bundles on the host served below `bundle_dir` (an
+    /// upgrade's hop: nodes pull the old version or the new).
+    pub older: &'a [String],
 }
 
 /// The unit text for a registry host.
 pub fn registry_unit(s: &RegistryService<'_>) -> Result<String, template::Unfilled> {
     let mut args = String::new();
+    for d in s.older {
+        args.push_str(&format!(" --older-bundle-dir {d}"));
+    }
     for n in &s.limits.nodes {
         args.push_str(&format!(" --node {n}"));
     }

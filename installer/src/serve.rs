@@ -36,18 +36,40 @@ pub enum ServeError {
 /// What the server knows about an unpacked bundle, read once at start.
 #[derive(Debug)]
 pub struct Served {
-    dir: PathBuf,
+    /// The bundles served, newest first (an upgrade serves the old one
+    /// below the new): a tag or file is the first bundle's that has it,
+    /// a blob is read from the first that holds it.
+    dirs: Vec<PathBuf>,
     /// repository → tag → (digest, media type)
     tags: BTreeMap<String, BTreeMap<String, (String, String)>>,
     /// manifest digest → (media type, repositories it belongs to)
     manifests: HashMap<String, (String, BTreeSet<String>)>,
-    /// file path → (sha256, size)
-    files: HashMap<String, (String, u64)>,
+    /// file path → (sha256, size, index of its bundle in `dirs`)
+    files: HashMap<String, (String, u64, usize)>,
 }
 
 impl Served {
     /// Reads `bundle.yaml` and `images/index.json` of an unpacked bundle.
     pub fn load(dir: &Path) -> Result<Served, ServeError> {
+        Served::load_stack(&[dir.to_path_buf()])
+    }
+
+    /// Reads unpacked bundles, the newest first, served as one.
+    pub fn load_stack(dirs: &[PathBuf]) -> Result<Served, ServeError> {
+        let mut served = Served {
+            dirs: dirs.to_vec(),
+            tags: BTreeMap::new(),
+            manifests: HashMap::new(),
+            files: HashMap::new(),
+        };
+        for (i, dir) in dirs.iter().enumerate() {
+            served.add_bundle(i, dir)?;
+        }
+        Ok(served)
+    }
+
+    /// Adds bundle `i` of the stack, below those before it.
+    fn add_bundle(&mut self, i: usize, dir: &Path) -> Result<(), ServeError> {
         let bad = |p: &Path, why: String| ServeError::Layout {
             path: p.display().to_string(),
             why,
@@ -56,21 +78,17 @@ impl Served {
         let text = fs_err::read_to_string(&mpath)
             .map_err(|e| bad(&mpath, format!("{e}; is this an unpacked bundle? Run kubexm-install unpack first")))?;
         let manifest = BundleManifest::from_yaml(&text).map_err(|e| bad(&mpath, e))?;
-        let files = manifest
+        for m in manifest
             .members
             .iter()
             .filter(|m| FILE_PREFIXES.iter().any(|p| m.path.starts_with(p)))
-            .map(|m| (m.path.clone(), (m.sha256.clone(), m.size)))
-            .collect();
-        let mut served = Served {
-            dir: dir.to_path_buf(),
-            tags: BTreeMap::new(),
-            manifests: HashMap::new(),
-            files,
-        };
+        {
+            self.files.entry(m.path.clone()).or_insert((m.sha256.clone(), m.size, i));
+        }
+        let served = self;
         let ipath = dir.join(layout::DIR).join("index.json");
         if !ipath.exists() {
-            return Ok(served);
+            return Ok(());
         }
         let index: LayoutIndex = serde_json::from_slice(&fs_err::read(&ipath).map_err(|e| bad(&ipath, e.to_string()))?)
             .map_err(|e| bad(&ipath, e.to_string()))?;
@@ -81,12 +99,11 @@ impl Served {
                 .tags
                 .entry(repo.clone())
                 .or_default()
-                .insert(tag, (d.digest.clone(), d.media_type.clone()));
+                .entry(tag)
+                .or_insert((d.digest.clone(), d.media_type.clone()));
             served.add_manifest(&repo, &d.digest, &d.media_type);
             if layout::is_index(&d.media_type) {
-                let blob = served
-                    .blob_path(&d.digest)
-                    .ok_or_else(|| bad(&ipath, format!("bad digest {}", d.digest)))?;
+                let blob = blob_in(dir, &d.digest).ok_or_else(|| bad(&ipath, format!("bad digest {}", d.digest)))?;
                 let doc: serde_json::Value = serde_json::from_slice(&fs_err::read(&blob).map_err(|e| bad(&blob, e.to_string()))?)
                     .map_err(|e| bad(&blob, e.to_string()))?;
                 for child in doc["manifests"].as_array().into_iter().flatten() {
@@ -96,7 +113,7 @@ impl Served {
                 }
             }
         }
-        Ok(served)
+        Ok(())
     }
 
     fn add_manifest(&mut self, repo: &str, digest: &str, media_type: &str) {
@@ -107,9 +124,11 @@ impl Served {
             .insert(repo.to_string());
     }
 
+    /// Where a blob is: in the first bundle that holds it (the newest's
+    /// path when none does).
     fn blob_path(&self, digest: &str) -> Option<PathBuf> {
-        let hex = digest.strip_prefix("sha256:")?;
-        kubexm_bundle::digest::is_sha256_hex(hex).then(|| self.dir.join(layout::blob_path(hex)))
+        let paths: Vec<PathBuf> = self.dirs.iter().filter_map(|d| blob_in(d, digest)).collect();
+        paths.iter().find(|p| p.is_file()).or(paths.first()).cloned()
     }
 
     /// Repositories served, sorted.
@@ -132,6 +151,12 @@ impl Served {
     pub fn blob_file(&self, digest: &str) -> Option<PathBuf> {
         self.blob_path(digest).filter(|p| p.is_file())
     }
+}
+
+/// A blob's path in the bundle unpacked at `dir` (`None`: not a sha256 digest).
+fn blob_in(dir: &Path, digest: &str) -> Option<PathBuf> {
+    let hex = digest.strip_prefix("sha256:")?;
+    kubexm_bundle::digest::is_sha256_hex(hex).then(|| dir.join(layout::blob_path(hex)))
 }
 
 /// `registry.k8s.io/pause:3.10` → (`registry.k8s.io/pause`, `3.10`).
@@ -319,19 +344,22 @@ async fn file(State(s): State<Arc<Served>>, method: Method, headers: HeaderMap, 
     }
     let path = file_path(req.uri().path());
     if let Some(base) = path.strip_suffix(".sha256")
-        && let Some((sha, _)) = s.files.get(base)
+        && let Some((sha, _, _)) = s.files.get(base)
     {
         let name = base.rsplit('/').next().unwrap_or(base);
         return (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], format!("{sha}  {name}\n")).into_response();
     }
-    let Some((sha, _)) = s.files.get(&path) else {
+    let Some((sha, _, i)) = s.files.get(&path) else {
         return (StatusCode::NOT_FOUND, format!("{path}: not in this bundle\n")).into_response();
     };
     let mut extra = HeaderMap::new();
     if let Ok(v) = HeaderValue::from_str(&format!("sha256={sha}")) {
         extra.insert("X-Checksum-Sha256", v);
     }
-    send_file(&s.dir.join(&path), "application/octet-stream", &headers, extra, &method).await
+    let Some(dir) = s.dirs.get(*i) else {
+        return (StatusCode::NOT_FOUND, format!("{path}: not in this bundle\n")).into_response();
+    };
+    send_file(&dir.join(&path), "application/octet-stream", &headers, extra, &method).await
 }
 
 /// A whole file, or the single range asked for.
@@ -499,6 +527,8 @@ impl ConnectionLimits {
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub bundle_dir: PathBuf,
+    /// Older bundles served below it (an upgrade's: nodes pull either).
+    pub older: Vec<PathBuf>,
     pub listen: std::net::SocketAddr,
     pub tls: Tls,
     pub parts: Parts,
@@ -547,7 +577,8 @@ fn tls_config(cert_pem: &[u8], key_pem: &[u8], client_ca: Option<&Path>) -> anyh
 pub async fn run(opts: ServeOptions, ready: impl FnOnce(&Served, Option<&Path>)) -> anyhow::Result<()> {
     use crate::limits::{Admit, Limits};
     use anyhow::Context;
-    let served = Arc::new(Served::load(&opts.bundle_dir)?);
+    let dirs: Vec<PathBuf> = std::iter::once(opts.bundle_dir.clone()).chain(opts.older.iter().cloned()).collect();
+    let served = Arc::new(Served::load_stack(&dirs)?);
     let app = router(served.clone(), opts.parts);
     let handle = axum_server::Handle::new();
     let stopper = handle.clone();

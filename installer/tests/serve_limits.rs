@@ -32,6 +32,7 @@ fn start(dir: &Path, tls: Tls, limits: ConnectionLimits, client_ca: Option<std::
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let opts = ServeOptions {
         bundle_dir: bundle_dir(dir),
+        older: vec![],
         listen,
         tls,
         parts: Parts {

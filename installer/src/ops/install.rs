@@ -33,6 +33,9 @@ pub struct InstallOptions {
     pub apply: bool,
     /// In an apply, etcd's members as recorded ([`Context::etcd_before`]).
     pub etcd_before: Option<Vec<String>>,
+    /// Run one hop of an upgrade (an `upgrade` job) instead of the
+    /// install's pipeline.
+    pub upgrade: Option<crate::pipelines::upgrade::HopRun>,
 }
 
 /// etcd's members already running: an apply's (from the record it
@@ -186,6 +189,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     // The file server runs for the install's duration.
     let opts = serve::ServeOptions {
         bundle_dir: bundle_dir.clone(),
+        older: vec![],
         listen,
         tls: serve::Tls::Issued {
             pki_dir: pki_dir.join("registry"),
@@ -214,8 +218,15 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         session.span("preflight", || preflight(cluster, &bom, &facts.facts, &phases))?;
     }
     ctx.arches = facts.facts.iter().map(|f| (f.host.clone(), f.arch.clone())).collect();
-    let pipeline = session.span("plan", || pipeline::pipeline(&ctx))?;
-    let kind = if args.apply { "apply" } else { "install" };
+    let pipeline = session.span("plan", || match &args.upgrade {
+        Some(hop) => crate::pipelines::upgrade::pipeline(&ctx, hop),
+        None => pipeline::pipeline(&ctx),
+    })?;
+    let kind = match (&args.upgrade, args.apply) {
+        (Some(_), _) => "upgrade",
+        (None, true) => "apply",
+        (None, false) => "install",
+    };
     let ex = session.execute(kind, run::Policy::FailFast, |_| Ok(pipeline))?;
     // A server-side dry run changes no host: the record stays the last real job's.
     let kept = if args.server_dry_run {

@@ -11,6 +11,8 @@ use crate::serve::{ConnectionLimits, Parts, ServeOptions, Served, Tls};
 #[derive(Debug, Clone)]
 pub struct ServeRequest {
     pub bundle_dir: PathBuf,
+    /// Older bundles served below it, newest first.
+    pub older: Vec<PathBuf>,
     pub listen: SocketAddr,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
@@ -67,6 +69,7 @@ pub fn serve(r: ServeRequest, ready: impl FnOnce(&Served, Option<&Path>)) -> any
     let opts = ServeOptions {
         tls: tls(&r)?,
         bundle_dir: r.bundle_dir,
+        older: r.older,
         listen: r.listen,
         parts: r.parts,
         limits: r.limits,

@@ -6,7 +6,12 @@
 //! server on the first control-plane node, by an `upgrade-check` job that
 //! changes nothing), the bundles given (one per hop; the session's is the
 //! target's) and `--skip-not-ready`. `--dry-run` prints the chain of hops.
-//! Running the hops is not built yet: refused as not supported yet.
+//! Then the hop: an etcd snapshot (the restore point, its own job), and the
+//! hop's pipeline ([`crate::pipelines::upgrade`]) as an `upgrade` job of
+//! the install's machinery (the bundle verified, unpacked and served, facts,
+//! the record kept after). A run stopped anywhere continues where it
+//! stopped when run again. More than one hop in a run is not built yet
+//! (refused, exit 8: upgrade to each minor in turn).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -71,11 +76,16 @@ pub fn open(
     Ok((Session::open(config, Some(&target), None, settings)?, hops))
 }
 
-/// The chain of hops and the order of each (its waves).
-#[derive(Debug, Clone)]
+/// The chain of hops and the order of each (its waves); once run, the
+/// restore point and the job.
+#[derive(Debug)]
 pub struct UpgradeReport {
     pub plan: UpgradePlan,
     pub waves: Vec<Vec<upgrade::order::Wave>>,
+    /// The etcd snapshot taken before the hop.
+    pub snapshot: Option<super::etcd::Snapshot>,
+    /// The hop's job.
+    pub upgraded: Option<super::install::Installed>,
 }
 
 impl std::fmt::Display for UpgradeReport {
@@ -86,6 +96,12 @@ impl std::fmt::Display for UpgradeReport {
             for w in waves {
                 writeln!(f, "  {}: {}", w.action, w.hosts.join(", "))?;
             }
+        }
+        if let Some(s) = &self.snapshot {
+            write!(f, "restore point: {s}")?;
+        }
+        if let Some(u) = &self.upgraded {
+            write!(f, "{u}")?;
         }
         Ok(())
     }
@@ -124,22 +140,77 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeRepo
         .iter()
         .map(|h| upgrade::order::waves(&record, h, cluster.spec.upgrade.max_unavailable as usize, &skipped))
         .collect();
-    Ok(UpgradeReport { plan, waves })
+    Ok(UpgradeReport {
+        plan,
+        waves,
+        snapshot: None,
+        upgraded: None,
+    })
 }
 
-/// Plans the upgrade; with `dry_run`, that is all. Running the hops is not
-/// built yet.
+/// Plans the upgrade; with `dry_run`, that is all. Otherwise its one hop
+/// runs: the etcd snapshot, then the hop's pipeline as an `upgrade` job.
 pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeReport> {
-    let p = plan(session, o)?;
+    let mut p = plan(session, o)?;
     if o.dry_run || p.plan.hops.is_empty() {
         return Ok(p);
     }
-    Err(op(
-        OpError::Unsupported,
-        anyhow::anyhow!(
-            "running an upgrade's hops is not supported yet; its plan, checked:\n{p}(kubexm-install upgrade --dry-run prints it)"
-        ),
-    ))
+    if p.plan.hops.len() > 1 {
+        return Err(op(
+            OpError::Unsupported,
+            anyhow::anyhow!(
+                "running more than one hop in one upgrade is not supported yet: set the config's version to {} and \
+                 run the upgrade with its bundle, then go on one minor at a time; the plan, checked:\n{p}",
+                p.plan.hops[0].to
+            ),
+        ));
+    }
+    let (Some(hop), Some(waves)) = (p.plan.hops.first().cloned(), p.waves.first().cloned()) else {
+        return Ok(p);
+    };
+    let record = super::apply::installed(session)?;
+    // The restore point (binary etcd; stacked and external are not built yet).
+    if record.config.spec.etcd.mode == kubexm_bom::config::model::EtcdMode::Binary {
+        let snap = super::etcd::snapshot(
+            session,
+            &super::etcd::SnapshotOptions {
+                keep: super::etcd::KEEP,
+                dir: None,
+            },
+        )?;
+        p.snapshot = Some(snap);
+    }
+    let now = session.bundle().map(|b| b.digest.clone());
+    let older = record
+        .bundle
+        .as_deref()
+        .filter(|d| Some(*d) != now.as_deref())
+        .and_then(|d| d.strip_prefix("sha256:"))
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(|h| vec![h.to_string()])
+        .unwrap_or_default();
+    let run = crate::pipelines::upgrade::HopRun {
+        hop,
+        waves,
+        old_images: record
+            .artifacts
+            .iter()
+            .filter(|a| a.kind == "image")
+            .map(|a| a.name.clone())
+            .collect(),
+        older,
+    };
+    let opts = super::install::InstallOptions {
+        apply: true,
+        etcd_before: Some(record.config.spec.role_groups.etcd.clone()),
+        upgrade: Some(run),
+        ..Default::default()
+    };
+    match super::install::install(session, &opts)? {
+        super::install::InstallReport::Installed(i) => p.upgraded = Some(i),
+        super::install::InstallReport::Plan(_) => return Err(anyhow::anyhow!("an upgrade planned instead of upgrading")),
+    }
+    Ok(p)
 }
 
 /// Each node's kubelet and readiness, as the API server reports them,

@@ -18,6 +18,13 @@ use crate::paths::{HOST_INSTALLER, REGISTRY_CLIENT_CA, REGISTRY_CLIENT_CERT, REG
 /// installer binary and the bundle (verified and unpacked there), TLS from
 /// the installer's registry CA.
 pub fn module(i: &Context) -> anyhow::Result<Module> {
+    serving(i, &[])
+}
+
+/// [`module`], the registry serving below the bundle the older ones
+/// `older` names (their directory names on the host, the sha256 of their
+/// `bundle.yaml`, unpacked there by the installs before): an upgrade's hop.
+pub fn serving(i: &Context, older: &[String]) -> anyhow::Result<Module> {
     let host = i.registry()?.host.clone();
     let arch = i.arch_of(&host)?;
     let mine = crate::installer_arch();
@@ -66,6 +73,7 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
         key: REGISTRY_KEY,
         client_ca: client_auth.then_some(REGISTRY_CLIENT_CA),
         limits: &limits,
+        older: &older.iter().map(|id| format!("{HOST_BUNDLES}/{id}")).collect::<Vec<_>>(),
     })?;
     let mut files = vec![
         (REGISTRY_CERT.into(), cert.cert_pem.into_bytes(), 0o644),

@@ -4,6 +4,7 @@
 
 pub mod install;
 pub mod reset;
+pub mod upgrade;
 
 /// A phase of a pipeline, by the name users type (`--phases etcd,cni`) and
 /// requests carry.

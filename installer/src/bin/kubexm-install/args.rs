@@ -50,15 +50,8 @@ pub struct InstallArgs {
     /// loadbalancer, containerd, control-plane, workers, cni, addons, kubeconfig. Default: all.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub phases: Vec<String>,
-    /// The address hosts reach this machine at; the file server listens there (port --serve-port).
-    #[arg(long, value_name = "ADDR")]
-    pub advertise: Option<std::net::IpAddr>,
-    /// Port of the file server the installer runs during the install.
-    #[arg(long, default_value_t = kubexm_installer::SERVE_PORT)]
-    pub serve_port: u16,
-    /// Where to write the admin kubeconfig (mode 0600). Default: <root>/<cluster>.kubeconfig.
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub served: ServedArgs,
     /// Print the plan and touch no host.
     #[arg(long)]
     pub dry_run: bool,
@@ -89,9 +82,26 @@ pub struct UpgradeArgs {
     #[arg(long)]
     pub dry_run: bool,
     #[command(flatten)]
+    pub served: ServedArgs,
+    #[command(flatten)]
     pub trust: TrustArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
+}
+
+/// Where the installer serves the bundle from during a job, and where the
+/// admin kubeconfig goes.
+#[derive(Args, Clone)]
+pub struct ServedArgs {
+    /// The address hosts reach this machine at; the file server listens there (port --serve-port).
+    #[arg(long, value_name = "ADDR")]
+    pub advertise: Option<std::net::IpAddr>,
+    /// Port of the file server the installer runs during the job.
+    #[arg(long, default_value_t = kubexm_installer::SERVE_PORT)]
+    pub serve_port: u16,
+    /// Where to write the admin kubeconfig (mode 0600). Default: <root>/<cluster>.kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -158,6 +168,11 @@ pub enum Command {
         /// The unpacked bundle (from `unpack`).
         #[arg(long, value_name = "DIR")]
         bundle_dir: PathBuf,
+        /// An older unpacked bundle served below it (what --bundle-dir lacks is
+        /// served from it): an upgrade's nodes pull the old version or the new.
+        /// Repeatable, newest first.
+        #[arg(long = "older-bundle-dir", value_name = "DIR")]
+        older: Vec<PathBuf>,
         /// Address and port to listen on.
         #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:5443")]
         listen: std::net::SocketAddr,

@@ -52,6 +52,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve {
             bundle_dir,
+            older,
             listen,
             tls_cert,
             tls_key,
@@ -68,6 +69,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let start = Instant::now();
             let r = ops::serve::ServeRequest {
                 bundle_dir,
+                older,
                 listen,
                 tls_cert,
                 tls_key,
@@ -516,6 +518,9 @@ fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
     let settings = Settings {
         root: args.trust.root,
         pubkey: args.trust.pubkey,
+        advertise: args.served.advertise,
+        serve_port: args.served.serve_port,
+        kubeconfig: args.served.kubeconfig,
         ..Settings::engine_only(args.engine.settings())
     };
     let (session, hop_bundles) = ops::upgrade::open(&Config::File(args.file), &args.bundle, settings)?;
@@ -548,6 +553,7 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         expect_digest: None,
         apply: false,
         etcd_before: None,
+        upgrade: None,
     };
     let session = bundle_session(file, args)?;
     print!("{}", ops::install::install(&session, &opts)?);
@@ -580,9 +586,9 @@ fn settings_of(args: InstallArgs) -> Settings {
         engine: args.engine.settings(),
         root: args.root,
         pubkey: args.pubkey,
-        advertise: args.advertise,
-        serve_port: args.serve_port,
-        kubeconfig: args.kubeconfig,
+        advertise: args.served.advertise,
+        serve_port: args.served.serve_port,
+        kubeconfig: args.served.kubeconfig,
         installer: None,
     }
 }

@@ -28,6 +28,7 @@ use crate::paths::{KUBELET_DROPIN as KUBELET_DROPIN_PATH, KUBELET_UNIT as KUBELE
 
 mod control_plane;
 pub(crate) mod kubeconfig;
+pub mod upgrade;
 mod workers;
 
 pub use control_plane::{init_task, module as control_plane, node_tasks};
