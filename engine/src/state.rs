@@ -369,13 +369,13 @@ impl State {
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
-    /// The latest successful install (or apply) of `cluster` since its last
-    /// successful reset, if any.
+    /// The latest successful install (or apply, or upgrade) of `cluster`
+    /// since its last successful reset, if any.
     pub fn installed(&self, cluster: &str) -> Result<Option<JobRecord>, StateError> {
         self.conn()
             .query_row(
                 "SELECT id, cluster, kind, started, finished, status FROM jobs \
-                 WHERE cluster = ?1 AND kind IN ('install', 'apply') AND status = 'succeeded' \
+                 WHERE cluster = ?1 AND kind IN ('install', 'apply', 'upgrade') AND status = 'succeeded' \
                  AND id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind IN ('reset', 'delete-cluster') AND status = 'succeeded'), 0) \
                  ORDER BY id DESC LIMIT 1",
                 params![cluster],

@@ -129,7 +129,7 @@ pub(crate) fn installed(session: &Session) -> anyhow::Result<kubexm_bom::record:
             session.settings().engine.state.display()
         ))
     })?;
-    if !matches!(record.job.kind.as_str(), "install" | "apply" | "remove-node") {
+    if !matches!(record.job.kind.as_str(), "install" | "apply" | "remove-node" | "upgrade") {
         return Err(usage(format!(
             "cluster {name}'s last successful job was a {} (job {}): there is no installed cluster to apply to; install it",
             record.job.kind, record.job.id

@@ -169,8 +169,22 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
         return Ok(p);
     };
     let record = super::apply::installed(session)?;
-    // The restore point (binary etcd; stacked and external are not built yet).
-    if record.config.spec.etcd.mode == kubexm_bom::config::model::EtcdMode::Binary {
+    // Refused before anything runs: what a hop does not do yet.
+    let spec = &session.cluster().spec;
+    if spec.etcd.mode != kubexm_bom::config::model::EtcdMode::Binary {
+        return Err(op(
+            OpError::Unsupported,
+            anyhow::anyhow!("upgrading a cluster whose etcd.mode is not binary is not supported yet (its snapshot and etcd's own upgrade)"),
+        ));
+    }
+    if spec.registry.mode != kubexm_bom::config::model::RegistryMode::Local {
+        return Err(op(
+            OpError::Unsupported,
+            anyhow::anyhow!("upgrading with registry.mode external is not supported yet"),
+        ));
+    }
+    // The restore point.
+    {
         let snap = super::etcd::snapshot(
             session,
             &super::etcd::SnapshotOptions {

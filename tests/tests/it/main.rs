@@ -13,3 +13,4 @@ mod lab;
 mod os;
 mod security;
 mod serve;
+mod upgrade;

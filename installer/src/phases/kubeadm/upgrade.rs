@@ -83,11 +83,12 @@ pub fn drain(version: &str, node: &str, timeout: u32) -> Arc<dyn Step> {
             q(&format!("{version}/"))
         )),
         &format!(
-            "{k} cordon {n} && echo \"cordoned {node}\" && \
-             if {k} drain {n} --ignore-daemonsets --delete-emptydir-data --timeout={timeout}s 2>&1 | tail -20; \
-             then echo \"drained {node}\"; else \
-             echo \"{node}: not drained within {timeout} s (upgrade.drainTimeoutSeconds; a PodDisruptionBudget that allows no eviction?); \
-             it stays cordoned; fix it and run the upgrade again: it continues here\" >&2; exit 1; fi"
+            "{k} cordon {n} || exit 1; echo \"cordoned {node}\"\n\
+             out=$({k} drain {n} --ignore-daemonsets --delete-emptydir-data --timeout={timeout}s 2>&1); rc=$?\n\
+             printf '%s\\n' \"$out\" | tail -20\n\
+             if [ \"$rc\" = 0 ]; then echo \"drained {node}\"; else \
+             echo \"{node}: not drained within {timeout} s (upgrade.drainTimeoutSeconds; a PodDisruptionBudget that allows no eviction, \
+             or a pod no controller manages?); it stays cordoned; fix it and run the upgrade again: it continues here\" >&2; exit 1; fi"
         ),
     );
     step.timeout = Duration::from_secs(u64::from(timeout) + 120);
@@ -137,7 +138,9 @@ pub fn uncordon(version: &str, node: &str) -> Vec<Arc<dyn Step>> {
         waits::wait("node-ready", &format!("node {node} at {version}"), &probe, 300),
         Arc::new(Shell::new(
             "uncordon",
-            Some(&format!("[ -z \"$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}')\" ]")),
+            Some(&format!(
+                "u=$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}') && [ -z \"$u\" ]"
+            )),
             &format!("{k} uncordon {n} && echo \"uncordoned {node}\""),
         )),
     ]
