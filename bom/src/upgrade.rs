@@ -566,6 +566,15 @@ fn missing(record: &ClusterRecord, bundle: &GivenBundle<'_>, v: &Version, reason
         }
         image("kube-proxy", &node_arches, &mut lacks);
     }
+    // A bundle with OS packages serves every node's arch (the install's
+    // preflight refuses a node without them, after the snapshot).
+    if !bom.os_repos.is_empty() {
+        for a in &node_arches {
+            if !bom.os_repos.iter().any(|r| &r.arch == a) {
+                lacks.push(format!("OS packages for {a}"));
+            }
+        }
+    }
     if !lacks.is_empty() {
         reasons.push(format!(
             "{} (Kubernetes {version}) lacks what its hop installs: {}; rebuild it with kubexm-bundle build (every node's arch in spec.bundle.arches)",

@@ -294,7 +294,8 @@ fn kubelets_outside_the_skew_policy_are_refused() -> R {
 }
 
 /// What a hop installs must be in its bundle: a lock without the arm64
-/// kubelet, or without kube-proxy's image, is refused naming both.
+/// kubelet, without kube-proxy's image, or with OS packages for arm64
+/// only, is refused naming each.
 #[test]
 fn an_artifact_missing_from_a_hop_s_bundle_is_named() -> R {
     let rec = record("v1.36.3", "v3.6.8")?;
@@ -302,12 +303,26 @@ fn an_artifact_missing_from_a_hop_s_bundle_is_named() -> R {
     b[0].1.files.retain(|f| !(f.component == "kubelet" && f.arch == "arm64"));
     b[0].1.images.retain(|i| i.reference.repository != "kube-proxy");
     b[0].1.images[0].platforms = vec!["linux/arm64".into()];
+    // OS packages for arm64 only: the amd64 nodes lack theirs.
+    b[0].1.os_repos = vec![crate::bom::OsRepoItem {
+        release: "debian-bookworm".into(),
+        distro: "debian".into(),
+        codename: "bookworm".into(),
+        component: "main".into(),
+        arch: "arm64".into(),
+        mirror: "https://example.invalid/debian".into(),
+        path: "os/debian-bookworm/arm64".into(),
+        roles: Default::default(),
+        packages: vec![],
+    }];
     let e = refused(plan(&input(&rec, "v1.37.2", &b)));
     assert!(
         e.contains("k-v1.37.2.tar.zst (Kubernetes v1.37.2) lacks what its hop installs")
             && e.contains("kubelet v1.37.2 for arm64")
             && e.contains("image registry.k8s.io/kube-proxy:v1.37.2")
             && e.contains("image registry.k8s.io/kube-apiserver:v1.37.2 for amd64")
+            && e.contains("OS packages for amd64")
+            && !e.contains("OS packages for arm64")
             && !e.contains("kubelet v1.37.2 for amd64"),
         "{e}"
     );

@@ -101,7 +101,12 @@ impl std::fmt::Display for UpgradeReport {
             write!(f, "restore point: {s}")?;
         }
         if let Some(u) = &self.upgraded {
-            write!(f, "{u}")?;
+            writeln!(
+                f,
+                "upgraded cluster {} to {} on {} hosts (job {}): {} steps applied, {} already in place",
+                u.cluster, self.plan.to, u.hosts, u.job, u.applied, u.skipped
+            )?;
+            write!(f, "{}", u.timing)?;
         }
         Ok(())
     }
