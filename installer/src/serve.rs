@@ -124,13 +124,6 @@ impl Served {
             .insert(repo.to_string());
     }
 
-    /// Where a blob is: in the first bundle that holds it (the newest's
-    /// path when none does).
-    fn blob_path(&self, digest: &str) -> Option<PathBuf> {
-        let paths: Vec<PathBuf> = self.dirs.iter().filter_map(|d| blob_in(d, digest)).collect();
-        paths.iter().find(|p| p.is_file()).or(paths.first()).cloned()
-    }
-
     /// Repositories served, sorted.
     pub fn repositories(&self) -> Vec<String> {
         self.tags.keys().cloned().collect()
@@ -147,9 +140,10 @@ impl Served {
             .collect()
     }
 
-    /// The file of a blob or manifest in the layout.
+    /// The file of a blob or manifest: in the first bundle of the stack
+    /// that holds it.
     pub fn blob_file(&self, digest: &str) -> Option<PathBuf> {
-        self.blob_path(digest).filter(|p| p.is_file())
+        self.dirs.iter().filter_map(|d| blob_in(d, digest)).find(|p| p.is_file())
     }
 }
 
@@ -237,7 +231,7 @@ async fn v2_rest(State(s): State<Arc<Served>>, UrlPath(rest): UrlPath<String>, m
                 serde_json::json!({"name": name}),
             );
         }
-        let Some(path) = s.blob_path(digest).filter(|p| p.is_file()) else {
+        let Some(path) = s.blob_file(digest) else {
             return oci_error(
                 StatusCode::NOT_FOUND,
                 "BLOB_UNKNOWN",
@@ -277,12 +271,12 @@ async fn manifest(s: &Served, name: &str, reference: &str, method: &Method) -> R
             serde_json::json!({"name": name, "reference": reference}),
         );
     };
-    let Some(path) = s.blob_path(&digest) else {
+    let Some(path) = s.blob_file(&digest) else {
         return oci_error(
             StatusCode::NOT_FOUND,
             "MANIFEST_UNKNOWN",
-            "manifest unknown",
-            serde_json::json!({"name": name, "reference": reference}),
+            "manifest blob missing from the bundle",
+            serde_json::json!({"digest": digest}),
         );
     };
     let bytes = match tokio::fs::read(&path).await {

@@ -61,6 +61,18 @@ pub fn serving(i: &Context, older: &[String]) -> anyhow::Result<Module> {
         Some(&readable),
         &format!("chmod o+x {ROOT} {HOST_BUNDLES} && chmod -R o+rX {}", q(&remote_dir)),
     )));
+    // The service would not start without them: said before its unit changes.
+    for id in older {
+        let dir = format!("{HOST_BUNDLES}/{id}");
+        steps.push(Arc::new(Shell::new(
+            "older-bundle-unpacked",
+            Some(&format!("test -f {}/bundle.yaml", q(&dir))),
+            &format!(
+                "echo \"the registry host has no unpacked bundle {id} (under {HOST_BUNDLES}), the one the cluster runs now: \
+                 unpack it there (kubexm-install unpack --bundle FILE --root {ROOT}) and run the upgrade again\" >&2; exit 1"
+            ),
+        )));
+    }
     let client_auth = i.cluster.spec.registry.client_auth;
     let limits = crate::serve::ConnectionLimits::for_nodes(&i.topo);
     let unit = crate::registry_unit(&crate::RegistryService {

@@ -89,6 +89,54 @@ pub struct UpgradeArgs {
     pub engine: EngineArgs,
 }
 
+/// `serve`'s flags.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The unpacked bundle (from `unpack`).
+    #[arg(long, value_name = "DIR")]
+    pub bundle_dir: PathBuf,
+    /// An older unpacked bundle served below it (what --bundle-dir lacks is
+    /// served from it): an upgrade's nodes pull the old version or the new.
+    /// Repeatable, newest first.
+    #[arg(long = "older-bundle-dir", value_name = "DIR")]
+    pub older: Vec<PathBuf>,
+    /// Address and port to listen on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:5443")]
+    pub listen: std::net::SocketAddr,
+    /// Serve this certificate (PEM) instead of issuing one from the installer's CA.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// A name or address the issued certificate must cover. Repeatable; the listen address is always included.
+    #[arg(long = "tls-san", value_name = "NAME")]
+    pub tls_sans: Vec<String>,
+    /// Where the installer's registry CA lives.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/kubexm/pki/registry")]
+    pub pki_dir: PathBuf,
+    /// Plain HTTP, no TLS.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_sans"])]
+    pub plain_http: bool,
+    /// Serve only the file server.
+    #[arg(long, conflicts_with = "no_files")]
+    pub no_registry: bool,
+    /// Serve only the registry.
+    #[arg(long)]
+    pub no_files: bool,
+    /// Require a client certificate signed by this CA (PEM) in the TLS handshake.
+    #[arg(long, value_name = "FILE", conflicts_with = "plain_http")]
+    pub client_ca: Option<PathBuf>,
+    /// Connections open at once from addresses other than --node; one more is closed at once.
+    #[arg(long, value_name = "N", default_value_t = kubexm_installer::serve::MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Connections one address may hold (a --node too).
+    #[arg(long, value_name = "N", default_value_t = kubexm_installer::serve::MAX_PER_SOURCE)]
+    pub max_per_source: usize,
+    /// A node's address: its connections do not count against --max-connections. Repeatable.
+    #[arg(long = "node", value_name = "ADDR")]
+    pub nodes: Vec<std::net::IpAddr>,
+}
+
 /// Where the installer serves the bundle from during a job, and where the
 /// admin kubeconfig goes.
 #[derive(Args, Clone)]
@@ -164,51 +212,7 @@ pub enum Command {
         output: Output,
     },
     /// Serve an unpacked bundle as a read-only OCI registry and file server.
-    Serve {
-        /// The unpacked bundle (from `unpack`).
-        #[arg(long, value_name = "DIR")]
-        bundle_dir: PathBuf,
-        /// An older unpacked bundle served below it (what --bundle-dir lacks is
-        /// served from it): an upgrade's nodes pull the old version or the new.
-        /// Repeatable, newest first.
-        #[arg(long = "older-bundle-dir", value_name = "DIR")]
-        older: Vec<PathBuf>,
-        /// Address and port to listen on.
-        #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:5443")]
-        listen: std::net::SocketAddr,
-        /// Serve this certificate (PEM) instead of issuing one from the installer's CA.
-        #[arg(long, value_name = "FILE", requires = "tls_key")]
-        tls_cert: Option<PathBuf>,
-        #[arg(long, value_name = "FILE", requires = "tls_cert")]
-        tls_key: Option<PathBuf>,
-        /// A name or address the issued certificate must cover. Repeatable; the listen address is always included.
-        #[arg(long = "tls-san", value_name = "NAME")]
-        tls_sans: Vec<String>,
-        /// Where the installer's registry CA lives.
-        #[arg(long, value_name = "DIR", default_value = "/var/lib/kubexm/pki/registry")]
-        pki_dir: PathBuf,
-        /// Plain HTTP, no TLS.
-        #[arg(long, conflicts_with_all = ["tls_cert", "tls_sans"])]
-        plain_http: bool,
-        /// Serve only the file server.
-        #[arg(long, conflicts_with = "no_files")]
-        no_registry: bool,
-        /// Serve only the registry.
-        #[arg(long)]
-        no_files: bool,
-        /// Require a client certificate signed by this CA (PEM) in the TLS handshake.
-        #[arg(long, value_name = "FILE", conflicts_with = "plain_http")]
-        client_ca: Option<PathBuf>,
-        /// Connections open at once from addresses other than --node; one more is closed at once.
-        #[arg(long, value_name = "N", default_value_t = kubexm_installer::serve::MAX_CONNECTIONS)]
-        max_connections: usize,
-        /// Connections one address may hold (a --node too).
-        #[arg(long, value_name = "N", default_value_t = kubexm_installer::serve::MAX_PER_SOURCE)]
-        max_per_source: usize,
-        /// A node's address: its connections do not count against --max-connections. Repeatable.
-        #[arg(long = "node", value_name = "ADDR")]
-        nodes: Vec<std::net::IpAddr>,
-    },
+    Serve(ServeArgs),
     /// Push the bundle's images into a site registry.
     Mirror {
         #[arg(long, value_name = "FILE")]

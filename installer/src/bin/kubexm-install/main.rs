@@ -12,7 +12,7 @@ use kubexm_installer::{ops, serve, unpack};
 
 mod args;
 mod exit_codes;
-use args::{Cli, Command, EngineArgs, InstallArgs, TrustArgs, UpgradeArgs};
+use args::{Cli, Command, EngineArgs, InstallArgs, ServeArgs, TrustArgs, UpgradeArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -50,45 +50,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let u = ops::unpack(&bundle, &trust(&t), &t.root)?;
             print_unpacked(&bundle, &u, output)
         }
-        Command::Serve {
-            bundle_dir,
-            older,
-            listen,
-            tls_cert,
-            tls_key,
-            tls_sans,
-            pki_dir,
-            plain_http,
-            no_registry,
-            no_files,
-            client_ca,
-            max_connections,
-            max_per_source,
-            nodes,
-        } => {
-            let start = Instant::now();
-            let r = ops::serve::ServeRequest {
-                bundle_dir,
-                older,
-                listen,
-                tls_cert,
-                tls_key,
-                tls_sans,
-                pki_dir,
-                plain_http,
-                parts: serve::Parts {
-                    registry: !no_registry,
-                    files: !no_files,
-                },
-                limits: serve::ConnectionLimits {
-                    max: max_connections,
-                    per_source: max_per_source,
-                    nodes,
-                },
-                client_ca,
-            };
-            ops::serve::serve(r, |s, ca| print_serving(s, ca, plain_http, listen, start))
-        }
+        Command::Serve(a) => serve_bundle(a),
         Command::Mirror {
             bundle,
             trust: t,
@@ -192,6 +154,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out,
         })?),
     }
+}
+
+/// `serve`: until the process ends, with what it serves printed once it listens.
+fn serve_bundle(a: ServeArgs) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let (plain_http, listen) = (a.plain_http, a.listen);
+    let r = ops::serve::ServeRequest {
+        bundle_dir: a.bundle_dir,
+        older: a.older,
+        listen,
+        tls_cert: a.tls_cert,
+        tls_key: a.tls_key,
+        tls_sans: a.tls_sans,
+        pki_dir: a.pki_dir,
+        plain_http,
+        parts: serve::Parts {
+            registry: !a.no_registry,
+            files: !a.no_files,
+        },
+        limits: serve::ConnectionLimits {
+            max: a.max_connections,
+            per_source: a.max_per_source,
+            nodes: a.nodes,
+        },
+        client_ca: a.client_ca,
+    };
+    ops::serve::serve(r, |s, ca| print_serving(s, ca, plain_http, listen, start))
 }
 
 /// `value` as JSON (`-o json`) or as text (its `Display`).

@@ -83,11 +83,11 @@ pub fn drain(version: &str, node: &str, timeout: u32) -> Arc<dyn Step> {
             q(&format!("{version}/"))
         )),
         &format!(
-            "{k} cordon {n} || exit 1; echo \"cordoned {node}\"\n\
+            "{k} cordon {n} || exit 1; echo cordoned {n}\n\
              out=$({k} drain {n} --ignore-daemonsets --delete-emptydir-data --timeout={timeout}s 2>&1); rc=$?\n\
              printf '%s\\n' \"$out\" | tail -20\n\
-             if [ \"$rc\" = 0 ]; then echo \"drained {node}\"; else \
-             echo \"{node}: not drained within {timeout} s (upgrade.drainTimeoutSeconds; a PodDisruptionBudget that allows no eviction, \
+             if [ \"$rc\" = 0 ]; then echo drained {n}; else \
+             echo {n}\": not drained within {timeout} s (upgrade.drainTimeoutSeconds; a PodDisruptionBudget that allows no eviction, \
              or a pod no controller manages?); it stays cordoned; fix it and run the upgrade again: it continues here\" >&2; exit 1; fi"
         ),
     );
@@ -117,7 +117,7 @@ pub fn restarted(unit: &str) -> Arc<dyn Step> {
         Some(&format!(
             "pid=$(systemctl show -p MainPID --value {u}) && [ \"$pid\" != 0 ] && ! readlink /proc/$pid/exe | grep -q ' (deleted)$'"
         )),
-        &format!("systemctl restart {u} && sleep 1 && systemctl is-active -q {u} && echo \"{unit} restarted on its new binary\""),
+        &format!("systemctl restart {u} && sleep 1 && systemctl is-active -q {u} && echo {u} restarted on its new binary"),
     );
     step.timeout = Duration::from_secs(180);
     Arc::new(step)
@@ -130,7 +130,7 @@ pub fn uncordon(version: &str, node: &str) -> Vec<Arc<dyn Step>> {
     let n = q(node);
     let probe = format!(
         "{ready}; v=$({k} get node {n} -o jsonpath='{{.status.nodeInfo.kubeletVersion}}' 2>&1); \
-         [ \"$v\" = {want} ] || echo \"  {node}: kubelet $v, not {version}\"",
+         [ \"$v\" = {want} ] || echo \"  \"{n}\": kubelet $v, not \"{want}",
         ready = waits::nodes_ready(&[node.to_string()]),
         want = q(version)
     );
@@ -141,7 +141,7 @@ pub fn uncordon(version: &str, node: &str) -> Vec<Arc<dyn Step>> {
             Some(&format!(
                 "u=$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}') && [ -z \"$u\" ]"
             )),
-            &format!("{k} uncordon {n} && echo \"uncordoned {node}\""),
+            &format!("{k} uncordon {n} && echo uncordoned {n}"),
         )),
     ]
 }
