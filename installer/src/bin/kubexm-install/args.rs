@@ -408,6 +408,10 @@ pub struct ConformanceArgs {
     /// Nodes that may be NotReady during the run, comma-separated (named in the summary).
     #[arg(long, value_delimiter = ',', value_name = "NODES")]
     pub allow_not_ready: Vec<String>,
+    /// Attempts at a failing spec: one that passes on a later attempt is reported
+    /// as flaky, not failed (1: none; a certification run takes 1).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub flake_attempts: u32,
     /// The unpacked bundle; default: the one under <root>/bundles built for the cluster.
     #[arg(long, value_name = "DIR")]
     pub bundle_dir: Option<PathBuf>,

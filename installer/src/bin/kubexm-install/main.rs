@@ -710,6 +710,7 @@ fn conformance(a: args::ConformanceArgs) -> anyhow::Result<()> {
         skip: a.skip,
         parallel: a.parallel,
         allow_not_ready: a.allow_not_ready,
+        flake_attempts: a.flake_attempts,
     };
     if !matches!(output, Output::Text | Output::Json) {
         return Err(ops::error::op(

@@ -13,6 +13,8 @@ pub struct Case {
     pub suite: bool,
     pub status: Status,
     pub seconds: f64,
+    /// Why it failed: the `message` of its `<failure>` or `<error>`.
+    pub message: Option<String>,
 }
 
 /// A spec's outcome, as the report gives it.
@@ -43,11 +45,16 @@ pub fn cases(xml: &str) -> Result<Vec<Case>, String> {
             None => child_status(&rest[end..]),
         };
         let seconds = get("time").and_then(|t| t.parse().ok()).unwrap_or(0.0);
+        let message = match status {
+            Status::Failed => failure_message(&rest[end..]),
+            _ => None,
+        };
         out.push(Case {
             name,
             suite,
             status,
             seconds,
+            message,
         });
         rest = &rest[end..];
     }
@@ -89,6 +96,23 @@ fn child_status(after: &str) -> Status {
     } else {
         Status::Passed
     }
+}
+
+/// The `message` attribute of the first `<failure>` or `<error>` among the
+/// children of the `<testcase>` whose tag ends `after` starts.
+fn failure_message(after: &str) -> Option<String> {
+    let body = &after[..after.find("</testcase>")?];
+    let at = ["<failure", "<error"]
+        .iter()
+        .filter_map(|t| body.find(t).map(|i| i + t.len()))
+        .min()?;
+    let tag = &body[at..];
+    let attrs = attributes(&tag[..tag_end(tag)?]).ok()?;
+    attrs
+        .into_iter()
+        .find(|(n, _)| n == "message")
+        .map(|(_, v)| v)
+        .filter(|m| !m.trim().is_empty())
 }
 
 /// Where the tag whose attributes start `s` ends (at its `>` or `/>`),
@@ -191,6 +215,8 @@ mod tests {
         );
         assert_eq!((c[0].status, c[0].seconds), (Status::Passed, 7.25));
         assert_eq!(c[1].status, Status::Failed);
+        assert_eq!(c[1].message.as_deref(), Some("timed out & gave up"));
+        assert_eq!((c[0].message.as_deref(), c[2].message.as_deref()), (None, None));
         assert_eq!(c[2].status, Status::Skipped);
         Ok(())
     }

@@ -53,6 +53,9 @@ pub struct ConformanceOptions {
     pub parallel: usize,
     /// Nodes that may be NotReady (named in the summary).
     pub allow_not_ready: Vec<String>,
+    /// Attempts at a failing spec (1: no retry); one that passes on a later
+    /// attempt is reported as flaky.
+    pub flake_attempts: u32,
 }
 
 /// What a run needs, checked: the binaries (unpacked, executable), the
@@ -74,6 +77,7 @@ pub struct Prepared {
     pub allow_not_ready: Vec<String>,
     /// `--skip` was given: a listed spec it skips is not "not run".
     pub user_skip: bool,
+    pub flake_attempts: u32,
 }
 
 /// Checks everything a run needs and unpacks the test binaries. Paths are
@@ -167,6 +171,7 @@ pub fn prepare(o: &ConformanceOptions) -> anyhow::Result<Prepared> {
         out: o.root.join("conformance").join(&o.cluster).join(stamp()),
         allow_not_ready: o.allow_not_ready.clone(),
         user_skip: o.skip.is_some(),
+        flake_attempts: o.flake_attempts.max(1),
     })
 }
 
@@ -439,6 +444,7 @@ mod tests {
             skip: None,
             parallel: 4,
             allow_not_ready: vec![],
+            flake_attempts: 1,
         }
     }
 

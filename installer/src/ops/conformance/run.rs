@@ -28,6 +28,10 @@ pub struct Summary {
     pub duration_seconds: f64,
     /// Names of the failed specs.
     pub failures: Vec<String>,
+    /// Why each failed spec failed, by name (the report's failure message).
+    pub failure_messages: std::collections::BTreeMap<String, String>,
+    /// Specs that failed, then passed on another attempt (`--flake-attempts`).
+    pub flaky: Vec<String>,
     /// Listed specs (quick mode) that did not run (skipped or missing).
     pub not_run: Vec<String>,
     /// Nodes NotReady during the run, allowed by name.
@@ -56,6 +60,12 @@ impl std::fmt::Display for Summary {
         )?;
         for n in &self.failures {
             writeln!(f, "  failed: {}", printable(n))?;
+            if let Some(m) = self.failure_messages.get(n) {
+                writeln!(f, "    why: {}", printable(&clipped(m, 600)))?;
+            }
+        }
+        for n in &self.flaky {
+            writeln!(f, "  flaky (failed, then passed on another attempt): {}", printable(n))?;
         }
         for n in &self.not_run {
             writeln!(f, "  listed but not run: {}", printable(n))?;
@@ -109,14 +119,16 @@ pub fn run(p: &Prepared) -> anyhow::Result<Summary> {
         .collect();
     let passed = ran.iter().filter(|c| c.status == Status::Passed).count();
     // A failed spec, or a failed suite node (a before-suite failure skips every spec).
-    let failures: Vec<String> = ran
+    let failed: Vec<&junit::Case> = ran
         .iter()
         .copied()
         .chain(cases.iter().filter(|c| c.suite))
         .filter(|c| c.status == Status::Failed)
-        .map(|c| c.name.clone())
         .collect();
-    let (will_run, pulls) = scan_log(&log_path);
+    let failures: Vec<String> = failed.iter().map(|c| c.name.clone()).collect();
+    let failure_messages = failed.iter().filter_map(|c| Some((c.name.clone(), c.message.clone()?))).collect();
+    let scanned = scan_log(&log_path);
+    let (will_run, pulls) = (scanned.will_run, scanned.pulls);
     let not_run: Vec<String> = p
         .listed
         .iter()
@@ -132,6 +144,8 @@ pub fn run(p: &Prepared) -> anyhow::Result<Summary> {
         skipped: will_run.map_or(0, |n| n.saturating_sub(ran.len())),
         duration_seconds,
         failures,
+        failure_messages,
+        flaky: scanned.flaky,
         not_run,
         not_ready_nodes: not_ready,
         pull_failures: pulls,
@@ -186,6 +200,9 @@ fn ginkgo(p: &Prepared, log: &Path, not_ready: usize) -> anyhow::Result<Option<i
     cmd.arg(format!("--procs={}", p.parallel))
         .args(["--timeout=24h", "--no-color", "-v", "--poll-progress-after=10m"])
         .arg(format!("--focus={}", p.focus));
+    if p.flake_attempts > 1 {
+        cmd.arg(format!("--flake-attempts={}", p.flake_attempts));
+    }
     if !p.skip.is_empty() {
         cmd.arg(format!("--skip={}", p.skip));
     }
@@ -270,11 +287,11 @@ impl Progress {
             self.total = Some(n);
             return Some(format!("conformance: {n} specs to run"));
         }
-        let rest = line.trim_start().strip_prefix("• [")?;
+        let rest = header(line)?;
         let failed = ["FAILED]", "PANICKED]", "TIMEDOUT]", "INTERRUPTED]", "ABORTED]"]
             .iter()
             .any(|s| rest.starts_with(s));
-        if !failed && !rest.starts_with(|c: char| c.is_ascii_digit()) {
+        if !failed && !rest.starts_with(|c: char| c.is_ascii_digit()) && !rest.starts_with(FLAKY) {
             return None;
         }
         self.done += 1;
@@ -291,17 +308,58 @@ fn will_run_in(line: &str) -> Option<usize> {
     tail.starts_with("of ").then(|| n.parse().ok()).flatten()
 }
 
-/// From the log, read a line at a time: the count ginkgo announced, and the
-/// images a pod failed to pull.
-fn scan_log(log: &Path) -> (Option<usize>, Vec<String>) {
-    let (mut will_run, mut pulls) = (None, std::collections::BTreeSet::new());
+/// How ginkgo's verbose output starts the header of a spec that passed on a
+/// later attempt (`↺ [FLAKEY TEST - TOOK 2 ATTEMPTS TO PASS] [12.3 seconds]`);
+/// the spec's text is on the next line.
+const FLAKY: &str = "FLAKEY TEST";
+
+/// After its denoter (`•` for a spec, `↺` for a retried one, `+` and `R` on
+/// Windows), what a spec's report header in ginkgo's output says, from `[`
+/// on: `FAILED] [30.001 seconds]`, `12.345 seconds]`.
+fn header(line: &str) -> Option<&str> {
+    let line = line.trim_start();
+    ["• [", "↺ [", "+ [", "R ["].iter().find_map(|d| line.strip_prefix(d))
+}
+
+/// What the log says beside the report.
+#[derive(Debug, Default, PartialEq)]
+struct Scanned {
+    /// The count ginkgo announced.
+    will_run: Option<usize>,
+    /// Images a pod failed to pull.
+    pulls: Vec<String>,
+    /// The text of each spec that passed on a later attempt.
+    flaky: Vec<String>,
+}
+
+/// Reads the log a line at a time for what [`Scanned`] holds.
+fn scan_log(log: &Path) -> Scanned {
+    let mut out = Scanned::default();
+    let mut pulls = std::collections::BTreeSet::new();
+    let mut after_flaky = false;
     if let Ok(f) = fs_err::File::open(log) {
         each_line(f, |_, line| {
-            will_run = will_run.or_else(|| will_run_in(line));
+            out.will_run = out.will_run.or_else(|| will_run_in(line));
             pull_failures_in(line, &mut pulls);
+            let text = line.trim();
+            if after_flaky && !text.is_empty() {
+                out.flaky.push(clipped(text, 300));
+                after_flaky = false;
+            } else if header(text).is_some_and(|r| r.starts_with(FLAKY)) {
+                after_flaky = true;
+            }
         });
     }
-    (will_run, pulls.into_iter().collect())
+    out.pulls = pulls.into_iter().collect();
+    out
+}
+
+/// `s` cut to `max` characters, marked when cut.
+fn clipped(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
 }
 
 /// Images a pod failed to pull, from the events e2e.test dumps for a failed
@@ -356,6 +414,7 @@ mod tests {
             "• [FAILED] [30.001 seconds]",
             "S [SKIPPED] [0.000 seconds]",
             "• [PANICKED] [1.0 seconds]",
+            "↺ [FLAKEY TEST - TOOK 2 ATTEMPTS TO PASS] [61.200 seconds]",
             "•• a line that is not a report",
         ]
         .iter()
@@ -368,8 +427,63 @@ mod tests {
                 "conformance: 1 of 3 specs done, 0 failed",
                 "conformance: 2 of 3 specs done, 1 failed",
                 "conformance: 3 of 3 specs done, 2 failed",
+                "conformance: 4 of 3 specs done, 2 failed",
             ]
         );
+    }
+
+    #[test]
+    fn the_log_names_specs_that_passed_on_a_later_attempt() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let log = dir.path().join("e2e.log");
+        fs_err::write(
+            &log,
+            [
+                "Will run 2 of 7212 specs",
+                "↺ [FLAKEY TEST - TOOK 2 ATTEMPTS TO PASS] [61.200 seconds]",
+                "",
+                "[sig-api-machinery] Aggregator Should be able to support the 1.17 Sample API Server",
+                "• [3.100 seconds]",
+                "[sig-node] Pods should get a host IP",
+            ]
+            .join("\n"),
+        )?;
+        let s = scan_log(&log);
+        assert_eq!(s.will_run, Some(2));
+        assert_eq!(
+            s.flaky,
+            ["[sig-api-machinery] Aggregator Should be able to support the 1.17 Sample API Server"]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_summary_says_why_a_spec_failed_clipped_and_printable() {
+        let s = Summary {
+            cluster: "lab".into(),
+            kubernetes_version: "v1.37.2".into(),
+            passed: 1,
+            failed: 1,
+            skipped: 0,
+            duration_seconds: 10.0,
+            failures: vec!["[sig-a] spec".into()],
+            failure_messages: [("[sig-a] spec".to_string(), format!("timed out\u{1b}[2J{}", "x".repeat(700)))].into(),
+            flaky: vec!["[sig-b] other".into()],
+            not_run: vec![],
+            not_ready_nodes: vec![],
+            pull_failures: vec![],
+            exit_code: Some(1),
+            junit: "j".into(),
+            log: "l".into(),
+        };
+        let text = s.to_string();
+        assert!(text.contains("  failed: [sig-a] spec\n    why: timed out\\u{1b}[2J"), "{text}");
+        assert!(text.contains("x…\n"), "{text}");
+        assert!(
+            text.contains("  flaky (failed, then passed on another attempt): [sig-b] other"),
+            "{text}"
+        );
+        assert!(!s.ok());
     }
 
     #[test]
