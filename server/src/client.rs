@@ -177,6 +177,17 @@ impl Client {
         self.post_config(&format!("/api/v1/clusters/apply{q}"), text).await
     }
 
+    /// Stores an upgrade job (`kubexm upgrade cluster`): `text` is the
+    /// cluster.yaml naming the new version, `bundle` its bundle's digest.
+    pub async fn create_upgrade(&self, text: String, bundle: Option<&str>, skip_not_ready: &[String]) -> Result<i64, ClientError> {
+        let mut q: Vec<String> = bundle.map(|b| format!("bundle={b}")).into_iter().collect();
+        if !skip_not_ready.is_empty() {
+            q.push(format!("skipNotReady={}", list(skip_not_ready)));
+        }
+        let q = if q.is_empty() { String::new() } else { format!("?{}", q.join("&")) };
+        self.post_config(&format!("/api/v1/clusters/upgrade{q}"), text).await
+    }
+
     /// Stores the job `request` asks for the cluster of `text` (cluster.yaml)
     /// through its route, its options as the route's query (a destructive
     /// one confirmed: the caller asked the operator). An install goes by
@@ -186,6 +197,7 @@ impl Client {
         let route = match request {
             Request::Install(r) => return self.create_cluster(text, Some(&r.bundle)).await,
             Request::Apply(r) => return self.create_apply(text, Some(&r.bundle)).await,
+            Request::Upgrade(r) => return self.create_upgrade(text, Some(&r.bundle), &r.skip_not_ready).await,
             Request::Facts(_) => "facts",
             Request::Reset(_) => {
                 q.push("confirm=true".into());

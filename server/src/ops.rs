@@ -10,7 +10,7 @@ use std::time::Duration;
 use kubexm_installer::ops::error::{OpError, op};
 
 use crate::jobdb::{Job, JobDb, LogLine, NewJob, Origin};
-use kubexm_installer::ops::request::{ApplyRequest, InstallRequest, Request};
+use kubexm_installer::ops::request::{ApplyRequest, InstallRequest, Request, UpgradeRequest};
 
 use crate::job_request::{self, Local};
 
@@ -28,6 +28,18 @@ pub async fn create_cluster(db: &JobDb, file: &Path, phases: &[String], local: L
 /// cluster (what the config adds, checked against its record by the worker).
 pub async fn create_apply(db: &JobDb, file: &Path, local: Local) -> anyhow::Result<i64> {
     bundle_job(db, file, local, |bundle| Request::Apply(ApplyRequest { bundle })).await
+}
+
+/// `upgrade cluster`: as [`create_cluster`], stored as an upgrade of the
+/// installed cluster to the version `file` names (the hosts in
+/// `skip_not_ready` are the config's, or nothing is stored).
+pub async fn create_upgrade(db: &JobDb, file: &Path, skip_not_ready: Vec<String>, local: Local) -> anyhow::Result<i64> {
+    let cluster = kubexm_bom::config::load_file_hosts(file)?;
+    kubexm_installer::ops::session::check_hosts(&cluster, &skip_not_ready)?;
+    bundle_job(db, file, local, |bundle| {
+        Request::Upgrade(UpgradeRequest { bundle, skip_not_ready })
+    })
+    .await
 }
 
 /// Stores the job `make` asks of the bundle `local` names, `file` validated

@@ -55,7 +55,7 @@ impl WorkerInstall {
     /// this machine at.
     fn settings(&self, id: i64, request: &Request, local: &Local, engine: ops::EngineSettings) -> anyhow::Result<ops::session::Settings> {
         let advertise = local.advertise.or(self.advertise);
-        let install = matches!(request, Request::Install(_) | Request::Apply(_));
+        let install = matches!(request, Request::Install(_) | Request::Apply(_) | Request::Upgrade(_));
         if install && advertise.is_none() {
             anyhow::bail!(
                 "job {id} was created through the API and installs with this worker's options, but this worker has no --advertise: \
@@ -432,6 +432,7 @@ fn open(
         "certs-check",
         "certs-renew",
         "etcd-restore",
+        "upgrade",
     ]
     .contains(&job.kind.as_str())
     {

@@ -44,19 +44,22 @@ async fn a_valid_config_is_stored_as_a_pending_job_and_answers_202() {
     s.handle.shutdown();
 }
 
+/// POSTs `body` as cluster.yaml to `path` with the server's token.
+fn post_yaml(s: &Server, path: String, body: String) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> {
+    s.client()
+        .post(s.url(&path))
+        .bearer_auth(&s.token)
+        .header("content-type", "application/yaml")
+        .body(body)
+        .send()
+}
+
 /// Issue 29: `POST /api/v1/clusters/apply` (`kubexm scale`) stores an
 /// apply of the held bundle; a bad config or an unknown bundle stores nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_apply_job_is_stored_with_its_bundle_and_a_bad_one_is_not() {
     let s = Server::start().await;
-    let post = |path: String, body: String| {
-        s.client()
-            .post(s.url(&path))
-            .bearer_auth(&s.token)
-            .header("content-type", "application/yaml")
-            .body(body)
-            .send()
-    };
+    let post = |path: String, body: String| post_yaml(&s, path, body);
     let r = post("/api/v1/clusters/apply".into(), EXAMPLE.clone()).await.unwrap();
     assert_eq!(r.status(), 202);
     let v: serde_json::Value = r.json().await.unwrap();
@@ -70,6 +73,36 @@ async fn an_apply_job_is_stored_with_its_bundle_and_a_bad_one_is_not() {
     let unknown = format!("/api/v1/clusters/apply?bundle=sha256:{}", "0".repeat(64));
     assert_eq!(post(unknown, EXAMPLE.clone()).await.unwrap().status(), 400);
     assert_eq!(s.db.list().await.unwrap().len(), 1, "a refused apply was stored");
+    s.handle.shutdown();
+}
+
+/// Issue 30: `POST /api/v1/clusters/upgrade` (`kubexm upgrade cluster`)
+/// stores an upgrade of the held bundle with the workers to skip; a host the
+/// config lacks, an unknown query field, a bad config or an unknown bundle
+/// stores nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_job_is_stored_with_its_bundle_and_hosts_to_skip_and_a_bad_one_is_not() {
+    let s = Server::start().await;
+    let post = |path: String, body: String| post_yaml(&s, path, body);
+    for (q, status) in [
+        ("?skipNotReady=ghost".to_string(), 400),
+        ("?hopBundles=%2Ftmp%2Fx".to_string(), 400),
+        (format!("?bundle=sha256:{}", "0".repeat(64)), 400),
+    ] {
+        let r = post(format!("/api/v1/clusters/upgrade{q}"), EXAMPLE.clone()).await.unwrap();
+        assert_eq!(r.status(), status, "{q}");
+    }
+    let bad = EXAMPLE.replace("roleGroups:", "roleGroupz:");
+    assert_eq!(post("/api/v1/clusters/upgrade".into(), bad).await.unwrap().status(), 422);
+    assert!(s.db.list().await.unwrap().is_empty(), "a refused upgrade was stored");
+    let r = post("/api/v1/clusters/upgrade?skipNotReady=worker1".into(), EXAMPLE.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let j = s.db.get(v["job_id"].as_i64().unwrap()).await.unwrap().unwrap();
+    assert_eq!((j.status, j.kind.as_str()), (Status::Pending, "upgrade"));
+    assert_eq!(j.options, serde_json::json!({"bundle": s.digest, "skipNotReady": ["worker1"]}));
     s.handle.shutdown();
 }
 
@@ -287,6 +320,7 @@ async fn without_credentials_or_with_an_unknown_token_every_job_route_answers_40
         (reqwest::Method::POST, "/api/v1/jobs/1/cancel"),
         (reqwest::Method::POST, "/api/v1/clusters"),
         (reqwest::Method::POST, "/api/v1/clusters/apply"),
+        (reqwest::Method::POST, "/api/v1/clusters/upgrade"),
         (reqwest::Method::POST, "/api/v1/clusters/facts"),
         (reqwest::Method::POST, "/api/v1/clusters/reset"),
         (reqwest::Method::POST, "/api/v1/clusters/etcd-snapshot"),

@@ -14,6 +14,10 @@
 //! skipped, so the old hosts apply nothing (the first control-plane node
 //! makes fresh join credentials when the last ones are too old), and a
 //! re-run applies nothing. The record is kept after, as after an install.
+//! A config whose Kubernetes version is not the record's is an upgrade:
+//! apply runs [`super::upgrade::upgrade`] (one hop, from the bundle given)
+//! when nothing else changed, and refuses a version change mixed with
+//! other changes before any host is touched (upgrade first, then apply).
 
 use crate::ops::error::{OpError, op};
 
@@ -36,6 +40,9 @@ pub enum ApplyReport {
     Plan { added: Added, plan: String },
     /// The change made.
     Applied { added: Added, installed: Installed },
+    /// The config names another Kubernetes version: an upgrade ran (or,
+    /// with `dry_run`, was planned).
+    Upgraded(Box<super::upgrade::UpgradeReport>),
 }
 
 /// The hosts an apply adds, by what they become.
@@ -53,7 +60,17 @@ pub struct Added {
 
 impl std::fmt::Display for ApplyReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (ApplyReport::Plan { added, .. } | ApplyReport::Applied { added, .. }) = self;
+        let added = match self {
+            ApplyReport::Plan { added, .. } | ApplyReport::Applied { added, .. } => added,
+            ApplyReport::Upgraded(u) => {
+                writeln!(
+                    f,
+                    "apply: the config names Kubernetes {} and cluster {} runs {}: an upgrade",
+                    u.plan.to, u.plan.cluster, u.plan.from
+                )?;
+                return write!(f, "{u}");
+            }
+        };
         if added.workers.is_empty() && added.etcd.is_empty() && added.control_plane.is_empty() && added.registry.is_none() {
             writeln!(f, "apply: the config is as recorded; only what is not in place yet runs")?;
         }
@@ -85,6 +102,7 @@ impl std::fmt::Display for ApplyReport {
         match self {
             ApplyReport::Plan { plan, .. } => write!(f, "{plan}"),
             ApplyReport::Applied { installed, .. } => write!(f, "{installed}"),
+            ApplyReport::Upgraded(u) => write!(f, "{u}"),
         }
     }
 }
@@ -152,6 +170,9 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
     let cluster = session.cluster();
     let name = &cluster.metadata.name;
     let record = installed(session)?;
+    if version_changed(&record.config.spec.kubernetes.version, &cluster.spec.kubernetes.version) {
+        return upgrade_instead(session, &record, o);
+    }
     // Another bundle may add images; what is installed stays as it is.
     if let Some(b) = session.bundle() {
         let changed = kubexm_bom::changes::bundle_changes(&record, &b.manifest.lock);
@@ -203,6 +224,54 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
     }
 }
 
+/// Whether `now` names another Kubernetes version than `recorded` (`v` or
+/// not).
+fn version_changed(recorded: &str, now: &str) -> bool {
+    use kubexm_bom::upgrade::Version;
+    match (Version::parse(recorded), Version::parse(now)) {
+        (Some(a), Some(b)) => a != b,
+        _ => recorded != now,
+    }
+}
+
+/// The config names another version: an upgrade, when the version is all
+/// that changed (refused before any host is touched otherwise).
+fn upgrade_instead(session: &Session, record: &kubexm_bom::record::ClusterRecord, o: &ApplyOptions) -> anyhow::Result<ApplyReport> {
+    let cluster = session.cluster();
+    let name = &cluster.metadata.name;
+    let mut same_version = cluster.clone();
+    same_version.spec.kubernetes.version = record.config.spec.kubernetes.version.clone();
+    let located = session.located();
+    let changes = kubexm_bom::changes::changes(record, &same_version, located.as_ref(), session.config_name())
+        .map_err(kubexm_bom::config::LoadError::Invalid)?;
+    let mut others: Vec<String> = changes.added.iter().map(|h| format!("host {h} added")).collect();
+    if let Some((from, to)) = &changes.registry {
+        others.push(format!("the registry moved from {from} to {to}"));
+    }
+    if !others.is_empty() {
+        return Err(op(
+            OpError::Unsupported,
+            anyhow::anyhow!(
+                "the config of cluster {name} changes the Kubernetes version ({} to {}), an upgrade, and more ({}): \
+                 changing both in one run is not supported yet; upgrade with the recorded hosts first \
+                 (kubexm-install upgrade), then apply the rest",
+                record.config.spec.kubernetes.version,
+                cluster.spec.kubernetes.version,
+                others.join(", ")
+            ),
+        ));
+    }
+    let u = super::upgrade::upgrade(
+        session,
+        &super::upgrade::UpgradeOptions {
+            dry_run: o.dry_run,
+            expect_digest: o.expect_digest.clone(),
+            ..Default::default()
+        },
+    )?;
+    Ok(ApplyReport::Upgraded(Box::new(u)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +306,40 @@ mod tests {
         std::fs::write(dir.join("bundle.yaml"), "changed\n")?;
         let e = err(recorded_session(&config, f.settings()));
         assert!(e.contains("the unpacked bundle was changed"), "{e}");
+        Ok(())
+    }
+
+    /// Issue 30: a config naming another Kubernetes version is an upgrade:
+    /// apply takes that path (here it asks for the target's bundle) and
+    /// refuses a version change mixed with an added host, both before any
+    /// host is asked anything.
+    #[test]
+    fn a_version_change_is_routed_to_the_upgrade() -> anyhow::Result<()> {
+        let f = Fixture::installed()?;
+        let jobs_before = f.record()?.job.id;
+        let asked_before = f.connecting.asked().len();
+        let err = |text: &str| -> anyhow::Result<String> {
+            Ok(match apply(&f.session(text)?, &ApplyOptions::default()) {
+                Ok(r) => format!("applied: {r}"),
+                Err(e) => format!("{e:#}"),
+            })
+        };
+        let newer = format!("{CONFIG}\x20 kubernetes: {{version: v1.38.0}}\n");
+        let e = err(&newer)?;
+        assert!(e.contains("pass --bundle with the bundle built for v1.38.0"), "{e}");
+        let more = newer
+            .replace(
+                "\x20 roleGroups:",
+                "\x20 - {name: e, address: 10.0.0.5, auth: {agent: true}}\n\x20 roleGroups:",
+            )
+            .replace("worker: [b, c, d]", "worker: [b, c, d, e]");
+        let e = err(&more)?;
+        assert!(
+            e.contains("changes the Kubernetes version") && e.contains("host e added") && e.contains("not supported yet"),
+            "{e}"
+        );
+        assert_eq!(f.record()?.job.id, jobs_before);
+        assert_eq!(f.connecting.asked().len(), asked_before, "a host was asked");
         Ok(())
     }
 }

@@ -39,6 +39,21 @@ pub enum Request {
     CertsRenew(RenewCertsRequest),
     /// Put etcd back to one of the cluster's snapshots (confirmed by the trigger).
     EtcdRestore(RestoreRequest),
+    /// Upgrade the installed cluster to the Kubernetes version its config
+    /// now names, from the bundle built for it: one hop (a minor, or a
+    /// patch release).
+    Upgrade(UpgradeRequest),
+}
+
+/// An upgrade's options.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpgradeRequest {
+    /// The target's bundle, by the `sha256:<hex>` of its signed `bundle.yaml`.
+    pub bundle: String,
+    /// NotReady workers to leave at their version (hosts of the config).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip_not_ready: Vec<String>,
 }
 
 /// An etcd restore's options.
@@ -184,6 +199,7 @@ impl Request {
             Request::CertsCheck(_) => "certs-check",
             Request::CertsRenew(_) => "certs-renew",
             Request::EtcdRestore(_) => "etcd-restore",
+            Request::Upgrade(_) => "upgrade",
         }
     }
 
@@ -192,6 +208,7 @@ impl Request {
         match self {
             Request::Install(r) => Some(&r.bundle),
             Request::Apply(r) => Some(&r.bundle),
+            Request::Upgrade(r) => Some(&r.bundle),
             Request::Reset(_)
             | Request::Facts(_)
             | Request::EtcdSnapshot(_)
@@ -206,7 +223,7 @@ impl Request {
     /// The hosts the request names unreachable.
     pub fn unreachable(&self) -> &[String] {
         match self {
-            Request::Install(_) | Request::Apply(_) => &[],
+            Request::Install(_) | Request::Apply(_) | Request::Upgrade(_) => &[],
             Request::Reset(r) | Request::Facts(r) => &r.unreachable,
             Request::EtcdSnapshot(r) => &r.unreachable,
             Request::RemoveNode(r) => &r.unreachable,
@@ -223,6 +240,9 @@ impl Request {
         let mut all = self.unreachable().to_vec();
         if let Request::RemoveNode(r) = self {
             all.extend(r.hosts.iter().cloned());
+        }
+        if let Request::Upgrade(r) = self {
+            all.extend(r.skip_not_ready.iter().cloned());
         }
         all
     }
@@ -262,6 +282,7 @@ pub enum Report {
     CertsCheck(super::certs::CertsReport),
     CertsRenew(super::certs_renew::Renewed),
     EtcdRestore(super::etcd_restore::Restored),
+    Upgrade(super::upgrade::Upgraded),
 }
 
 /// The facts of every host.
@@ -292,6 +313,7 @@ impl std::fmt::Display for Report {
             Report::CertsCheck(c) => write!(f, "{c}"),
             Report::CertsRenew(r) => write!(f, "{r}"),
             Report::EtcdRestore(r) => write!(f, "{r}"),
+            Report::Upgrade(u) => write!(f, "{u}"),
         }
     }
 }
@@ -319,8 +341,18 @@ pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
             };
             match super::apply::apply(session, &o)? {
                 super::apply::ApplyReport::Applied { installed, .. } => Ok(Report::Apply(installed)),
+                super::apply::ApplyReport::Upgraded(u) => Ok(Report::Upgrade(u.done())),
                 super::apply::ApplyReport::Plan { .. } => Err(anyhow::anyhow!("an apply request planned instead of applying")),
             }
+        }
+        Request::Upgrade(r) => {
+            let o = super::upgrade::UpgradeOptions {
+                hop_bundles: Vec::new(),
+                skip_not_ready: r.skip_not_ready.clone(),
+                dry_run: false,
+                expect_digest: Some(r.bundle.clone()),
+            };
+            Ok(Report::Upgrade(super::upgrade::upgrade(session, &o)?.done()))
         }
         Request::Reset(_) => match reset::reset(session, true)? {
             reset::ResetReport::Done(r) => Ok(Report::Reset(r)),
@@ -461,6 +493,14 @@ mod tests {
             Request::EtcdRestore(RestoreRequest {
                 snapshot: "lab-20261127T001200.000Z.db".into(),
             }),
+            Request::Upgrade(UpgradeRequest {
+                bundle: format!("sha256:{}", "c".repeat(64)),
+                skip_not_ready: vec!["w4".into()],
+            }),
+            Request::Upgrade(UpgradeRequest {
+                bundle: format!("sha256:{}", "c".repeat(64)),
+                skip_not_ready: vec![],
+            }),
         ];
         for r in all {
             let text = serde_json::to_string(&r)?;
@@ -496,6 +536,11 @@ mod tests {
             ("certs-renew", serde_json::json!({"pki": "/etc"})),
             ("etcd-restore", serde_json::json!({})),
             ("etcd-restore", serde_json::json!({"snapshot": "a.db", "root": "/"})),
+            ("upgrade", serde_json::json!({})),
+            (
+                "upgrade",
+                serde_json::json!({"bundle": "sha256:x", "hopBundles": ["/tmp/x.tar.zst"]}),
+            ),
         ] {
             assert!(Request::from_job(kind, &options).is_err(), "{kind} {options} was accepted");
         }

@@ -37,6 +37,8 @@ pub struct UpgradeOptions {
     pub skip_not_ready: Vec<String>,
     /// Print the chain of hops; change nothing.
     pub dry_run: bool,
+    /// The bundle a job asked for ([`super::install::InstallOptions::expect_digest`]).
+    pub expect_digest: Option<String>,
 }
 
 /// A session of `config` with the bundle of its version (of `bundles`,
@@ -86,6 +88,37 @@ pub struct UpgradeReport {
     pub snapshot: Option<super::etcd::Snapshot>,
     /// The hop's job.
     pub upgraded: Option<super::install::Installed>,
+}
+
+/// What an upgrade did, as a job reports it: the report's text, and the
+/// hop's job when one ran.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Upgraded {
+    pub cluster: String,
+    pub from: String,
+    pub to: String,
+    /// The hop's job (none: nothing to do).
+    pub installed: Option<super::install::Installed>,
+    pub text: String,
+}
+
+impl std::fmt::Display for Upgraded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl UpgradeReport {
+    /// The report of what ran, for a job.
+    pub fn done(self) -> Upgraded {
+        Upgraded {
+            cluster: self.plan.cluster.clone(),
+            from: self.plan.from.to_string(),
+            to: self.plan.to.to_string(),
+            text: self.to_string(),
+            installed: self.upgraded,
+        }
+    }
 }
 
 impl std::fmt::Display for UpgradeReport {
@@ -188,6 +221,12 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
             anyhow::anyhow!("upgrading with registry.mode external is not supported yet"),
         ));
     }
+    // Every certificate valid until the hop can have ended (kubeadm renews
+    // the control plane's as it upgrades each node; not the CAs, etcd's or
+    // the kubeconfigs of nodes not reached yet).
+    let budget = hop_budget(&waves, spec.upgrade.drain_timeout_seconds);
+    let certs = super::certs::check(session, 0)?;
+    certs_last(&certs, crate::engine::state::now_ms() / 1000, budget)?;
     // The restore point.
     {
         let snap = super::etcd::snapshot(
@@ -221,6 +260,7 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
     };
     let opts = super::install::InstallOptions {
         apply: true,
+        expect_digest: o.expect_digest.clone(),
         etcd_before: Some(record.config.spec.role_groups.etcd.clone()),
         upgrade: Some(run),
         ..Default::default()
@@ -230,6 +270,41 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
         super::install::InstallReport::Plan(_) => return Err(anyhow::anyhow!("an upgrade planned instead of upgrading")),
     }
     Ok(p)
+}
+
+/// How long a hop of `waves` may take at most: per wave, the drain's time
+/// limit and 15 minutes (the node's kubeadm, kubelet and Ready), and 30
+/// minutes more (pulls, addons).
+fn hop_budget(waves: &[upgrade::order::Wave], drain_timeout_seconds: u32) -> Duration {
+    let per_wave = u64::from(drain_timeout_seconds) + 15 * 60;
+    Duration::from_secs(30 * 60 + per_wave * waves.len() as u64)
+}
+
+/// Refused (a host failure, exit 7) when a certificate of `certs` expires
+/// before `now` plus `budget`, the hop's longest run: each one named, and
+/// what to do.
+fn certs_last(certs: &super::certs::CertsReport, now: i64, budget: Duration) -> anyhow::Result<()> {
+    let end = now + budget.as_secs() as i64;
+    let short: Vec<String> = certs
+        .certs
+        .iter()
+        .filter(|c| c.not_after < end)
+        .map(|c| format!("{} {} (expires {})", c.host, c.path, c.expires))
+        .collect();
+    if short.is_empty() {
+        return Ok(());
+    }
+    Err(op(
+        OpError::Host,
+        anyhow::anyhow!(
+            "{} certificate(s) of cluster {} expire before the hop could end (it may take up to {} min): renew them first \
+             (kubexm-install certs renew), then run the upgrade again; nothing was changed:\n  {}",
+            short.len(),
+            certs.cluster,
+            budget.as_secs() / 60,
+            short.join("\n  ")
+        ),
+    ))
 }
 
 /// Each node's kubelet and readiness, as the API server reports them,
@@ -322,6 +397,54 @@ impl Step for ReadNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 30: the hop's preflight refuses a certificate that would expire
+    /// before the hop could end, naming it, and passes one that outlasts it.
+    #[test]
+    fn a_certificate_expiring_within_the_hops_budget_is_refused() {
+        let wave = |h: &str| upgrade::order::Wave {
+            action: upgrade::order::Action::KubeadmNode { runtime: false },
+            hosts: vec![h.into()],
+        };
+        let budget = hop_budget(&[wave("a"), wave("b")], 600);
+        assert_eq!(budget, Duration::from_secs(30 * 60 + 2 * (600 + 900)));
+        let cert = |path: &str, not_after: i64| super::super::certs::CertInfo {
+            host: "a".into(),
+            path: path.into(),
+            subject: "CN=x".into(),
+            issuer: "CN=ca".into(),
+            ca: false,
+            not_after,
+            expires: format!("t{not_after}"),
+            days_left: 0,
+        };
+        let now = 1_000_000;
+        let report = |certs| super::super::certs::CertsReport {
+            cluster: "lab".into(),
+            job: 1,
+            warn_days: 0,
+            certs,
+            expiring: 0,
+        };
+        let ends = now + budget.as_secs() as i64;
+        assert!(certs_last(&report(vec![cert("/etc/kubernetes/pki/ca.crt", ends + 1)]), now, budget).is_ok());
+        let e = certs_last(
+            &report(vec![
+                cert("/etc/kubernetes/pki/ca.crt", ends + 1),
+                cert("/etc/kubexm/etcd/pki/peer.crt", ends - 1),
+            ]),
+            now,
+            budget,
+        )
+        .map_err(|e| format!("{e:#}"))
+        .err()
+        .unwrap_or_default();
+        assert!(
+            e.contains("1 certificate(s) of cluster lab") && e.contains("a /etc/kubexm/etcd/pki/peer.crt") && !e.contains("ca.crt"),
+            "{e}"
+        );
+        assert!(e.contains("up to 80 min") && e.contains("certs renew"), "{e}");
+    }
 
     /// The API server's node list: names, kubelets and the Ready condition.
     #[test]

@@ -156,7 +156,7 @@ fn confirm(confirmed: bool, what: &str) -> Result<(), ApiError> {
 }
 
 /// A comma-separated list of names, empty ones left out.
-fn names(list: &str) -> Vec<String> {
+pub(super) fn names(list: &str) -> Vec<String> {
     list.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect()
 }
 

@@ -152,6 +152,7 @@ pub fn router(db: Arc<JobDb>, o: ApiOptions) -> Router {
     let guarded = Router::new()
         .route("/api/v1/clusters", post(create_cluster::<false>))
         .route("/api/v1/clusters/apply", post(create_cluster::<true>))
+        .route("/api/v1/clusters/upgrade", post(create_upgrade))
         .route("/api/v1/clusters/facts", post(hosts_jobs::create_facts))
         .route("/api/v1/clusters/reset", post(hosts_jobs::create_reset))
         .route("/api/v1/clusters/etcd-snapshot", post(hosts_jobs::create_etcd_snapshot))
@@ -422,8 +423,36 @@ async fn create_cluster<const APPLY: bool>(
     .await
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct UpgradeQuery {
+    /// `sha256:<hex>` of the target's bundle; optional when exactly one is held.
+    bundle: Option<String>,
+    /// NotReady workers to leave at their version, comma-separated.
+    skip_not_ready: Option<String>,
+}
+
+/// `POST /api/v1/clusters/upgrade`: an upgrade of the installed cluster to
+/// the version the body names, from the held bundle built for it (`kubexm
+/// upgrade cluster`); the hosts named to skip are the config's.
+async fn create_upgrade(
+    State(app): State<Arc<App>>,
+    Query(q): Query<UpgradeQuery>,
+    Extension(who): Extension<Principal>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let skip_not_ready = q.skip_not_ready.as_deref().map(hosts_jobs::names).unwrap_or_default();
+    let q = CreateQuery { bundle: q.bundle };
+    bundle_job(app, q, who, headers, body, |bundle| {
+        OpRequest::Upgrade(kubexm_installer::ops::request::UpgradeRequest { bundle, skip_not_ready })
+    })
+    .await
+}
+
 /// Stores the job `make` asks of a held bundle (the one named, or the only
-/// one), the body validated against its catalog.
+/// one), the body validated against its catalog; the hosts the request
+/// names are the config's, or nothing is stored.
 async fn bundle_job(
     app: Arc<App>,
     q: CreateQuery,
@@ -466,6 +495,11 @@ async fn bundle_job(
     })
     .await?;
     let request = make(digest);
+    if let Ok(c) = &cluster
+        && let Err(e) = kubexm_installer::ops::session::check_hosts(c, &request.named_hosts())
+    {
+        return Err(ApiError(StatusCode::BAD_REQUEST, format!("{e:#}; nothing was stored")));
+    }
     store_validated(&app, cluster, &text, &request, who).await
 }
 

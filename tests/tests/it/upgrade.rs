@@ -38,8 +38,13 @@ fn config(lab: &Lab, dir: &Path, version: &str, arches: &str) -> PathBuf {
 
 /// `kubexm-install upgrade -f CONFIG --bundle B` with the scenario's root and state.
 fn upgrade_cmd(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(bin("kubexm-install"));
-    cmd.arg("upgrade")
+    served(Command::new(bin("kubexm-install")), &["upgrade"], lab, config, b, dir, extra)
+}
+
+/// `cmd VERB... -f CONFIG --bundle B` with the scenario's key, root, state
+/// and an address the hosts reach this machine at.
+fn served(mut cmd: Command, verb: &[&str], lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, extra: &[&str]) -> Command {
+    cmd.args(verb)
         .arg("-f")
         .arg(config)
         .arg("--bundle")
@@ -60,11 +65,12 @@ fn upgrade(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, extra: &[&str]) 
     upgrade_cmd(lab, config, b, dir, extra).output().unwrap()
 }
 
-/// Steps applied by jobs other than the read-only `upgrade-check`, from the state database.
+/// Steps applied by jobs other than the read-only `upgrade-check` and
+/// `certs-check` (the hop's preflight), from the state database.
 fn applied(dir: &Path) -> i64 {
     let db = rusqlite::Connection::open(dir.join("state.db")).unwrap();
     db.query_row(
-        "SELECT count(*) FROM steps s JOIN jobs j ON s.job = j.id WHERE s.status = 'applied' AND j.kind != 'upgrade-check'",
+        "SELECT count(*) FROM steps s JOIN jobs j ON s.job = j.id WHERE s.status = 'applied' AND j.kind NOT IN ('upgrade-check', 'certs-check')",
         [],
         |r| r.get(0),
     )
@@ -262,13 +268,27 @@ fn upgrade_from_v1_36_keeps_a_deployment_answering_and_a_killed_run_converges() 
         when("upgrade-uncordon-lab2/uncordon").1 <= when("upgrade-drain-lab3/cordon-drain").0,
         "{steps:#?}"
     );
-    // A re-run has nothing to do; the old config is now a downgrade.
+    // A re-run, as a job of `kubexm upgrade cluster` run here, has nothing
+    // to do; the old config is now a downgrade, through `apply` (a version
+    // change is routed to the upgrade).
     let again = applied(dir.path());
-    ok(upgrade(&lab, &new, &b_new, dir.path(), &[]), "the upgrade once more");
+    let mut kubexm = Command::new(bin("kubexm"));
+    kubexm.arg("--db").arg(dir.path().join("jobs.db"));
+    let job = served(kubexm, &["upgrade", "cluster"], &lab, &new, &b_new, dir.path(), &[])
+        .output()
+        .unwrap();
+    let said = ok(job, "kubexm upgrade cluster once more");
+    assert!(
+        said.contains("upgraded cluster lab to v1.37.2") && said.contains(" 0 steps applied"),
+        "{said}"
+    );
     assert_eq!(applied(dir.path()), again);
-    let down = upgrade(&lab, &old, &b_old, dir.path(), &[]);
+    let down = served(Command::new(bin("kubexm-install")), &["apply"], &lab, &old, &b_old, dir.path(), &[])
+        .output()
+        .unwrap();
     assert_eq!(down.status.code(), Some(3), "{}", text(&down.stderr));
     assert!(text(&down.stderr).contains("downgrade"), "{}", text(&down.stderr));
+    assert_eq!(applied(dir.path()), again);
     kubexm_e2e::lab_cmd(&["upstream", "start"]);
     // The binaries on the hosts are the new lock's (the fixture publishes their sha256).
     for (h, bins) in [

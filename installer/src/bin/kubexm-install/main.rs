@@ -519,6 +519,7 @@ fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
             hop_bundles,
             skip_not_ready: args.skip_not_ready,
             dry_run: args.dry_run,
+            expect_digest: None,
         },
     )?;
     print!("{plan}");

@@ -53,6 +53,12 @@ pub(crate) enum Command {
     /// Store an apply job: the installed cluster changed to what cluster.yaml now says
     /// (workers, control-plane nodes and etcd members added), from the bundle it was installed from.
     Scale(CreateCluster),
+    /// Store an upgrade job: the installed cluster to the Kubernetes version cluster.yaml now
+    /// names, from the bundle built for it (one hop: a minor, or a patch release).
+    Upgrade {
+        #[command(subcommand)]
+        what: UpgradeCmd,
+    },
     /// Store a reset job (runs like any other job).
     Reset {
         #[command(subcommand)]
@@ -474,6 +480,21 @@ pub(crate) struct CreateCluster {
     /// The engine's state database, for a job run here.
     #[arg(long, value_name = "FILE", default_value = kubexm_bundle::STATE_DB)]
     pub(crate) state: PathBuf,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum UpgradeCmd {
+    /// The cluster of cluster.yaml, to the version it names.
+    Cluster(UpgradeCluster),
+}
+
+#[derive(Args)]
+pub(crate) struct UpgradeCluster {
+    #[command(flatten)]
+    pub(crate) create: CreateCluster,
+    /// A NotReady worker to leave at its version (said in the job's log; repeatable).
+    #[arg(long = "skip-not-ready", value_name = "HOST")]
+    pub(crate) skip_not_ready: Vec<String>,
 }
 
 #[derive(Subcommand)]

@@ -302,7 +302,15 @@ fn remote_unreachable(h: &args::HostsJob) -> anyhow::Result<()> {
 
 /// `create cluster` (an install) or `scale` (`apply`: an apply) stored in
 /// the local job database and, unless detached, run here.
-async fn create_here(db: &Arc<JobDb>, c: CreateCluster, key: PathBuf, quit: &Arc<AtomicBool>, apply: bool) -> anyhow::Result<()> {
+/// Which job `create cluster`, `scale` and `upgrade cluster` store.
+enum Stored {
+    Install,
+    Apply,
+    /// With the NotReady workers to leave alone.
+    Upgrade(Vec<String>),
+}
+
+async fn create_here(db: &Arc<JobDb>, c: CreateCluster, key: PathBuf, quit: &Arc<AtomicBool>, what: Stored) -> anyhow::Result<()> {
     if c.allow_unsigned && c.pubkey.is_none() {
         eprintln!(
             "WARNING: --allow-unsigned: this bundle's origin is NOT verified. Anyone who could change it could run code on every node."
@@ -330,22 +338,22 @@ async fn create_here(db: &Arc<JobDb>, c: CreateCluster, key: PathBuf, quit: &Arc
         root: Some(c.root),
         kubeconfig: c.kubeconfig,
     };
-    let id = if apply {
-        if !c.phases.is_empty() {
-            return Err(classified(
-                Class::Usage,
-                anyhow::anyhow!("--phases: scale runs what the change needs, not chosen phases"),
-            ));
-        }
-        ops::create_apply(db, &c.file, local).await?
-    } else {
-        ops::create_cluster(db, &c.file, &c.phases, local).await?
+    if !matches!(what, Stored::Install) && !c.phases.is_empty() {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("--phases: scale and upgrade run what the change needs, not chosen phases"),
+        ));
+    }
+    let id = match what {
+        Stored::Apply => ops::create_apply(db, &c.file, local).await?,
+        Stored::Upgrade(skip) => ops::create_upgrade(db, &c.file, skip, local).await?,
+        Stored::Install => ops::create_cluster(db, &c.file, &c.phases, local).await?,
     };
     run_created(db, id, c.detach, &live, (c.state, key), quit).await
 }
 
 /// `create cluster` or `scale` stored through the API server at `server`.
-async fn create_there(c: &client::Client, server: &str, cc: CreateCluster, apply: bool) -> anyhow::Result<()> {
+async fn create_there(c: &client::Client, server: &str, cc: CreateCluster, what: Stored) -> anyhow::Result<()> {
     if !cc.bundle.starts_with("sha256:") {
         return Err(classified(
             Class::Usage,
@@ -357,10 +365,16 @@ async fn create_there(c: &client::Client, server: &str, cc: CreateCluster, apply
         ));
     }
     let text = fs_err::read_to_string(&cc.file).map_err(|e| classified(Class::Io, e))?;
-    let id = if apply {
-        c.create_apply(text, Some(&cc.bundle)).await.map_err(api)?
-    } else {
-        c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?
+    if !matches!(what, Stored::Install) && !cc.phases.is_empty() {
+        return Err(classified(
+            Class::Usage,
+            anyhow::anyhow!("--phases: scale and upgrade run what the change needs, not chosen phases"),
+        ));
+    }
+    let id = match what {
+        Stored::Apply => c.create_apply(text, Some(&cc.bundle)).await.map_err(api)?,
+        Stored::Upgrade(skip) => c.create_upgrade(text, Some(&cc.bundle), &skip).await.map_err(api)?,
+        Stored::Install => c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?,
     };
     follow_created(c, id, cc.detach).await
 }
@@ -373,8 +387,11 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
         Err(other) => other,
     };
     match command {
-        Command::Create { what: Create::Cluster(c) } => create_here(&db, c, key, &quit, false).await,
-        Command::Scale(c) => create_here(&db, c, key, &quit, true).await,
+        Command::Create { what: Create::Cluster(c) } => create_here(&db, c, key, &quit, Stored::Install).await,
+        Command::Scale(c) => create_here(&db, c, key, &quit, Stored::Apply).await,
+        Command::Upgrade {
+            what: UpgradeCmd::Cluster(u),
+        } => create_here(&db, u.create, key, &quit, Stored::Upgrade(u.skip_not_ready)).await,
         Command::Get {
             what:
                 Get::Job {
@@ -626,8 +643,11 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
         Err(other) => other,
     };
     match command {
-        Command::Create { what: Create::Cluster(cc) } => create_there(&c, &config.server, cc, false).await,
-        Command::Scale(cc) => create_there(&c, &config.server, cc, true).await,
+        Command::Create { what: Create::Cluster(cc) } => create_there(&c, &config.server, cc, Stored::Install).await,
+        Command::Scale(cc) => create_there(&c, &config.server, cc, Stored::Apply).await,
+        Command::Upgrade {
+            what: UpgradeCmd::Cluster(u),
+        } => create_there(&c, &config.server, u.create, Stored::Upgrade(u.skip_not_ready)).await,
         Command::Get {
             what:
                 Get::Job {
