@@ -424,11 +424,16 @@ impl Session {
     /// The config's text indexed by YAML path, for errors that name a line
     /// (`None` when it cannot be read again).
     pub fn located(&self) -> Option<kubexm_bom::yaml::Located> {
-        let text = match self.source.as_ref()? {
-            Config::File(p) => fs_err::read_to_string(p).ok()?,
-            Config::Text { text, .. } => text.clone(),
-        };
-        kubexm_bom::yaml::parse(&text).ok()
+        kubexm_bom::yaml::parse(&self.config_text()?).ok()
+    }
+
+    /// The config's text, as the session was opened on it (read again from
+    /// its file).
+    pub fn config_text(&self) -> Option<String> {
+        match self.source.as_ref()? {
+            Config::File(p) => fs_err::read_to_string(p).ok(),
+            Config::Text { text, .. } => Some(text.clone()),
+        }
     }
 
     /// The cluster's latest record (of a succeeded job, when `succeeded`).

@@ -9,9 +9,11 @@
 //! Then the hop: an etcd snapshot (the restore point, its own job), and the
 //! hop's pipeline ([`crate::pipelines::upgrade`]) as an `upgrade` job of
 //! the install's machinery (the bundle verified, unpacked and served, facts,
-//! the record kept after). A run stopped anywhere continues where it
-//! stopped when run again. More than one hop in a run is not built yet
-//! (refused, exit 8: upgrade to each minor in turn).
+//! the record kept after). Several hops run one after the other, each
+//! planned again from what the one before left; a hop before the last
+//! runs from its own bundle with the config at its version (the text's
+//! `spec.kubernetes.version` replaced). A run stopped anywhere continues
+//! where it stopped when run again.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -78,16 +80,22 @@ pub fn open(
     Ok((Session::open(config, Some(&target), None, settings)?, hops))
 }
 
-/// The chain of hops and the order of each (its waves); once run, the
-/// restore point and the job.
+/// The chain of hops and the order of each (its waves); once run, what
+/// each hop did.
 #[derive(Debug)]
 pub struct UpgradeReport {
     pub plan: UpgradePlan,
     pub waves: Vec<Vec<upgrade::order::Wave>>,
-    /// The etcd snapshot taken before the hop.
-    pub snapshot: Option<super::etcd::Snapshot>,
-    /// The hop's job.
-    pub upgraded: Option<super::install::Installed>,
+    /// The hops run, in order.
+    pub ran: Vec<HopDone>,
+}
+
+/// A hop that ran: its version, the restore point taken before it, its job.
+#[derive(Debug, Clone)]
+pub struct HopDone {
+    pub to: String,
+    pub snapshot: super::etcd::Snapshot,
+    pub installed: super::install::Installed,
 }
 
 /// What an upgrade did, as a job reports it: the report's text, and the
@@ -116,7 +124,7 @@ impl UpgradeReport {
             from: self.plan.from.to_string(),
             to: self.plan.to.to_string(),
             text: self.to_string(),
-            installed: self.upgraded,
+            installed: self.ran.into_iter().last().map(|h| h.installed),
         }
     }
 }
@@ -130,14 +138,13 @@ impl std::fmt::Display for UpgradeReport {
                 writeln!(f, "  {}: {}", w.action, w.hosts.join(", "))?;
             }
         }
-        if let Some(s) = &self.snapshot {
-            write!(f, "restore point: {s}")?;
-        }
-        if let Some(u) = &self.upgraded {
+        for h in &self.ran {
+            let u = &h.installed;
+            write!(f, "restore point: {}", h.snapshot)?;
             writeln!(
                 f,
                 "upgraded cluster {} to {} on {} hosts (job {}): {} steps applied, {} already in place",
-                u.cluster, self.plan.to, u.hosts, u.job, u.applied, u.skipped
+                u.cluster, h.to, u.hosts, u.job, u.applied, u.skipped
             )?;
             write!(f, "{}", u.timing)?;
         }
@@ -181,33 +188,45 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeRepo
     Ok(UpgradeReport {
         plan,
         waves,
-        snapshot: None,
-        upgraded: None,
+        ran: Vec::new(),
     })
 }
 
-/// Plans the upgrade; with `dry_run`, that is all. Otherwise its one hop
-/// runs: the etcd snapshot, then the hop's pipeline as an `upgrade` job.
+/// Plans the upgrade; with `dry_run`, that is all. Otherwise hop after
+/// hop runs, each planned again from the record and the nodes as the hop
+/// before left them (a run stopped anywhere goes on from there): the
+/// target's hop with the session, an earlier one with a session of its own
+/// bundle and the config at its version.
 pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeReport> {
     let mut p = plan(session, o)?;
     if o.dry_run || p.plan.hops.is_empty() {
         return Ok(p);
     }
-    if p.plan.hops.len() > 1 {
-        return Err(op(
-            OpError::Unsupported,
-            anyhow::anyhow!(
-                "running more than one hop in one upgrade is not supported yet: set the config's version to {} and \
-                 run the upgrade with its bundle, then go on one minor at a time; the plan, checked:\n{p}",
-                p.plan.hops[0].to
-            ),
-        ));
-    }
-    let (Some(hop), Some(waves)) = (p.plan.hops.first().cloned(), p.waves.first().cloned()) else {
-        return Ok(p);
+    refuse_unsupported(session)?;
+    let mut now = UpgradeReport {
+        plan: p.plan.clone(),
+        waves: p.waves.clone(),
+        ran: Vec::new(),
     };
-    let record = super::apply::installed(session)?;
-    // Refused before anything runs: what a hop does not do yet.
+    while let (Some(hop), Some(waves)) = (now.plan.hops.first().cloned(), now.waves.first().cloned()) {
+        let last = now.plan.hops.len() == 1;
+        let ran = if hop.bundle == 0 {
+            run_hop(session, o.expect_digest.clone(), hop, waves)?
+        } else {
+            let hop_session = hop_session(session, o, &hop)?;
+            run_hop(&hop_session, None, hop, waves)?
+        };
+        p.ran.push(ran);
+        if last {
+            break;
+        }
+        now = plan(session, o)?;
+    }
+    Ok(p)
+}
+
+/// Refused before anything runs: what a hop does not do yet.
+fn refuse_unsupported(session: &Session) -> anyhow::Result<()> {
     let spec = &session.cluster().spec;
     if spec.etcd.mode != kubexm_bom::config::model::EtcdMode::Binary {
         return Err(op(
@@ -221,6 +240,93 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
             anyhow::anyhow!("upgrading with registry.mode external is not supported yet"),
         ));
     }
+    Ok(())
+}
+
+/// A session for a hop before the last: the hop's bundle (given with
+/// `--bundle`, by its path) and the config at the hop's version, its other
+/// fields as they are.
+fn hop_session(session: &Session, o: &UpgradeOptions, hop: &upgrade::Hop) -> anyhow::Result<Session> {
+    let Some((path, _)) = o.hop_bundles.get(hop.bundle - 1) else {
+        return Err(anyhow::anyhow!("hop {} -> {} names a bundle that was not given", hop.from, hop.to));
+    };
+    let name = session.config_name().to_string();
+    let text = session.config_text().ok_or_else(|| {
+        op(
+            OpError::Io,
+            anyhow::anyhow!("{name} cannot be read again for the hop to {}", hop.to),
+        )
+    })?;
+    let text = with_version(&text, &hop.to.to_string()).map_err(|e| {
+        op(
+            OpError::Config,
+            anyhow::anyhow!("{name}: {e}: a hop to {} needs the config at that version", hop.to),
+        )
+    })?;
+    let config = super::session::Config::Text {
+        name: format!("{name} (at {}, for the hop from {})", hop.to, hop.bundle_name),
+        text,
+    };
+    Session::open(&config, Some(std::path::Path::new(path)), None, session.settings().clone())
+}
+
+/// `text` (a cluster config) with its `spec.kubernetes.version` value
+/// replaced by `version`, where the text has it, quoting kept; an error
+/// when the config does not name one.
+pub(crate) fn with_version(text: &str, version: &str) -> Result<String, String> {
+    let located = kubexm_bom::yaml::parse(text).map_err(|e| e.message)?;
+    let old = located.value["spec"]["kubernetes"]["version"]
+        .as_str()
+        .ok_or("it names no spec.kubernetes.version")?
+        .to_string();
+    let pos = located
+        .pos("spec.kubernetes.version")
+        .ok_or("spec.kubernetes.version has no position")?;
+    let line_start: usize = text
+        .split_inclusive('\n')
+        .take(pos.line.saturating_sub(1) as usize)
+        .map(str::len)
+        .sum();
+    let line = &text[line_start..];
+    let col = line
+        .char_indices()
+        .nth(pos.column.saturating_sub(1) as usize)
+        .map(|(i, _)| i)
+        .ok_or("spec.kubernetes.version's position is past its line")?;
+    // The position is the key's: `version`, its colon, then the value.
+    let key = &text[line_start + col..];
+    let after_key = key
+        .strip_prefix("version")
+        .map(str::trim_start)
+        .and_then(|r| r.strip_prefix(':'))
+        .map(|r| r.trim_start_matches([' ', '\t']))
+        .ok_or_else(|| format!("spec.kubernetes.version ({old}) is not where its position says"))?;
+    let at = text.len() - after_key.len();
+    let rest = after_key;
+    let len = ["\"", "'", ""]
+        .iter()
+        .find(|q| rest.starts_with(&format!("{q}{old}{q}")))
+        .map(|q| old.len() + 2 * q.len())
+        .ok_or_else(|| format!("spec.kubernetes.version ({old}) is not written as a plain or quoted scalar"))?;
+    let quote = &rest[..(len - old.len()) / 2];
+    let out = format!("{}{quote}{version}{quote}{}", &text[..at], &text[at + len..]);
+    let check = kubexm_bom::yaml::parse(&out).map_err(|e| e.message)?;
+    if check.value["spec"]["kubernetes"]["version"].as_str() != Some(version) {
+        return Err("spec.kubernetes.version could not be replaced".into());
+    }
+    Ok(out)
+}
+
+/// One hop on `session` (its bundle the hop's): the certificates checked,
+/// the etcd snapshot, then the hop's pipeline as an `upgrade` job.
+fn run_hop(
+    session: &Session,
+    expect_digest: Option<String>,
+    hop: upgrade::Hop,
+    waves: Vec<upgrade::order::Wave>,
+) -> anyhow::Result<HopDone> {
+    let record = super::apply::installed(session)?;
+    let spec = &session.cluster().spec;
     // Every certificate valid until the hop can have ended (kubeadm renews
     // the control plane's as it upgrades each node; not the CAs, etcd's or
     // the kubeconfigs of nodes not reached yet).
@@ -228,16 +334,13 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
     let certs = super::certs::check(session, 0)?;
     certs_last(&certs, crate::engine::state::now_ms() / 1000, budget)?;
     // The restore point.
-    {
-        let snap = super::etcd::snapshot(
-            session,
-            &super::etcd::SnapshotOptions {
-                keep: super::etcd::KEEP,
-                dir: None,
-            },
-        )?;
-        p.snapshot = Some(snap);
-    }
+    let snapshot = super::etcd::snapshot(
+        session,
+        &super::etcd::SnapshotOptions {
+            keep: super::etcd::KEEP,
+            dir: None,
+        },
+    )?;
     let now = session.bundle().map(|b| b.digest.clone());
     let older = record
         .bundle
@@ -247,6 +350,7 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
         .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
         .map(|h| vec![h.to_string()])
         .unwrap_or_default();
+    let to = hop.to.to_string();
     let run = crate::pipelines::upgrade::HopRun {
         hop,
         waves,
@@ -260,16 +364,15 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
     };
     let opts = super::install::InstallOptions {
         apply: true,
-        expect_digest: o.expect_digest.clone(),
+        expect_digest,
         etcd_before: Some(record.config.spec.role_groups.etcd.clone()),
         upgrade: Some(run),
         ..Default::default()
     };
     match super::install::install(session, &opts)? {
-        super::install::InstallReport::Installed(i) => p.upgraded = Some(i),
-        super::install::InstallReport::Plan(_) => return Err(anyhow::anyhow!("an upgrade planned instead of upgrading")),
+        super::install::InstallReport::Installed(installed) => Ok(HopDone { to, snapshot, installed }),
+        super::install::InstallReport::Plan(_) => Err(anyhow::anyhow!("an upgrade planned instead of upgrading")),
     }
-    Ok(p)
 }
 
 /// How long a hop of `waves` may take at most: per wave, the drain's time
@@ -397,6 +500,34 @@ impl Step for ReadNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 30: a hop before the last reads the config at its version: the
+    /// text's `spec.kubernetes.version` replaced where it stands (block or
+    /// flow style, quoted or not, a comment after it kept), nothing else.
+    #[test]
+    fn the_config_of_a_hop_names_the_hops_version_and_nothing_else_changes() -> Result<(), String> {
+        let head = "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n";
+        for (kubernetes, want) in [
+            (
+                "  kubernetes:\n    version: v1.38.1   # the target\n",
+                "  kubernetes:\n    version: v1.37.2   # the target\n",
+            ),
+            ("  kubernetes: {version: \"v1.38.1\"}\n", "  kubernetes: {version: \"v1.37.2\"}\n"),
+            (
+                "  kubernetes: {clusterName: x, version: 'v1.38.1'}\n",
+                "  kubernetes: {clusterName: x, version: 'v1.37.2'}\n",
+            ),
+        ] {
+            let text = format!("{head}{kubernetes}  upgrade: {{maxUnavailable: 1}}\n");
+            let out = with_version(&text, "v1.37.2")?;
+            assert_eq!(out, format!("{head}{want}  upgrade: {{maxUnavailable: 1}}\n"));
+        }
+        let e = with_version(&format!("{head}  upgrade: {{maxUnavailable: 1}}\n"), "v1.37.2")
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("names no spec.kubernetes.version"), "{e}");
+        Ok(())
+    }
 
     /// Issue 30: the hop's preflight refuses a certificate that would expire
     /// before the hop could end, naming it, and passes one that outlasts it.

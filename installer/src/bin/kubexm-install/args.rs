@@ -322,8 +322,10 @@ pub enum Command {
     /// minor at a time. Checked first, before any change: no downgrade, a bundle for every
     /// minor in between (--bundle once per hop), every kubelet within the version skew
     /// policy at every hop, every artifact of every hop in its bundle, every node Ready
-    /// (or a NotReady worker named by --skip-not-ready). --dry-run prints the chain of hops;
-    /// running them is not supported yet (exit 8).
+    /// (or a NotReady worker named by --skip-not-ready), every certificate valid for the
+    /// hop. --dry-run prints the chain of hops. Then hop after hop: an etcd snapshot, the
+    /// nodes one at a time (workers in batches of spec.upgrade.maxUnavailable), cordoned,
+    /// drained, upgraded, Ready and uncordoned. A run stopped anywhere goes on when run again.
     Upgrade(UpgradeArgs),
     /// Show a job: each module and host, and the log tail of each failed
     /// step; with --timeline, where its time went, as a picture; with
