@@ -77,6 +77,27 @@ impl Changes {
     }
 }
 
+/// The changes an upgrade to `new`'s Kubernetes version may carry beside
+/// it: what the version pairs by default (etcd's, containerd's and the
+/// addons' versions) may differ from the record; everything else is held
+/// to [`changes`]' rules, so an added host or a moved registry is returned
+/// (for the caller to refuse: an upgrade does not add hosts) and a fixed
+/// field is invalid.
+pub fn upgrade_changes(record: &ClusterRecord, new: &Cluster, located: Option<&Located>, file: &str) -> Result<Changes, Diagnostics> {
+    let old = &record.config.spec;
+    let mut same = new.clone();
+    let s = &mut same.spec;
+    s.kubernetes.version = old.kubernetes.version.clone();
+    s.etcd.version = old.etcd.version.clone();
+    s.container_runtime.version = old.container_runtime.version.clone();
+    s.network.version = old.network.version.clone();
+    s.network.multus.version = old.network.multus.version.clone();
+    s.dns.nodelocaldns.version = old.dns.nodelocaldns.version.clone();
+    s.load_balancer_service.metallb.version = old.load_balancer_service.metallb.version.clone();
+    s.storage.version = old.storage.version.clone();
+    changes(record, &same, located, file)
+}
+
 /// The changes from `record` (the last successful job's) to `new` (its
 /// text indexed by `located`, named `file` in messages); every refusal at
 /// once.
@@ -514,6 +535,38 @@ mod tests {
     fn check(new: &str) -> Result<Result<Changes, Diagnostics>, Box<dyn std::error::Error>> {
         let located = crate::yaml::parse(new).map_err(|e| e.to_string())?;
         Ok(changes(&record(BASE)?, &load(new)?, Some(&located), "c.yaml"))
+    }
+
+    /// Issue 30: an upgrade's config may change the version and what it
+    /// pairs (etcd's, containerd's, the network plugin's versions); a fixed
+    /// field is still invalid, and an added host is still an add.
+    #[test]
+    fn an_upgrade_changes_the_version_and_what_it_pairs_only() -> Result<(), Box<dyn std::error::Error>> {
+        let old = format!("{BASE}\x20 etcd: {{version: v3.6.8}}\n\x20 containerRuntime: {{version: 1.7.13}}\n");
+        let new = old
+            .replace("v1.37.2", "v1.38.0")
+            .replace("v3.6.8", "v3.6.16")
+            .replace("1.7.13", "2.3.4");
+        let up = |text: &str| -> Result<Result<Changes, Diagnostics>, Box<dyn std::error::Error>> {
+            let located = crate::yaml::parse(text).map_err(|e| e.to_string())?;
+            Ok(upgrade_changes(&record(&old)?, &load(text)?, Some(&located), "c.yaml"))
+        };
+        assert_eq!(up(&new)?.map_err(|e| e.to_string())?, Changes::default());
+        // Without the upgrade's allowance, the same config is refused.
+        let located = crate::yaml::parse(&new).map_err(|e| e.to_string())?;
+        assert!(changes(&record(&old)?, &load(&new)?, Some(&located), "c.yaml").is_err());
+        let cidr = new.replace(
+            "kubernetes: {version: v1.38.0}",
+            "kubernetes: {version: v1.38.0, podCIDR: 10.200.0.0/16}",
+        );
+        let e = up(&cidr)?.err().map(|d| d.to_string()).unwrap_or_default();
+        assert!(e.contains("spec.kubernetes.podCIDR"), "{e}");
+        let added = new.replace(
+            "  roleGroups: {control-plane: [a], etcd: [a], worker: [b]}",
+            "    - {name: d, address: 10.0.0.4, auth: {agent: true}}\n  roleGroups: {control-plane: [a], etcd: [a], worker: [b, d]}",
+        );
+        assert_eq!(up(&added)?.map_err(|e| e.to_string())?.added, ["d"]);
+        Ok(())
     }
 
     /// The same config is no change; a new worker and a new login are an add.

@@ -118,6 +118,8 @@ pub struct NodeNow {
     /// `status.nodeInfo.kubeletVersion`; `None`: not registered.
     pub kubelet: Option<String>,
     pub ready: bool,
+    /// `spec.unschedulable`: cordoned.
+    pub cordoned: bool,
 }
 
 /// A bundle given for the upgrade: what messages call it, and its lock.
@@ -140,6 +142,10 @@ pub struct PlanInput<'a> {
     pub bundles: Vec<GivenBundle<'a>>,
     /// NotReady workers to leave alone.
     pub skip_not_ready: Vec<String>,
+    /// The cluster's last job was an upgrade that did not finish: a node it
+    /// left cordoned and NotReady (its kubelet failed after the new one was
+    /// put in) is upgraded again, not refused.
+    pub resuming: bool,
 }
 
 /// One hop: the whole cluster from one version to the next.
@@ -180,6 +186,8 @@ pub struct UpgradePlan {
     pub hops: Vec<Hop>,
     /// NotReady workers left alone, with the kubelet they keep.
     pub skipped: Vec<(String, String)>,
+    /// NotReady nodes the unfinished upgrade left cordoned: upgraded again.
+    pub resumed: Vec<String>,
     /// Bundles given that no hop uses, and why.
     pub unused: Vec<String>,
 }
@@ -206,6 +214,9 @@ impl fmt::Display for UpgradePlan {
         }
         for (n, v) in &self.skipped {
             writeln!(f, "  left alone (NotReady, --skip-not-ready): {n}, its kubelet stays {v}")?;
+        }
+        for n in &self.resumed {
+            writeln!(f, "  NotReady and cordoned by the upgrade that stopped: {n}, upgraded again")?;
         }
         for u in &self.unused {
             writeln!(f, "  not used: {u}")?;
@@ -270,6 +281,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<UpgradePlan, Refused> {
             to,
             hops: vec![],
             skipped: vec![],
+            resumed: vec![],
             unused: vec![],
         });
     }
@@ -374,8 +386,20 @@ pub fn plan(input: &PlanInput<'_>) -> Result<UpgradePlan, Refused> {
         to,
         hops,
         skipped,
+        resumed: resumed(input),
         unused,
     })
+}
+
+/// The NotReady nodes an unfinished upgrade left cordoned, which a run
+/// that resumes it upgrades again.
+fn resumed(input: &PlanInput<'_>) -> Vec<String> {
+    input
+        .nodes
+        .iter()
+        .filter(|n| input.resuming && n.cordoned && !n.ready && !input.skip_not_ready.contains(&n.name))
+        .map(|n| n.name.clone())
+        .collect()
 }
 
 /// Checks every node the API server and the record know; returns the
@@ -414,7 +438,8 @@ fn nodes(input: &PlanInput<'_>, to: &Version, ends: &[(Version, usize)], reasons
     }
     for n in &input.nodes {
         let skip = input.skip_not_ready.contains(&n.name);
-        if !n.ready && !skip {
+        let resumed = input.resuming && n.cordoned;
+        if !n.ready && !skip && !resumed {
             let hint = if needed(&n.name) {
                 format!(
                     "bring it back, or take it out first (kubexm-install remove node {} --unreachable {})",

@@ -89,6 +89,7 @@ fn ready(kubelet: &str) -> Vec<NodeNow> {
             name: n.to_string(),
             kubelet: Some(kubelet.into()),
             ready: true,
+            cordoned: false,
         })
         .collect()
 }
@@ -100,6 +101,7 @@ fn input<'a>(record: &'a ClusterRecord, target: &'a str, bundles: &'a [(String, 
         target,
         bundles: bundles.iter().map(|(name, bom)| GivenBundle { name, bom }).collect(),
         skip_not_ready: vec![],
+        resuming: false,
     }
 }
 
@@ -258,6 +260,7 @@ fn not_ready_nodes_and_the_skew_of_skipped_ones() -> R {
         name: "c".into(),
         kubelet: Some("v1.34.9".into()),
         ready: false,
+        cordoned: false,
     };
     i.skip_not_ready = vec!["c".into()];
     assert_eq!(plan(&i)?.hops.len(), 2);
@@ -342,6 +345,7 @@ fn unknown_kubelets_missing_nodes_and_the_middle_hop_s_skew() -> R {
         name: "c".into(),
         kubelet: None,
         ready: false,
+        cordoned: false,
     };
     i.skip_not_ready = vec!["c".into()];
     let e = refused(plan(&i));
@@ -405,5 +409,29 @@ fn upgrade_settings_are_validated() -> R {
     );
     let ok = CLUSTER.replace("VERSION", "v1.37.2") + "  upgrade: {maxUnavailable: 2}\n";
     assert_eq!(crate::config::load_str_hosts(&ok, "c.yaml")?.spec.upgrade.max_unavailable, 2);
+    Ok(())
+}
+
+/// Issue 30: a run that resumes an upgrade which stopped with a node
+/// NotReady and cordoned (its new kubelet failed) upgrades that node again;
+/// without an unfinished upgrade, or uncordoned, it is refused as before.
+#[test]
+fn a_resumed_upgrade_takes_a_node_it_left_cordoned_and_not_ready() -> R {
+    let rec = record("v1.36.3", "v3.6.8")?;
+    let b = given(&[("v1.37.2", "v3.6.16")]);
+    let mut i = input(&rec, "v1.37.2", &b);
+    i.nodes[1].ready = false;
+    i.nodes[1].cordoned = true;
+    let e = refused(plan(&i));
+    assert!(e.contains("node b is NotReady"), "{e}");
+    i.resuming = true;
+    let p = plan(&i)?;
+    assert_eq!((p.hops.len(), p.resumed.clone()), (1, vec!["b".to_string()]));
+    assert!(
+        p.to_string().contains("NotReady and cordoned by the upgrade that stopped: b"),
+        "{p}"
+    );
+    i.nodes[1].cordoned = false;
+    assert!(refused(plan(&i)).contains("node b is NotReady"));
     Ok(())
 }

@@ -15,9 +15,9 @@
 //! makes fresh join credentials when the last ones are too old), and a
 //! re-run applies nothing. The record is kept after, as after an install.
 //! A config whose Kubernetes version is not the record's is an upgrade:
-//! apply runs [`super::upgrade::upgrade`] (one hop, from the bundle given)
-//! when nothing else changed, and refuses a version change mixed with
-//! other changes before any host is touched (upgrade first, then apply).
+//! apply runs [`super::upgrade::upgrade`] (from the bundle given), which
+//! refuses a version change mixed with hosts added or the registry moved
+//! before any host is touched (upgrade first, then apply).
 
 use crate::ops::error::{OpError, op};
 
@@ -171,7 +171,7 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
     let name = &cluster.metadata.name;
     let record = installed(session)?;
     if version_changed(&record.config.spec.kubernetes.version, &cluster.spec.kubernetes.version) {
-        return upgrade_instead(session, &record, o);
+        return upgrade_instead(session, o);
     }
     // Another bundle may add images; what is installed stays as it is.
     if let Some(b) = session.bundle() {
@@ -234,33 +234,9 @@ fn version_changed(recorded: &str, now: &str) -> bool {
     }
 }
 
-/// The config names another version: an upgrade, when the version is all
-/// that changed (refused before any host is touched otherwise).
-fn upgrade_instead(session: &Session, record: &kubexm_bom::record::ClusterRecord, o: &ApplyOptions) -> anyhow::Result<ApplyReport> {
-    let cluster = session.cluster();
-    let name = &cluster.metadata.name;
-    let mut same_version = cluster.clone();
-    same_version.spec.kubernetes.version = record.config.spec.kubernetes.version.clone();
-    let located = session.located();
-    let changes = kubexm_bom::changes::changes(record, &same_version, located.as_ref(), session.config_name())
-        .map_err(kubexm_bom::config::LoadError::Invalid)?;
-    let mut others: Vec<String> = changes.added.iter().map(|h| format!("host {h} added")).collect();
-    if let Some((from, to)) = &changes.registry {
-        others.push(format!("the registry moved from {from} to {to}"));
-    }
-    if !others.is_empty() {
-        return Err(op(
-            OpError::Unsupported,
-            anyhow::anyhow!(
-                "the config of cluster {name} changes the Kubernetes version ({} to {}), an upgrade, and more ({}): \
-                 changing both in one run is not supported yet; upgrade with the recorded hosts first \
-                 (kubexm-install upgrade), then apply the rest",
-                record.config.spec.kubernetes.version,
-                cluster.spec.kubernetes.version,
-                others.join(", ")
-            ),
-        ));
-    }
+/// The config names another version: an upgrade (which refuses, before
+/// any change, a config that changes more than the version).
+fn upgrade_instead(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport> {
     let u = super::upgrade::upgrade(
         session,
         &super::upgrade::UpgradeOptions {
@@ -335,7 +311,7 @@ mod tests {
             .replace("worker: [b, c, d]", "worker: [b, c, d, e]");
         let e = err(&more)?;
         assert!(
-            e.contains("changes the Kubernetes version") && e.contains("host e added") && e.contains("not supported yet"),
+            e.contains("an upgrade of cluster s") && e.contains("host e added") && e.contains("not supported yet"),
             "{e}"
         );
         assert_eq!(f.record()?.job.id, jobs_before);

@@ -34,6 +34,10 @@ pub struct SnapshotOptions {
     pub keep: usize,
     /// Where they go; `None`: `<root>/clusters/<name>/snapshots`.
     pub dir: Option<PathBuf>,
+    /// Ends the file's name (`<cluster>-<stamp>-<label>.db`; letters,
+    /// digits, `.` and `-`): a labelled snapshot is not pruned (the
+    /// upgrade's restore point, `before-<version>`).
+    pub label: Option<String>,
 }
 
 /// The sidecar of a snapshot (`<file>.json`): what restore checks first.
@@ -135,7 +139,14 @@ pub fn snapshot(session: &Session, o: &SnapshotOptions) -> anyhow::Result<Snapsh
     }
     let now = super::super::engine::state::now_ms();
     let stamp = utc_stamp(now);
-    let file = dir.join(format!("{name}-{stamp}.db"));
+    let label = match o.label.as_deref() {
+        Some(l) if !l.is_empty() && l.len() <= 64 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-') => {
+            format!("-{l}")
+        }
+        Some(l) => return Err(anyhow::anyhow!("a snapshot label must be letters, digits, '.' and '-': {l:?}")),
+        None => String::new(),
+    };
+    let file = dir.join(format!("{name}-{stamp}{label}.db"));
     let step = Arc::new(SaveSnapshot {
         name: format!("etcd-snapshot-{stamp}"),
         endpoints: members.iter().map(|m| format!("https://{}:2379", topo.address(m))).collect(),

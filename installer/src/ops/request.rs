@@ -370,6 +370,7 @@ pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
             let o = super::etcd::SnapshotOptions {
                 keep: r.keep.map_or(super::etcd::KEEP, |k| k as usize),
                 dir: None,
+                label: None,
             };
             Ok(Report::EtcdSnapshot(super::etcd::snapshot(session, &o)?))
         }

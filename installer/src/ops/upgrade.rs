@@ -95,6 +95,8 @@ pub struct UpgradeReport {
 pub struct HopDone {
     pub to: String,
     pub snapshot: super::etcd::Snapshot,
+    /// The restore point was taken by an earlier run of this hop.
+    pub snapshot_reused: bool,
     pub installed: super::install::Installed,
 }
 
@@ -140,7 +142,16 @@ impl std::fmt::Display for UpgradeReport {
         }
         for h in &self.ran {
             let u = &h.installed;
-            write!(f, "restore point: {}", h.snapshot)?;
+            if h.snapshot_reused {
+                writeln!(
+                    f,
+                    "restore point (taken by an earlier run of this hop): {} (sha256 {})",
+                    h.snapshot.file.display(),
+                    h.snapshot.info.sha256
+                )?;
+            } else {
+                write!(f, "restore point: {}", h.snapshot)?;
+            }
             writeln!(
                 f,
                 "upgraded cluster {} to {} on {} hosts (job {}): {} steps applied, {} already in place",
@@ -158,6 +169,28 @@ impl std::fmt::Display for UpgradeReport {
 pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeReport> {
     let cluster = session.cluster();
     let record = super::apply::installed(session)?;
+    // The config may change nothing but the version (and what it pairs).
+    let located = session.located();
+    let changed = kubexm_bom::changes::upgrade_changes(&record, cluster, located.as_ref(), session.config_name())
+        .map_err(kubexm_bom::config::LoadError::Invalid)?;
+    if !changed.is_empty() {
+        let mut others: Vec<String> = changed.added.iter().map(|h| format!("host {h} added")).collect();
+        if let Some((from, to)) = &changed.registry {
+            others.push(format!("the registry moved from {from} to {to}"));
+        }
+        return Err(op(
+            OpError::Unsupported,
+            anyhow::anyhow!(
+                "an upgrade of cluster {} (recorded at {}, the config names {}) changes the version and what it pairs, \
+                 but the config also changes more ({}): that in the same run is not supported yet; upgrade with the \
+                 recorded hosts and registry first, then apply the rest",
+                cluster.metadata.name,
+                record.config.spec.kubernetes.version,
+                cluster.spec.kubernetes.version,
+                others.join(", ")
+            ),
+        ));
+    }
     let Some(target) = session.bundle() else {
         return Err(op(
             OpError::Usage,
@@ -177,6 +210,7 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeRepo
         target: &cluster.spec.kubernetes.version,
         bundles,
         skip_not_ready: o.skip_not_ready.clone(),
+        resuming: resuming(session)?,
     };
     let plan = upgrade::plan(&input).map_err(|e| op(OpError::Config, anyhow::Error::new(e)))?;
     let skipped: Vec<String> = plan.skipped.iter().map(|(n, _)| n.clone()).collect();
@@ -203,6 +237,11 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
         return Ok(p);
     }
     refuse_unsupported(session)?;
+    // Each earlier hop's bundle and the config at its version, checked
+    // before the first hop changes anything.
+    for hop in p.plan.hops.iter().filter(|h| h.bundle != 0) {
+        hop_session(session, o, hop)?;
+    }
     let mut now = UpgradeReport {
         plan: p.plan.clone(),
         waves: p.waves.clone(),
@@ -211,12 +250,27 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
     while let (Some(hop), Some(waves)) = (now.plan.hops.first().cloned(), now.waves.first().cloned()) {
         let last = now.plan.hops.len() == 1;
         let ran = if hop.bundle == 0 {
-            run_hop(session, o.expect_digest.clone(), hop, waves)?
+            run_hop(session, o.expect_digest.clone(), hop, waves)
         } else {
-            let hop_session = hop_session(session, o, &hop)?;
-            run_hop(&hop_session, None, hop, waves)?
+            hop_session(session, o, &hop).and_then(|s| run_hop(&s, None, hop, waves))
         };
-        p.ran.push(ran);
+        match ran {
+            Ok(ran) => p.ran.push(ran),
+            Err(e) if p.ran.is_empty() => return Err(e),
+            // Say what the hops before it did: the cluster runs the last one's version.
+            Err(e) => {
+                let done: Vec<String> = p
+                    .ran
+                    .iter()
+                    .map(|h| format!("{} (job {}, restore point {})", h.to, h.installed.job, h.snapshot.file.display()))
+                    .collect();
+                return Err(e.context(format!(
+                    "the upgrade stopped after {} hop(s) that finished: {}; run it again to go on",
+                    done.len(),
+                    done.join(", ")
+                )));
+            }
+        }
         if last {
             break;
         }
@@ -333,14 +387,20 @@ fn run_hop(
     let budget = hop_budget(&waves, spec.upgrade.drain_timeout_seconds);
     let certs = super::certs::check(session, 0)?;
     certs_last(&certs, crate::engine::state::now_ms() / 1000, budget)?;
-    // The restore point.
-    let snapshot = super::etcd::snapshot(
-        session,
-        &super::etcd::SnapshotOptions {
-            keep: super::etcd::KEEP,
-            dir: None,
-        },
-    )?;
+    // The restore point: taken before the hop's first run, kept (not
+    // pruned), and not taken again by a re-run of the same hop.
+    let to = hop.to.to_string();
+    let (snapshot, snapshot_reused) = match earlier_restore_point(session, &record, &to) {
+        Some(s) => (s, true),
+        None => {
+            let o = super::etcd::SnapshotOptions {
+                keep: super::etcd::KEEP,
+                dir: None,
+                label: Some(format!("before-{to}")),
+            };
+            (super::etcd::snapshot(session, &o)?, false)
+        }
+    };
     let now = session.bundle().map(|b| b.digest.clone());
     let older = record
         .bundle
@@ -350,7 +410,6 @@ fn run_hop(
         .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
         .map(|h| vec![h.to_string()])
         .unwrap_or_default();
-    let to = hop.to.to_string();
     let run = crate::pipelines::upgrade::HopRun {
         hop,
         waves,
@@ -370,9 +429,44 @@ fn run_hop(
         ..Default::default()
     };
     match super::install::install(session, &opts)? {
-        super::install::InstallReport::Installed(installed) => Ok(HopDone { to, snapshot, installed }),
+        super::install::InstallReport::Installed(installed) => Ok(HopDone {
+            to,
+            snapshot,
+            snapshot_reused,
+            installed,
+        }),
         super::install::InstallReport::Plan(_) => Err(anyhow::anyhow!("an upgrade planned instead of upgrading")),
     }
+}
+
+/// The snapshot an earlier run of the hop to `to` took before changing
+/// anything (`<cluster>-<stamp>-before-<to>.db` with its sidecar, taken
+/// after the record's job ended), the newest; none when there is none.
+fn earlier_restore_point(session: &Session, record: &kubexm_bom::record::ClusterRecord, to: &str) -> Option<super::etcd::Snapshot> {
+    let name = &session.cluster().metadata.name;
+    let dir = session.settings().root.join("clusters").join(name).join("snapshots");
+    let suffix = format!("-before-{to}.db");
+    let mut found: Vec<std::path::PathBuf> = fs_err::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{name}-")) && n.ends_with(&suffix))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().rev().find_map(|file| {
+        let text = fs_err::read_to_string(super::etcd::sidecar(&file, "json")).ok()?;
+        let info: super::etcd::SnapshotInfo = serde_json::from_str(&text).ok()?;
+        (info.cluster == *name && info.taken >= record.job.finished).then_some(super::etcd::Snapshot {
+            job: 0,
+            file,
+            info,
+            pruned: Vec::new(),
+        })
+    })
 }
 
 /// How long a hop of `waves` may take at most: per wave, the drain's time
@@ -408,6 +502,14 @@ fn certs_last(certs: &super::certs::CertsReport, now: i64, budget: Duration) -> 
             short.join("\n  ")
         ),
     ))
+}
+
+/// Whether the cluster's last job was an upgrade that did not finish (its
+/// record is kept for a failed job too).
+fn resuming(session: &Session) -> anyhow::Result<bool> {
+    Ok(session
+        .last_record(false)?
+        .is_some_and(|r| r.job.kind == "upgrade" && r.job.status != "succeeded"))
 }
 
 /// Each node's kubelet and readiness, as the API server reports them,
@@ -459,6 +561,7 @@ pub(crate) fn parse_nodes(json: &str) -> Result<Vec<NodeNow>, String> {
                 name: name.to_string(),
                 kubelet,
                 ready,
+                cordoned: n["spec"]["unschedulable"].as_bool().unwrap_or(false),
             })
         })
         .collect()
@@ -529,6 +632,45 @@ mod tests {
         Ok(())
     }
 
+    /// Issue 30: a re-run of a hop keeps the restore point its first run
+    /// took (labelled, after the record's job), not one of another hop or
+    /// from before the record.
+    #[test]
+    fn a_rerun_of_a_hop_finds_the_restore_point_its_first_run_took() -> anyhow::Result<()> {
+        let f = crate::ops::fixture::Fixture::installed()?;
+        let s = f.session(crate::ops::fixture::CONFIG)?;
+        let record = f.record()?;
+        let dir = f.settings().root.join("clusters/s/snapshots");
+        std::fs::create_dir_all(&dir)?;
+        let put = |stamp: &str, label: &str, taken: i64| -> anyhow::Result<()> {
+            let file = dir.join(format!("s-{stamp}{label}.db"));
+            std::fs::write(&file, "db")?;
+            let info = super::super::etcd::SnapshotInfo {
+                cluster: "s".into(),
+                cluster_id: "1".into(),
+                members: vec![],
+                host: "a".into(),
+                endpoint: "https://10.0.0.1:2379".into(),
+                taken,
+                sha256: "00".into(),
+                size: 2,
+                etcd_ca: None,
+            };
+            std::fs::write(super::super::etcd::sidecar(&file, "json"), serde_json::to_string(&info)?)?;
+            Ok(())
+        };
+        let after = record.job.finished + 1;
+        put("20261128T080000.000Z", "", after)?;
+        put("20261128T080100.000Z", "-before-v1.38.0", after)?;
+        put("20200101T000000.000Z", "-before-v1.37.2", record.job.finished - 1)?;
+        assert!(earlier_restore_point(&s, &record, "v1.37.2").is_none());
+        put("20261128T080200.000Z", "-before-v1.37.2", after)?;
+        put("20261128T080300.000Z", "-before-v1.37.2", after + 5)?;
+        let found = earlier_restore_point(&s, &record, "v1.37.2").map(|s| s.file);
+        assert_eq!(found, Some(dir.join("s-20261128T080300.000Z-before-v1.37.2.db")));
+        Ok(())
+    }
+
     /// Issue 30: the hop's preflight refuses a certificate that would expire
     /// before the hop could end, naming it, and passes one that outlasts it.
     #[test]
@@ -581,7 +723,7 @@ mod tests {
     #[test]
     fn nodes_are_read_from_the_api_server_s_list() -> Result<(), String> {
         let json = r#"{"items": [
-            {"metadata": {"name": "a"}, "status": {"nodeInfo": {"kubeletVersion": "v1.36.3"},
+            {"metadata": {"name": "a"}, "spec": {"unschedulable": true}, "status": {"nodeInfo": {"kubeletVersion": "v1.36.3"},
              "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}]}},
             {"metadata": {"name": "b"}, "status": {"nodeInfo": {"kubeletVersion": "v1.36.3"},
              "conditions": [{"type": "Ready", "status": "Unknown"}]}},
@@ -589,6 +731,7 @@ mod tests {
         ]}"#;
         let n = parse_nodes(json)?;
         let got: Vec<(&str, Option<&str>, bool)> = n.iter().map(|n| (n.name.as_str(), n.kubelet.as_deref(), n.ready)).collect();
+        assert_eq!(n.iter().map(|n| n.cordoned).collect::<Vec<_>>(), [true, false, false]);
         assert_eq!(
             got,
             [("a", Some("v1.36.3"), true), ("b", Some("v1.36.3"), false), ("c", None, false)]

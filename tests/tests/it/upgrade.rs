@@ -278,10 +278,7 @@ fn upgrade_from_v1_36_keeps_a_deployment_answering_and_a_killed_run_converges() 
         .output()
         .unwrap();
     let said = ok(job, "kubexm upgrade cluster once more");
-    assert!(
-        said.contains("upgraded cluster lab to v1.37.2") && said.contains(" 0 steps applied"),
-        "{said}"
-    );
+    assert!(said.contains("cluster lab already runs v1.37.2: nothing to do"), "{said}");
     assert_eq!(applied(dir.path()), again);
     let down = served(Command::new(bin("kubexm-install")), &["apply"], &lab, &old, &b_old, dir.path(), &[])
         .output()

@@ -210,7 +210,7 @@ fn etcd(command: args::EtcdCommand) -> anyhow::Result<()> {
             output,
         } => {
             let session = cluster_session(cluster)?;
-            let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir })?;
+            let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir, label: None })?;
             print(&s, output)
         }
         args::EtcdCommand::Restore {
