@@ -180,8 +180,9 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
             return Err(op(
                 OpError::Unsupported,
                 anyhow::anyhow!(
-                    "the bundle {} would change what cluster {name} runs, an upgrade (kubexm-install upgrade, not apply):\n  {}\n\
-                     apply with the bundle it was installed from ({})",
+                    "the bundle {} would change what cluster {name} runs at the same Kubernetes version:\n  {}\n\
+                     replacing components without a new Kubernetes version is not supported yet (an upgrade needs a \
+                     newer version in the config); apply with the bundle it was installed from ({})",
                     b.path.display(),
                     changed.join("\n  "),
                     record.bundle.as_deref().unwrap_or("not recorded")
