@@ -179,11 +179,12 @@ impl Client {
 
     /// Stores an upgrade job (`kubexm upgrade cluster`): `text` is the
     /// cluster.yaml naming the new version, `bundle` its bundle's digest.
-    pub async fn create_upgrade(&self, text: String, bundle: Option<&str>, skip_not_ready: &[String]) -> Result<i64, ClientError> {
+    pub async fn create_upgrade(&self, text: String, bundle: Option<&str>, r: &UpgradeOptions<'_>) -> Result<i64, ClientError> {
         let mut q: Vec<String> = bundle.map(|b| format!("bundle={b}")).into_iter().collect();
-        if !skip_not_ready.is_empty() {
-            q.push(format!("skipNotReady={}", list(skip_not_ready)));
+        if !r.skip_not_ready.is_empty() {
+            q.push(format!("skipNotReady={}", list(r.skip_not_ready)));
         }
+        q.extend(r.drain_timeout.map(|t| format!("drainTimeout={t}")));
         let q = if q.is_empty() { String::new() } else { format!("?{}", q.join("&")) };
         self.post_config(&format!("/api/v1/clusters/upgrade{q}"), text).await
     }
@@ -197,7 +198,13 @@ impl Client {
         let route = match request {
             Request::Install(r) => return self.create_cluster(text, Some(&r.bundle)).await,
             Request::Apply(r) => return self.create_apply(text, Some(&r.bundle)).await,
-            Request::Upgrade(r) => return self.create_upgrade(text, Some(&r.bundle), &r.skip_not_ready).await,
+            Request::Upgrade(r) => {
+                let o = UpgradeOptions {
+                    skip_not_ready: &r.skip_not_ready,
+                    drain_timeout: r.drain_timeout,
+                };
+                return self.create_upgrade(text, Some(&r.bundle), &o).await;
+            }
             Request::Facts(_) => "facts",
             Request::Reset(_) => {
                 q.push("confirm=true".into());
@@ -360,4 +367,13 @@ fn list(names: &[String]) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// An upgrade job's options, as `create_upgrade` sends them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UpgradeOptions<'a> {
+    /// NotReady workers to leave at their version.
+    pub skip_not_ready: &'a [String],
+    /// Each drain's time limit in seconds.
+    pub drain_timeout: Option<u32>,
 }

@@ -33,11 +33,21 @@ pub async fn create_apply(db: &JobDb, file: &Path, local: Local) -> anyhow::Resu
 /// `upgrade cluster`: as [`create_cluster`], stored as an upgrade of the
 /// installed cluster to the version `file` names (the hosts in
 /// `skip_not_ready` are the config's, or nothing is stored).
-pub async fn create_upgrade(db: &JobDb, file: &Path, skip_not_ready: Vec<String>, local: Local) -> anyhow::Result<i64> {
+pub async fn create_upgrade(
+    db: &JobDb,
+    file: &Path,
+    skip_not_ready: Vec<String>,
+    drain_timeout: Option<u32>,
+    local: Local,
+) -> anyhow::Result<i64> {
     let cluster = kubexm_bom::config::load_file_hosts(file)?;
     kubexm_installer::ops::session::check_hosts(&cluster, &skip_not_ready)?;
     bundle_job(db, file, local, |bundle| {
-        Request::Upgrade(UpgradeRequest { bundle, skip_not_ready })
+        Request::Upgrade(UpgradeRequest {
+            bundle,
+            skip_not_ready,
+            drain_timeout,
+        })
     })
     .await
 }

@@ -88,6 +88,7 @@ async fn an_upgrade_job_is_stored_with_its_bundle_and_hosts_to_skip_and_a_bad_on
         ("?skipNotReady=ghost".to_string(), 400),
         ("?hopBundles=%2Ftmp%2Fx".to_string(), 400),
         (format!("?bundle=sha256:{}", "0".repeat(64)), 400),
+        ("?drainTimeout=0".to_string(), 400),
     ] {
         let r = post(format!("/api/v1/clusters/upgrade{q}"), EXAMPLE.clone()).await.unwrap();
         assert_eq!(r.status(), status, "{q}");
@@ -95,14 +96,17 @@ async fn an_upgrade_job_is_stored_with_its_bundle_and_hosts_to_skip_and_a_bad_on
     let bad = EXAMPLE.replace("roleGroups:", "roleGroupz:");
     assert_eq!(post("/api/v1/clusters/upgrade".into(), bad).await.unwrap().status(), 422);
     assert!(s.db.list().await.unwrap().is_empty(), "a refused upgrade was stored");
-    let r = post("/api/v1/clusters/upgrade?skipNotReady=worker1".into(), EXAMPLE.clone())
+    let r = post("/api/v1/clusters/upgrade?skipNotReady=worker1&drainTimeout=120".into(), EXAMPLE.clone())
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
     let v: serde_json::Value = r.json().await.unwrap();
     let j = s.db.get(v["job_id"].as_i64().unwrap()).await.unwrap().unwrap();
     assert_eq!((j.status, j.kind.as_str()), (Status::Pending, "upgrade"));
-    assert_eq!(j.options, serde_json::json!({"bundle": s.digest, "skipNotReady": ["worker1"]}));
+    assert_eq!(
+        j.options,
+        serde_json::json!({"bundle": s.digest, "skipNotReady": ["worker1"], "drainTimeout": 120})
+    );
     s.handle.shutdown();
 }
 

@@ -54,6 +54,9 @@ pub struct UpgradeRequest {
     /// NotReady workers to leave at their version (hosts of the config).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skip_not_ready: Vec<String>,
+    /// Each drain's time limit in seconds; none: the config's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<u32>,
 }
 
 /// An etcd restore's options.
@@ -351,6 +354,7 @@ pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
                 skip_not_ready: r.skip_not_ready.clone(),
                 dry_run: false,
                 expect_digest: Some(r.bundle.clone()),
+                drain_timeout: r.drain_timeout.filter(|t| *t > 0),
             };
             Ok(Report::Upgrade(super::upgrade::upgrade(session, &o)?.done()))
         }
@@ -497,10 +501,12 @@ mod tests {
             Request::Upgrade(UpgradeRequest {
                 bundle: format!("sha256:{}", "c".repeat(64)),
                 skip_not_ready: vec!["w4".into()],
+                drain_timeout: Some(120),
             }),
             Request::Upgrade(UpgradeRequest {
                 bundle: format!("sha256:{}", "c".repeat(64)),
                 skip_not_ready: vec![],
+                drain_timeout: None,
             }),
         ];
         for r in all {

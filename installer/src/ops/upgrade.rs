@@ -41,6 +41,9 @@ pub struct UpgradeOptions {
     pub dry_run: bool,
     /// The bundle a job asked for ([`super::install::InstallOptions::expect_digest`]).
     pub expect_digest: Option<String>,
+    /// Each drain's time limit in seconds, over the config's
+    /// `spec.upgrade.drainTimeoutSeconds`.
+    pub drain_timeout: Option<u32>,
 }
 
 /// A session of `config` with the bundle of its version (of `bundles`,
@@ -250,9 +253,9 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
     while let (Some(hop), Some(waves)) = (now.plan.hops.first().cloned(), now.waves.first().cloned()) {
         let last = now.plan.hops.len() == 1;
         let ran = if hop.bundle == 0 {
-            run_hop(session, o.expect_digest.clone(), hop, waves)
+            run_hop(session, o.expect_digest.clone(), o.drain_timeout, hop, waves)
         } else {
-            hop_session(session, o, &hop).and_then(|s| run_hop(&s, None, hop, waves))
+            hop_session(session, o, &hop).and_then(|s| run_hop(&s, None, o.drain_timeout, hop, waves))
         };
         match ran {
             Ok(ran) => p.ran.push(ran),
@@ -376,6 +379,7 @@ pub(crate) fn with_version(text: &str, version: &str) -> Result<String, String> 
 fn run_hop(
     session: &Session,
     expect_digest: Option<String>,
+    drain_timeout: Option<u32>,
     hop: upgrade::Hop,
     waves: Vec<upgrade::order::Wave>,
 ) -> anyhow::Result<HopDone> {
@@ -384,7 +388,7 @@ fn run_hop(
     // Every certificate valid until the hop can have ended (kubeadm renews
     // the control plane's as it upgrades each node; not the CAs, etcd's or
     // the kubeconfigs of nodes not reached yet).
-    let budget = hop_budget(&waves, spec.upgrade.drain_timeout_seconds);
+    let budget = hop_budget(&waves, drain_timeout.unwrap_or(spec.upgrade.drain_timeout_seconds));
     let certs = super::certs::check(session, 0)?;
     certs_last(&certs, crate::engine::state::now_ms() / 1000, budget)?;
     // The restore point: taken before the hop's first run, kept (not
@@ -420,6 +424,7 @@ fn run_hop(
             .map(|a| a.name.clone())
             .collect(),
         older,
+        drain_timeout,
     };
     let opts = super::install::InstallOptions {
         apply: true,

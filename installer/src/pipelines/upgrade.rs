@@ -44,6 +44,9 @@ pub struct HopRun {
     /// The directory names of the bundles the registry serves below the
     /// hop's (the old one's, the sha256 of its `bundle.yaml`).
     pub older: Vec<String>,
+    /// Each drain's time limit in seconds (`--drain-timeout`); `None`:
+    /// the config's `spec.upgrade.drainTimeoutSeconds`.
+    pub drain_timeout: Option<u32>,
 }
 
 /// The hop's pipeline, on the context of the hop's bundle.
@@ -53,10 +56,11 @@ pub fn pipeline(i: &Context, run: &HopRun) -> anyhow::Result<Pipeline> {
         waves,
         old_images,
         older,
+        drain_timeout,
     } = run;
     let version = i.cluster.spec.kubernetes.version.clone();
     let first = i.topo.first_control_plane.clone();
-    let drain_timeout = i.cluster.spec.upgrade.drain_timeout_seconds;
+    let drain_timeout = drain_timeout.unwrap_or(i.cluster.spec.upgrade.drain_timeout_seconds);
     let mut modules: Vec<Module> = Vec::new();
     // What the next wave waits for: every task of the wave before.
     let mut previous: Vec<(String, Scope)> = Vec::new();
@@ -334,6 +338,7 @@ mod tests {
             waves,
             old_images: Default::default(),
             older: vec!["ab".repeat(32)],
+            drain_timeout: Some(77),
         };
         let p = pipeline(&ctx, &run)?;
         // A batch's nodes do not wait for each other.

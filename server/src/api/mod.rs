@@ -430,6 +430,8 @@ struct UpgradeQuery {
     bundle: Option<String>,
     /// NotReady workers to leave at their version, comma-separated.
     skip_not_ready: Option<String>,
+    /// Each drain's time limit in seconds (over the config's).
+    drain_timeout: Option<u32>,
 }
 
 /// `POST /api/v1/clusters/upgrade`: an upgrade of the installed cluster to
@@ -442,10 +444,21 @@ async fn create_upgrade(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    if q.drain_timeout == Some(0) {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "drainTimeout must be at least 1 (seconds); nothing was stored".into(),
+        ));
+    }
     let skip_not_ready = q.skip_not_ready.as_deref().map(hosts_jobs::names).unwrap_or_default();
+    let drain_timeout = q.drain_timeout;
     let q = CreateQuery { bundle: q.bundle };
     bundle_job(app, q, who, headers, body, |bundle| {
-        OpRequest::Upgrade(kubexm_installer::ops::request::UpgradeRequest { bundle, skip_not_ready })
+        OpRequest::Upgrade(kubexm_installer::ops::request::UpgradeRequest {
+            bundle,
+            skip_not_ready,
+            drain_timeout,
+        })
     })
     .await
 }

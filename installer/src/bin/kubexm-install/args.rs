@@ -77,6 +77,10 @@ pub struct UpgradeArgs {
     /// version skew policy at every hop.
     #[arg(long = "skip-not-ready", value_name = "HOST")]
     pub skip_not_ready: Vec<String>,
+    /// Each drain's time limit (default: the config's spec.upgrade.drainTimeoutSeconds,
+    /// 600); a drain that does not finish in time stops the run, the node left cordoned.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub drain_timeout: Option<u32>,
     /// Print the chain of hops (after reading each node's version from the API server);
     /// change nothing.
     #[arg(long)]

@@ -520,6 +520,7 @@ fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
             skip_not_ready: args.skip_not_ready,
             dry_run: args.dry_run,
             expect_digest: None,
+            drain_timeout: args.drain_timeout,
         },
     )?;
     print!("{plan}");

@@ -495,6 +495,9 @@ pub(crate) struct UpgradeCluster {
     /// A NotReady worker to leave at its version (said in the job's log; repeatable).
     #[arg(long = "skip-not-ready", value_name = "HOST")]
     pub(crate) skip_not_ready: Vec<String>,
+    /// Each drain's time limit (default: the config's spec.upgrade.drainTimeoutSeconds).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub(crate) drain_timeout: Option<u32>,
 }
 
 #[derive(Subcommand)]

@@ -306,8 +306,8 @@ fn remote_unreachable(h: &args::HostsJob) -> anyhow::Result<()> {
 enum Stored {
     Install,
     Apply,
-    /// With the NotReady workers to leave alone.
-    Upgrade(Vec<String>),
+    /// With the NotReady workers to leave alone and the drains' time limit.
+    Upgrade(Vec<String>, Option<u32>),
 }
 
 async fn create_here(db: &Arc<JobDb>, c: CreateCluster, key: PathBuf, quit: &Arc<AtomicBool>, what: Stored) -> anyhow::Result<()> {
@@ -346,7 +346,7 @@ async fn create_here(db: &Arc<JobDb>, c: CreateCluster, key: PathBuf, quit: &Arc
     }
     let id = match what {
         Stored::Apply => ops::create_apply(db, &c.file, local).await?,
-        Stored::Upgrade(skip) => ops::create_upgrade(db, &c.file, skip, local).await?,
+        Stored::Upgrade(skip, drain) => ops::create_upgrade(db, &c.file, skip, drain, local).await?,
         Stored::Install => ops::create_cluster(db, &c.file, &c.phases, local).await?,
     };
     run_created(db, id, c.detach, &live, (c.state, key), quit).await
@@ -373,7 +373,13 @@ async fn create_there(c: &client::Client, server: &str, cc: CreateCluster, what:
     }
     let id = match what {
         Stored::Apply => c.create_apply(text, Some(&cc.bundle)).await.map_err(api)?,
-        Stored::Upgrade(skip) => c.create_upgrade(text, Some(&cc.bundle), &skip).await.map_err(api)?,
+        Stored::Upgrade(skip, drain) => {
+            let o = client::UpgradeOptions {
+                skip_not_ready: &skip,
+                drain_timeout: drain,
+            };
+            c.create_upgrade(text, Some(&cc.bundle), &o).await.map_err(api)?
+        }
         Stored::Install => c.create_cluster(text, Some(&cc.bundle)).await.map_err(api)?,
     };
     follow_created(c, id, cc.detach).await
@@ -391,7 +397,7 @@ async fn local(db: Arc<JobDb>, command: Command, key: PathBuf) -> anyhow::Result
         Command::Scale(c) => create_here(&db, c, key, &quit, Stored::Apply).await,
         Command::Upgrade {
             what: UpgradeCmd::Cluster(u),
-        } => create_here(&db, u.create, key, &quit, Stored::Upgrade(u.skip_not_ready)).await,
+        } => create_here(&db, u.create, key, &quit, Stored::Upgrade(u.skip_not_ready, u.drain_timeout)).await,
         Command::Get {
             what:
                 Get::Job {
@@ -647,7 +653,7 @@ async fn remote(config: &client::ClientConfig, command: Command) -> anyhow::Resu
         Command::Scale(cc) => create_there(&c, &config.server, cc, Stored::Apply).await,
         Command::Upgrade {
             what: UpgradeCmd::Cluster(u),
-        } => create_there(&c, &config.server, u.create, Stored::Upgrade(u.skip_not_ready)).await,
+        } => create_there(&c, &config.server, u.create, Stored::Upgrade(u.skip_not_ready, u.drain_timeout)).await,
         Command::Get {
             what:
                 Get::Job {
