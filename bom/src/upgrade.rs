@@ -146,6 +146,9 @@ pub struct PlanInput<'a> {
     /// left cordoned and NotReady (its kubelet failed after the new one was
     /// put in) is upgraded again, not refused.
     pub resuming: bool,
+    /// What the hosts run, as their binaries say: `(host, component,
+    /// version)` for kubeadm, etcd and containerd where installed.
+    pub installed: Vec<(String, String, String)>,
 }
 
 /// One hop: the whole cluster from one version to the next.
@@ -352,6 +355,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<UpgradePlan, Refused> {
     }
     // Nodes: readiness, and each kubelet against every hop's API server.
     let skipped = nodes(input, &to, &ends, &mut reasons);
+    drift(input, &ends, &mut reasons);
     // What each hop installs must be in its bundle.
     for (v, i) in &ends {
         missing(record, &input.bundles[*i], v, &mut reasons);
@@ -526,6 +530,44 @@ fn nodes(input: &PlanInput<'_>, to: &Version, ends: &[(Version, usize)], reasons
 /// kubectl at `v`); the control-plane images for the control-plane nodes'
 /// arches and kube-proxy's for every node's (every arch installed where a
 /// node's is not known).
+/// A component a host runs at a version neither the record nor any hop
+/// installs: changed outside kubexm, so the plan would start from an
+/// unknown state. (A host a stopped run already moved runs a hop's.)
+fn drift(input: &PlanInput<'_>, ends: &[(Version, usize)], reasons: &mut Vec<String>) {
+    let hops: Vec<BTreeMap<String, String>> = ends.iter().map(|(_, i)| crate::record::versions(input.bundles[*i].bom)).collect();
+    for (host, component, found) in &input.installed {
+        let Some(recorded) = input.record.versions.get(component) else {
+            continue;
+        };
+        let Some(f) = release(found) else {
+            continue;
+        };
+        let known = std::iter::once(recorded)
+            .chain(hops.iter().filter_map(|h| h.get(component)))
+            .any(|v| release(v).as_deref() == Some(f.as_str()));
+        if !known {
+            reasons.push(format!(
+                "{host} runs {component} {f}, but the record says {recorded} and no hop installs {f}: it was changed \
+                 outside kubexm; put {recorded} back on {host} (or reinstall it) before upgrading"
+            ));
+        }
+    }
+}
+
+/// The release a version string names (`v1.36.3`, `1.6.20~ds1`, `etcd
+/// Version: 3.6.8`, `containerd github.com/containerd/containerd v1.7.13
+/// abc` → `1.36.3`, `1.6.20`, `3.6.8`, `1.7.13`): the first word that
+/// starts with `MAJOR.MINOR.PATCH`.
+pub fn release(s: &str) -> Option<String> {
+    s.split_whitespace().find_map(|w| {
+        let w = w.strip_prefix('v').unwrap_or(w);
+        let end = w.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(w.len());
+        let r = w[..end].trim_end_matches('.');
+        let parts: Vec<&str> = r.split('.').collect();
+        (parts.len() >= 3 && parts.iter().all(|p| !p.is_empty())).then(|| parts[..3].join("."))
+    })
+}
+
 fn missing(record: &ClusterRecord, bundle: &GivenBundle<'_>, v: &Version, reasons: &mut Vec<String>) {
     let bom = bundle.bom;
     let version = v.to_string();

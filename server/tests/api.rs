@@ -96,9 +96,12 @@ async fn an_upgrade_job_is_stored_with_its_bundle_and_hosts_to_skip_and_a_bad_on
     let bad = EXAMPLE.replace("roleGroups:", "roleGroupz:");
     assert_eq!(post("/api/v1/clusters/upgrade".into(), bad).await.unwrap().status(), 422);
     assert!(s.db.list().await.unwrap().is_empty(), "a refused upgrade was stored");
-    let r = post("/api/v1/clusters/upgrade?skipNotReady=worker1&drainTimeout=120".into(), EXAMPLE.clone())
-        .await
-        .unwrap();
+    let r = post(
+        "/api/v1/clusters/upgrade?skipNotReady=worker1&drainTimeout=120".into(),
+        EXAMPLE.clone(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), 202);
     let v: serde_json::Value = r.json().await.unwrap();
     let j = s.db.get(v["job_id"].as_i64().unwrap()).await.unwrap().unwrap();

@@ -102,6 +102,7 @@ fn input<'a>(record: &'a ClusterRecord, target: &'a str, bundles: &'a [(String, 
         bundles: bundles.iter().map(|(name, bom)| GivenBundle { name, bom }).collect(),
         skip_not_ready: vec![],
         resuming: false,
+        installed: vec![],
     }
 }
 
@@ -433,5 +434,35 @@ fn a_resumed_upgrade_takes_a_node_it_left_cordoned_and_not_ready() -> R {
     );
     i.nodes[1].cordoned = false;
     assert!(refused(plan(&i)).contains("node b is NotReady"));
+    Ok(())
+}
+
+/// Issue 30: what the hosts' binaries say is checked against the record
+/// and the hops: a version neither names is refused (changed outside
+/// kubexm), one a stopped run already put in passes; versions are read
+/// from each binary's own output.
+#[test]
+fn a_host_running_a_version_nobody_installed_is_refused() -> R {
+    assert_eq!(release("v1.36.3").as_deref(), Some("1.36.3"));
+    assert_eq!(
+        release("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1").as_deref(),
+        Some("1.6.20")
+    );
+    assert_eq!(release("etcd Version: 3.6.8").as_deref(), Some("3.6.8"));
+    assert_eq!(release("containerd containerd.io v1.7.13 7c3aca7").as_deref(), Some("1.7.13"));
+    assert_eq!(release("no version here 1.2"), None);
+    let rec = record("v1.36.3", "v3.6.8")?;
+    let b = given(&[("v1.37.2", "v3.6.16")]);
+    let mut i = input(&rec, "v1.37.2", &b);
+    let at = |h: &str, c: &str, v: &str| (h.to_string(), c.to_string(), v.to_string());
+    i.installed = vec![
+        at("a", "etcd", "etcd Version: 3.6.8"),
+        at("b", "etcd", "etcd Version: 3.6.16"),
+        at("c", "kubeadm", "garbage"),
+    ];
+    assert_eq!(plan(&i)?.hops.len(), 1);
+    i.installed.push(at("c", "etcd", "etcd Version: 3.5.9"));
+    let e = refused(plan(&i));
+    assert!(e.contains("c runs etcd 3.5.9, but the record says v3.6.8"), "{e}");
     Ok(())
 }

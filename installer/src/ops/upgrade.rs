@@ -206,7 +206,7 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeRepo
         bom: &target.manifest.lock,
     }];
     bundles.extend(o.hop_bundles.iter().map(|(name, bom)| GivenBundle { name, bom }));
-    let nodes = read_nodes(session, &record)?;
+    let (nodes, installed) = read_nodes(session, &record)?;
     let input = PlanInput {
         record: &record,
         nodes,
@@ -214,6 +214,7 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeRepo
         bundles,
         skip_not_ready: o.skip_not_ready.clone(),
         resuming: resuming(session)?,
+        installed,
     };
     let plan = upgrade::plan(&input).map_err(|e| op(OpError::Config, anyhow::Error::new(e)))?;
     let skipped: Vec<String> = plan.skipped.iter().map(|(n, _)| n.clone()).collect();
@@ -519,7 +520,11 @@ fn resuming(session: &Session) -> anyhow::Result<bool> {
 
 /// Each node's kubelet and readiness, as the API server reports them,
 /// read on the first control-plane node.
-fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> anyhow::Result<Vec<NodeNow>> {
+/// Each node's kubelet and readiness, as the API server reports them,
+/// read on the first control-plane node; and what every host's kubeadm,
+/// etcd and containerd say their versions are (a host that cannot be
+/// asked says nothing).
+fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> anyhow::Result<(Vec<NodeNow>, Vec<Installed>)> {
     let name = &session.cluster().metadata.name;
     let Some(first) = record.config.spec.role_groups.control_plane.first().cloned() else {
         return Err(op(
@@ -528,12 +533,16 @@ fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> 
         ));
     };
     let step = Arc::new(ReadNodes::default());
-    let s: Arc<dyn Step> = step.clone();
+    let versions = Arc::new(ReadVersions::default());
+    let (s, v): (Arc<dyn Step>, Arc<dyn Step>) = (step.clone(), versions.clone());
     let on = first.clone();
     let ex = session.execute("upgrade-check", run::Policy::ContinueOtherHosts, move |hosts| {
-        let hosts = hosts.into_iter().filter(|h| *h == on).collect();
-        Ok(crate::engine::jobs::one_task("upgrade-check", hosts, vec![s]))
+        let mut p = crate::engine::jobs::one_task("upgrade-check", hosts.iter().filter(|h| **h == on).cloned().collect(), vec![s]);
+        let t = crate::engine::jobs::one_task("upgrade-versions", hosts, vec![v]);
+        p.modules.extend(t.modules);
+        Ok(p)
     })?;
+    let installed = std::mem::take(&mut *versions.read.lock().unwrap_or_else(|e| e.into_inner()));
     let read = step.read.lock().unwrap_or_else(|e| e.into_inner()).take();
     let Some(json) = read else {
         let mut why = ex.errors();
@@ -547,7 +556,57 @@ fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> 
             ),
         ));
     };
-    parse_nodes(&json).map_err(|e| op(OpError::Host, anyhow::anyhow!("{first}: kubectl get nodes: {e}")))
+    let nodes = parse_nodes(&json).map_err(|e| op(OpError::Host, anyhow::anyhow!("{first}: kubectl get nodes: {e}")))?;
+    Ok((nodes, installed))
+}
+
+/// `(host, component, version as its binary prints it)`.
+type Installed = (String, String, String);
+
+/// The first line of what `kubeadm version -o short`, `etcd --version` and
+/// `containerd --version` print on a host, where each is installed.
+const VERSIONS: &str = "for b in kubeadm etcd containerd; do\n\
+  p=$(command -v \"$b\" 2>/dev/null) || p=\n\
+  [ -x \"/usr/local/bin/$b\" ] && p=\"/usr/local/bin/$b\"\n\
+  [ -n \"$p\" ] || continue\n\
+  case $b in kubeadm) v=$(\"$p\" version -o short 2>/dev/null) ;; *) v=$(\"$p\" --version 2>/dev/null | head -1) ;; esac\n\
+  printf '%s=%s\\n' \"$b\" \"$v\"\n\
+done";
+
+/// Reads [`VERSIONS`] on every host: `(host, component, what it printed)`.
+#[derive(Default)]
+struct ReadVersions {
+    read: Mutex<Vec<Installed>>,
+}
+
+impl Step for ReadVersions {
+    fn name(&self) -> &str {
+        "read-versions"
+    }
+
+    fn check<'a>(&'a self, _: &'a dyn Transport) -> BoxFuture<'a, Result<Check, StepError>> {
+        Box::pin(async { Ok(Check::Missing) })
+    }
+
+    fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
+        Box::pin(async move {
+            let out = t.run(VERSIONS, Duration::from_secs(60)).await?;
+            let found = parse_versions(t.host(), &out.stdout);
+            let said = found.iter().map(|(_, c, v)| format!("{c} {v}")).collect::<Vec<_>>().join(", ");
+            self.read.lock().unwrap_or_else(|e| e.into_inner()).extend(found);
+            Ok(said)
+        })
+    }
+}
+
+/// `component=version` lines of [`VERSIONS`]' output, for `host` (empty
+/// versions and other components left out).
+fn parse_versions(host: &str, out: &str) -> Vec<Installed> {
+    out.lines()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(c, v)| ["kubeadm", "etcd", "containerd"].contains(c) && !v.trim().is_empty())
+        .map(|(c, v)| (host.to_string(), c.to_string(), v.trim().chars().take(200).collect()))
+        .collect()
 }
 
 /// `kubectl get nodes -o json` → each node's name, kubelet and Ready.
@@ -722,6 +781,19 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("up to 80 min") && e.contains("certs renew"), "{e}");
+    }
+
+    /// What the hosts' binaries print is read per component; nothing else.
+    #[test]
+    fn versions_are_read_from_each_binarys_output() {
+        let out = "kubeadm=v1.36.3\netcd=etcd Version: 3.6.8\ncontainerd=\nrunc=1.1.12\nnoise\n";
+        assert_eq!(
+            parse_versions("a", out),
+            [
+                ("a".to_string(), "kubeadm".to_string(), "v1.36.3".to_string()),
+                ("a".to_string(), "etcd".to_string(), "etcd Version: 3.6.8".to_string())
+            ]
+        );
     }
 
     /// The API server's node list: names, kubelets and the Ready condition.
