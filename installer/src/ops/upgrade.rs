@@ -536,12 +536,47 @@ fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> 
     let versions = Arc::new(ReadVersions::default());
     let (s, v): (Arc<dyn Step>, Arc<dyn Step>) = (step.clone(), versions.clone());
     let on = first.clone();
+    // Every etcd member healthy (binary etcd; asked through the first member).
+    let members = record.config.spec.role_groups.etcd.clone();
+    let health = match (
+        record.config.spec.etcd.mode == kubexm_bom::config::model::EtcdMode::Binary,
+        members.first(),
+    ) {
+        (true, Some(m)) => {
+            let topo = kubexm_bom::topology::Topology::of(&record.config).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
+            let step: Arc<dyn Step> = Arc::new(crate::phases::etcd::healthy(ETCD_HEALTHY, &topo, &members));
+            Some((m.clone(), step))
+        }
+        _ => None,
+    };
     let ex = session.execute("upgrade-check", run::Policy::ContinueOtherHosts, move |hosts| {
         let mut p = crate::engine::jobs::one_task("upgrade-check", hosts.iter().filter(|h| **h == on).cloned().collect(), vec![s]);
         let t = crate::engine::jobs::one_task("upgrade-versions", hosts, vec![v]);
         p.modules.extend(t.modules);
+        if let Some((m, step)) = health {
+            p.modules
+                .extend(crate::engine::jobs::one_task("upgrade-etcd-health", vec![m], vec![step]).modules);
+        }
         Ok(p)
     })?;
+    let unhealthy: Vec<String> = ex
+        .report
+        .failures()
+        .iter()
+        .filter(|f| f.id.contains(ETCD_HEALTHY))
+        .map(|f| format!("{}: {}", f.host, f.log.trim()))
+        .collect();
+    if !unhealthy.is_empty() {
+        return Err(op(
+            OpError::Host,
+            anyhow::anyhow!(
+                "etcd of cluster {name} is not healthy (job {}): every member must answer before an upgrade; \
+                 nothing was changed:\n  {}",
+                ex.job,
+                unhealthy.join("\n  ")
+            ),
+        ));
+    }
     let installed = std::mem::take(&mut *versions.read.lock().unwrap_or_else(|e| e.into_inner()));
     let read = step.read.lock().unwrap_or_else(|e| e.into_inner()).take();
     let Some(json) = read else {
@@ -559,6 +594,9 @@ fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> 
     let nodes = parse_nodes(&json).map_err(|e| op(OpError::Host, anyhow::anyhow!("{first}: kubectl get nodes: {e}")))?;
     Ok((nodes, installed))
 }
+
+/// The preflight's etcd health step.
+const ETCD_HEALTHY: &str = "etcd-healthy-before-upgrade";
 
 /// `(host, component, version as its binary prints it)`.
 type Installed = (String, String, String);
