@@ -5,27 +5,13 @@
 ctl() { {{CTL}} "$@"; }
 line() { ctl member list 2>/dev/null | awk -F', ' -v u={{PEER}} '$4 == u'; }
 gone() { out=$(ctl member list 2>&1) && ! printf '%s\n' "$out" | awk -F', ' -v u={{PEER}} '$4 == u' | grep -q .; }
+{{MOVE_LEADER}}
 remove() {
   out=$(ctl member list 2>&1) || { echo "etcd does not answer through {{ENDPOINTS}}: $out" >&2; return 1; }
   id=$(line | cut -d, -f1)
   [ -n "$id" ] || { echo "{{NAME}} is not an etcd member"; return 0; }
-  # Its status, asked of it alone: member_id and leader, in decimal.
-  st=$({{CTL_ALONE}} endpoint status -w json 2>/dev/null | tr -d ' \n')
-  me=$(printf '%s' "$st" | grep -o '"member_id":[0-9]*' | head -1 | cut -d: -f2)
-  leader=$(printf '%s' "$st" | grep -o '"leader":[0-9]*' | head -1 | cut -d: -f2)
-  if [ -n "$me" ] && [ "$me" = "$leader" ]; then
-    # To a voting member that stays and answers.
-    to=
-    for m in $(ctl member list | awk -F', ' -v u={{PEER}} '$4 != u && $2 == "started" && $6 == "false" { print $1 "=" $5 }'); do
-      case ",{{ENDPOINTS}}," in *",${m#*=},"*) ;; *) continue ;; esac
-      {{ETCDCTL}} --endpoints="${m#*=}" --command-timeout=5s endpoint health >/dev/null 2>&1 && { to=${m%%=*}; break; }
-    done
-    [ -n "$to" ] || { echo "no member that stays answers to take etcd's leadership from {{NAME}}: check them (etcdctl endpoint health) and run the command again" >&2; return 1; }
-    {{CTL_ALONE}} move-leader "$to" || return 1
-    echo "leadership moved from {{NAME}} to $to"
-  elif [ -z "$st" ]; then
-    echo "{{NAME}} does not answer: removed without moving leadership"
-  fi
+  move_off || return 1
+  [ -n "$st" ] || echo "{{NAME}} does not answer: removed without moving leadership"
   # Refused as "unhealthy cluster" while the member asked has not been
   # connected to enough of the others for 5 s: asked again for a minute.
   t0=$(date +%s)

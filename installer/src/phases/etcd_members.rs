@@ -21,6 +21,8 @@ use crate::template::render;
 
 const JOIN: &str = include_str!("../../../manifests/templates/etcd-member-join.sh");
 const LEAVE: &str = include_str!("../../../manifests/templates/etcd-member-remove.sh");
+const MOVE_LEADER: &str = include_str!("../../../manifests/templates/etcd-move-leader.sh");
+const LEADER_OFF: &str = include_str!("../../../manifests/templates/etcd-leader-off.sh");
 const SERVERS: &str = include_str!("../../../manifests/templates/etcd-servers.sh");
 const KUBEADM_CONFIG: &str = include_str!("../../../manifests/templates/kubeadm-config-etcd.sh");
 
@@ -96,20 +98,15 @@ pub fn join(topo: &Topology, m: &str, before: &[String]) -> anyhow::Result<Join>
 /// when `m` is named unreachable (never asked for its leadership).
 pub fn leave(topo: &Topology, m: &str, stay: &[String], answers: bool) -> anyhow::Result<Shell> {
     let endpoints = client_urls(topo, stay);
-    let alone = if answers {
-        format!("{} --command-timeout=5s", etcdctl(&format!("https://{}:2379", topo.address(m))))
-    } else {
-        "false".to_string()
-    };
-    let (ctl, peer, bare) = (etcdctl(&endpoints), peer_url(topo, m), etcdctl_bare());
+    let (ctl, peer) = (etcdctl(&endpoints), peer_url(topo, m));
+    let move_leader = move_leader(topo, m, stay, answers)?;
     let script = |tail: &str| {
         render(
             "etcd-member-remove.sh",
             LEAVE,
             &[
                 ("CTL", &ctl),
-                ("ETCDCTL", &bare),
-                ("CTL_ALONE", &alone),
+                ("MOVE_LEADER", &move_leader),
                 ("NAME", m),
                 ("PEER", &peer),
                 ("ENDPOINTS", &endpoints),
@@ -121,6 +118,58 @@ pub fn leave(topo: &Topology, m: &str, stay: &[String], answers: bool) -> anyhow
     let mut s = Shell::new(&format!("etcd-member-remove-{m}"), Some(&script("gone")?), &script("remove")?);
     s.timeout = Duration::from_secs(120);
     Ok(s)
+}
+
+/// The shell functions `leads` and `move_off` for member `m`, handing its
+/// leadership to one of `others` (`answers`: false when `m` is not to be
+/// asked, so it never leads).
+fn move_leader(topo: &Topology, m: &str, others: &[String], answers: bool) -> anyhow::Result<String> {
+    let alone = if answers {
+        format!("{} --command-timeout=5s", etcdctl(&format!("https://{}:2379", topo.address(m))))
+    } else {
+        "false".to_string()
+    };
+    Ok(render(
+        "etcd-move-leader.sh",
+        MOVE_LEADER,
+        &[
+            ("CTL_ALONE", &alone),
+            ("ETCDCTL", &etcdctl_bare()),
+            ("NAME", m),
+            ("PEER", &peer_url(topo, m)),
+            ("ENDPOINTS", &client_urls(topo, others)),
+        ],
+        &[],
+    )?)
+}
+
+/// Member `m` of `members` hands etcd's leadership to another member when
+/// it leads (checked first: a follower does nothing); `None` for a
+/// cluster of one.
+pub fn leader_off(topo: &Topology, m: &str, members: &[String]) -> anyhow::Result<Option<Shell>> {
+    let others: Vec<String> = members.iter().filter(|x| *x != m).cloned().collect();
+    if others.is_empty() {
+        return Ok(None);
+    }
+    let (ctl, peer) = (etcdctl(&client_urls(topo, members)), peer_url(topo, m));
+    let move_leader = move_leader(topo, m, &others, true)?;
+    let script = |tail: &str| {
+        render(
+            "etcd-leader-off.sh",
+            LEADER_OFF,
+            &[
+                ("CTL", &ctl),
+                ("MOVE_LEADER", &move_leader),
+                ("NAME", m),
+                ("PEER", &peer),
+                ("TAIL", tail),
+            ],
+            &[],
+        )
+    };
+    let mut s = Shell::new(&format!("etcd-leader-off-{m}"), Some(&script("! leads")?), &script("move_off")?);
+    s.timeout = Duration::from_secs(120);
+    Ok(Some(s))
 }
 
 /// The tasks that make every API server (on `control_plane`, one node at a
@@ -263,6 +312,41 @@ mod tests {
             "one --endpoints per etcdctl: {}",
             s.apply
         );
+        Ok(())
+    }
+
+    /// Issue 30: before an upgrade restarts a member, a leading member
+    /// hands etcd's leadership to another (asked of it alone; the others
+    /// take it); a follower does nothing (the check); a cluster of one has
+    /// no such step. The scripts are valid sh.
+    #[test]
+    fn a_leading_member_hands_on_its_leadership_before_it_restarts() -> anyhow::Result<()> {
+        let t = topo()?;
+        let members = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let Some(s) = leader_off(&t, "b", &members)? else {
+            anyhow::bail!("no step for a member of three");
+        };
+        assert!(
+            s.apply.trim_end().ends_with("move_off") && s.apply.contains("move-leader"),
+            "{}",
+            s.apply
+        );
+        assert!(s.check.as_deref().is_some_and(|c| c.trim_end().ends_with("! leads")));
+        assert!(
+            s.apply.contains("--endpoints=https://10.0.0.2:2379 --command-timeout"),
+            "{}",
+            s.apply
+        );
+        assert!(s.apply.contains(",https://10.0.0.1:2379,https://10.0.0.3:2379,"), "{}", s.apply);
+        assert!(leader_off(&t, "a", &["a".to_string()])?.is_none());
+        for script in [
+            s.apply.as_str(),
+            s.check.as_deref().unwrap_or_default(),
+            &leave(&t, "b", &members[..1], true)?.apply,
+        ] {
+            let out = std::process::Command::new("sh").args(["-n", "-c", script]).output()?;
+            assert!(out.status.success(), "{}\n{script}", String::from_utf8_lossy(&out.stderr));
+        }
         Ok(())
     }
 

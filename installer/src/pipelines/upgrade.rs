@@ -107,6 +107,10 @@ pub fn pipeline(i: &Context, run: &HopRun) -> anyhow::Result<Pipeline> {
                 let mut tasks = Vec::new();
                 for h in &w.hosts {
                     let mut steps = install_component(i.bundle_file(h, "etcd")?, i.bundle_dir, i.file_server);
+                    // The cluster keeps a leader: a leading member hands it on first.
+                    if let Some(off) = phases::etcd_members::leader_off(&i.topo, h, members)? {
+                        steps.push(Arc::new(off));
+                    }
                     steps.push(node::restarted("kubexm-etcd"));
                     steps.push(Arc::new(phases::etcd::healthy("etcd-healthy", &i.topo, members)));
                     tasks.push(Task {
