@@ -246,41 +246,60 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
     for hop in p.plan.hops.iter().filter(|h| h.bundle != 0) {
         hop_session(session, o, hop)?;
     }
-    let mut now = UpgradeReport {
-        plan: p.plan.clone(),
-        waves: p.waves.clone(),
-        ran: Vec::new(),
-    };
-    while let (Some(hop), Some(waves)) = (now.plan.hops.first().cloned(), now.waves.first().cloned()) {
-        let last = now.plan.hops.len() == 1;
-        let ran = if hop.bundle == 0 {
-            run_hop(session, o.expect_digest.clone(), o.drain_timeout, hop, waves)
-        } else {
-            hop_session(session, o, &hop).and_then(|s| run_hop(&s, None, o.drain_timeout, hop, waves))
-        };
-        match ran {
-            Ok(ran) => p.ran.push(ran),
-            Err(e) if p.ran.is_empty() => return Err(e),
-            // Say what the hops before it did: the cluster runs the last one's version.
-            Err(e) => {
-                let done: Vec<String> = p
-                    .ran
-                    .iter()
-                    .map(|h| format!("{} (job {}, restore point {})", h.to, h.installed.job, h.snapshot.file.display()))
-                    .collect();
-                return Err(e.context(format!(
-                    "the upgrade stopped after {} hop(s) that finished: {}; run it again to go on",
-                    done.len(),
-                    done.join(", ")
-                )));
+    p.ran = chain(
+        (p.plan.hops.clone(), p.waves.clone()),
+        || plan(session, o).map(|r| (r.plan.hops, r.waves)),
+        |hop, waves| {
+            if hop.bundle == 0 {
+                run_hop(session, o.expect_digest.clone(), o.drain_timeout, hop, waves)
+            } else {
+                hop_session(session, o, &hop).and_then(|s| run_hop(&s, None, o.drain_timeout, hop, waves))
             }
+        },
+        |h: &HopDone| format!("{} (job {}, restore point {})", h.to, h.installed.job, h.snapshot.file.display()),
+    )?;
+    Ok(p)
+}
+
+/// The hops left, each with its waves.
+type Chain = (Vec<upgrade::Hop>, Vec<Vec<upgrade::order::Wave>>);
+
+/// Runs hop after hop, from the chain `first`: `run` does one; once it is
+/// done, `replan` reads the chain left (from what the hop left: the record
+/// and the nodes). Ends after the hop to the chain's last version. An
+/// error after finished hops names them (`done` says each), as the
+/// cluster now runs the last one's version.
+fn chain<R>(
+    first: Chain,
+    mut replan: impl FnMut() -> anyhow::Result<Chain>,
+    mut run: impl FnMut(upgrade::Hop, Vec<upgrade::order::Wave>) -> anyhow::Result<R>,
+    done: impl Fn(&R) -> String,
+) -> anyhow::Result<Vec<R>> {
+    let mut ran: Vec<R> = Vec::new();
+    let stopped = |e: anyhow::Error, ran: &[R]| {
+        if ran.is_empty() {
+            return e;
+        }
+        let said: Vec<String> = ran.iter().map(&done).collect();
+        e.context(format!(
+            "the upgrade stopped after {} hop(s) that finished: {}; run it again to go on",
+            said.len(),
+            said.join(", ")
+        ))
+    };
+    let mut now = first;
+    while let (Some(hop), Some(waves)) = (now.0.first().cloned(), now.1.first().cloned()) {
+        let last = now.0.len() == 1;
+        match run(hop, waves) {
+            Ok(r) => ran.push(r),
+            Err(e) => return Err(stopped(e, &ran)),
         }
         if last {
             break;
         }
-        now = plan(session, o)?;
+        now = replan().map_err(|e| stopped(e, &ran))?;
     }
-    Ok(p)
+    Ok(ran)
 }
 
 /// Refused before anything runs: what a hop does not do yet.
@@ -705,6 +724,72 @@ impl Step for ReadNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 30: a chain runs hop after hop, planned again after each from
+    /// what it left (a hop already done is not run again); an error after a
+    /// finished hop names it; an error in the first hop is the hop's own.
+    #[test]
+    fn a_chain_runs_hop_after_hop_planned_again_after_each() -> anyhow::Result<()> {
+        let v = |s: &str| upgrade::Version::parse(s).ok_or_else(|| anyhow::anyhow!("{s}"));
+        let hop = |a: &str, b: &str, bundle: usize| -> anyhow::Result<upgrade::Hop> {
+            Ok(upgrade::Hop {
+                from: v(a)?,
+                to: v(b)?,
+                bundle,
+                bundle_name: format!("k-{b}.tar.zst"),
+                changes: vec![],
+            })
+        };
+        let wave = vec![upgrade::order::Wave {
+            action: upgrade::order::Action::Addons,
+            hosts: vec!["a".into()],
+        }];
+        let first = (
+            vec![hop("v1.35.4", "v1.36.3", 1)?, hop("v1.36.3", "v1.37.2", 0)?],
+            vec![wave.clone(), wave.clone()],
+        );
+        let rest = (vec![hop("v1.36.3", "v1.37.2", 0)?], vec![wave.clone()]);
+        let replans = std::cell::Cell::new(0);
+        let ran = chain(
+            first.clone(),
+            || {
+                replans.set(replans.get() + 1);
+                Ok(rest.clone())
+            },
+            |h, _| Ok(h.to.to_string()),
+            |s: &String| s.clone(),
+        )?;
+        assert_eq!((ran, replans.get()), (vec!["v1.36.3".to_string(), "v1.37.2".to_string()], 1));
+        let e = chain(
+            first.clone(),
+            || Ok(rest.clone()),
+            |h, _| {
+                if h.to.to_string() == "v1.37.2" {
+                    anyhow::bail!("drain of w2 timed out")
+                }
+                Ok(h.to.to_string())
+            },
+            |s: &String| format!("{s} (job 7)"),
+        )
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+        assert!(
+            e.contains("stopped after 1 hop(s) that finished: v1.36.3 (job 7)") && e.contains("drain of w2 timed out"),
+            "{e}"
+        );
+        let e = chain(
+            first,
+            || Ok(rest.clone()),
+            |_, _| -> anyhow::Result<String> { anyhow::bail!("etcd") },
+            |s| s.clone(),
+        )
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+        assert_eq!(e, "etcd");
+        Ok(())
+    }
 
     /// Issue 30: a hop before the last reads the config at its version: the
     /// text's `spec.kubernetes.version` replaced where it stands (block or
