@@ -234,6 +234,14 @@ fn upgrade_from_v1_36_keeps_a_deployment_answering_and_a_killed_run_converges() 
         eprintln!("a gap of {len:?} from {at} ms (curl exited {codes:?}), while {running:?}");
     }
     assert!(gap < Duration::from_secs(5), "the Deployment did not answer for {gap:?}");
+    // One restore point for the hop: the re-run named the killed run's.
+    let points: Vec<String> = std::fs::read_dir(dir.path().join("root/clusters/lab/snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with("-before-v1.37.2.db"))
+        .collect();
+    assert_eq!(points.len(), 1, "{points:?}");
+    assert!(done.contains("taken by an earlier run of this hop"), "{done}");
 
     // Every kubelet, kube-proxy and the API server at v1.37.2; nothing cordoned.
     let nodes = k(
