@@ -525,17 +525,14 @@ fn nodes(input: &PlanInput<'_>, to: &Version, ends: &[(Version, usize)], reasons
     skipped
 }
 
-/// What a hop to `v` installs that `bundle` lacks: every component file the
-/// cluster runs, for each arch it was installed for (kubeadm, kubelet and
-/// kubectl at `v`); the control-plane images for the control-plane nodes'
-/// arches and kube-proxy's for every node's (every arch installed where a
-/// node's is not known).
 /// A component a host runs at a version neither the record nor any hop
 /// installs: changed outside kubexm, so the plan would start from an
 /// unknown state. (A host a stopped run already moved runs a hop's.)
 fn drift(input: &PlanInput<'_>, ends: &[(Version, usize)], reasons: &mut Vec<String>) {
     let hops: Vec<BTreeMap<String, String>> = ends.iter().map(|(_, i)| crate::record::versions(input.bundles[*i].bom)).collect();
-    for (host, component, found) in &input.installed {
+    // A NotReady worker left alone keeps its old versions (its kubelet's
+    // skew is checked on its own).
+    for (host, component, found) in input.installed.iter().filter(|(h, ..)| !input.skip_not_ready.contains(h)) {
         let Some(recorded) = input.record.versions.get(component) else {
             continue;
         };
@@ -568,6 +565,11 @@ pub fn release(s: &str) -> Option<String> {
     })
 }
 
+/// What a hop to `v` installs that `bundle` lacks: every component file the
+/// cluster runs, for each arch it was installed for (kubeadm, kubelet and
+/// kubectl at `v`); the control-plane images for the control-plane nodes'
+/// arches and kube-proxy's for every node's (every arch installed where a
+/// node's is not known).
 fn missing(record: &ClusterRecord, bundle: &GivenBundle<'_>, v: &Version, reasons: &mut Vec<String>) {
     let bom = bundle.bom;
     let version = v.to_string();

@@ -472,6 +472,19 @@ impl State {
         q.optional().map_err(|e| self.err(e))
     }
 
+    /// The latest job of `kind` for `cluster`, whatever its status (a job
+    /// killed mid-run stays `running`).
+    pub fn last_job(&self, cluster: &str, kind: &str) -> Result<Option<JobRecord>, StateError> {
+        self.conn()
+            .query_row(
+                "SELECT id, cluster, kind, started, finished, status FROM jobs WHERE cluster = ?1 AND kind = ?2 ORDER BY id DESC LIMIT 1",
+                params![cluster, kind],
+                job_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     pub fn steps(&self, job: i64) -> Result<Vec<StepRecord>, StateError> {
         self.read_steps(job, "log")
     }

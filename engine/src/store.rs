@@ -29,6 +29,8 @@ pub trait Store: KnownHosts + Send + Sync {
     fn done_steps<'a>(&'a self, cluster: &'a str, kind: &'a str) -> BoxFuture<'a, Result<HashSet<String>, StateError>>;
     /// A job by id, or the latest.
     fn job(&self, id: Option<i64>) -> BoxFuture<'_, Result<Option<JobRecord>, StateError>>;
+    /// The latest job of `kind` for `cluster`, whatever its status.
+    fn last_job<'a>(&'a self, cluster: &'a str, kind: &'a str) -> BoxFuture<'a, Result<Option<JobRecord>, StateError>>;
     /// A job's step results.
     fn steps(&self, job: i64) -> BoxFuture<'_, Result<Vec<StepRecord>, StateError>>;
     /// A job's step results without their logs (what a timeline reads).
@@ -70,6 +72,9 @@ impl Store for State {
     }
     fn job(&self, id: Option<i64>) -> BoxFuture<'_, Result<Option<JobRecord>, StateError>> {
         Box::pin(async move { State::job(self, id) })
+    }
+    fn last_job<'a>(&'a self, cluster: &'a str, kind: &'a str) -> BoxFuture<'a, Result<Option<JobRecord>, StateError>> {
+        Box::pin(async move { State::last_job(self, cluster, kind) })
     }
     fn steps(&self, job: i64) -> BoxFuture<'_, Result<Vec<StepRecord>, StateError>> {
         Box::pin(async move { State::steps(self, job) })

@@ -464,5 +464,11 @@ fn a_host_running_a_version_nobody_installed_is_refused() -> R {
     i.installed.push(at("c", "etcd", "etcd Version: 3.5.9"));
     let e = refused(plan(&i));
     assert!(e.contains("c runs etcd 3.5.9, but the record says v3.6.8"), "{e}");
+    // A NotReady worker left alone keeps what it runs.
+    i.installed = vec![at("c", "kubeadm", "v1.35.4")];
+    assert!(refused(plan(&i)).contains("c runs kubeadm 1.35.4"));
+    i.nodes[2].ready = false;
+    i.skip_not_ready = vec!["c".into()];
+    assert_eq!(plan(&i)?.hops.len(), 1);
     Ok(())
 }

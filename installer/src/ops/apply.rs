@@ -173,6 +173,18 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
     if version_changed(&record.config.spec.kubernetes.version, &cluster.spec.kubernetes.version) {
         return upgrade_instead(session, o);
     }
+    // Half-upgraded hosts would get the old version's binaries back.
+    if let Some(j) = super::upgrade::unfinished(session, &record)? {
+        return Err(op(
+            OpError::Usage,
+            anyhow::anyhow!(
+                "cluster {name}'s upgrade (job {}, {}) did not finish: run it again with the config naming the new version \
+                 and its bundle (kubexm-install upgrade) before apply changes anything",
+                j.id,
+                j.status
+            ),
+        ));
+    }
     // Another bundle may add images; what is installed stays as it is.
     if let Some(b) = session.bundle() {
         let changed = kubexm_bom::changes::bundle_changes(&record, &b.manifest.lock);
@@ -317,6 +329,28 @@ mod tests {
         );
         assert_eq!(f.record()?.job.id, jobs_before);
         assert_eq!(f.connecting.asked().len(), asked_before, "a host was asked");
+        Ok(())
+    }
+
+    /// Issue 30: after an upgrade that did not finish (here killed: its
+    /// job left running), apply with the recorded version is refused
+    /// (half-upgraded hosts would get the old binaries back), saying to
+    /// run the upgrade again.
+    #[test]
+    fn an_unfinished_upgrade_blocks_apply() -> anyhow::Result<()> {
+        let f = Fixture::installed()?;
+        {
+            let state = crate::engine::state::State::open(&f.dir.path().join("state.db"), vec![])?;
+            state.begin_job("s", "upgrade")?;
+        }
+        let e = match apply(&f.session(CONFIG)?, &ApplyOptions::default()) {
+            Ok(r) => format!("applied: {r}"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(
+            e.contains("upgrade (job") && e.contains("running") && e.contains("did not finish"),
+            "{e}"
+        );
         Ok(())
     }
 }

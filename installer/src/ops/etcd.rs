@@ -220,7 +220,13 @@ fn prune(dir: &Path, cluster: &str, keep: usize) -> anyhow::Result<Vec<PathBuf>>
             .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(ext) && n.len() == prefix.len() + 20 + ext.len())
     };
     let entries: Vec<PathBuf> = fs_err::read_dir(dir)?.flatten().map(|e| e.path()).collect();
-    for p in entries.iter().filter(|p| named(p, ".db.partial")) {
+    // A partial file of a labelled snapshot (`<cluster>-<stamp>-<label>.db.partial`) too.
+    let partial = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".db.partial"))
+    };
+    for p in entries.iter().filter(|p| partial(p)) {
         let age = fs_err::metadata(p)
             .ok()
             .and_then(|m| m.modified().ok())

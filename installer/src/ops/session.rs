@@ -436,6 +436,16 @@ impl Session {
         }
     }
 
+    /// The cluster's latest job of `kind`, whatever its status (none
+    /// without a state database).
+    pub fn last_job(&self, kind: &str) -> anyhow::Result<Option<crate::engine::state::JobRecord>> {
+        if self.store.is_none() && !self.settings.engine.state.exists() {
+            return Ok(None);
+        }
+        let e = self.engine()?;
+        Ok(e.rt.block_on(e.store.last_job(&self.cluster.metadata.name, kind))?)
+    }
+
     /// The cluster's latest record (of a succeeded job, when `succeeded`).
     /// Without a store of the caller's and without a state database, none:
     /// reading creates nothing.

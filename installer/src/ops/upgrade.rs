@@ -213,7 +213,7 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeRepo
         target: &cluster.spec.kubernetes.version,
         bundles,
         skip_not_ready: o.skip_not_ready.clone(),
-        resuming: resuming(session)?,
+        resuming: unfinished(session, &record)?.is_some(),
         installed,
     };
     let plan = upgrade::plan(&input).map_err(|e| op(OpError::Config, anyhow::Error::new(e)))?;
@@ -529,12 +529,15 @@ fn certs_last(certs: &super::certs::CertsReport, now: i64, budget: Duration) -> 
     ))
 }
 
-/// Whether the cluster's last job was an upgrade that did not finish (its
-/// record is kept for a failed job too).
-fn resuming(session: &Session) -> anyhow::Result<bool> {
+/// The cluster's last upgrade job when it did not finish (failed,
+/// interrupted, or killed and left `running`) after the record's job.
+pub(crate) fn unfinished(
+    session: &Session,
+    record: &kubexm_bom::record::ClusterRecord,
+) -> anyhow::Result<Option<crate::engine::state::JobRecord>> {
     Ok(session
-        .last_record(false)?
-        .is_some_and(|r| r.job.kind == "upgrade" && r.job.status != "succeeded"))
+        .last_job("upgrade")?
+        .filter(|j| j.status != "succeeded" && j.id > record.job.id))
 }
 
 /// Each node's kubelet and readiness, as the API server reports them,
@@ -555,29 +558,40 @@ fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> 
     let versions = Arc::new(ReadVersions::default());
     let (s, v): (Arc<dyn Step>, Arc<dyn Step>) = (step.clone(), versions.clone());
     let on = first.clone();
-    // Every etcd member healthy (binary etcd; asked through the first member).
+    // Every etcd member healthy (binary etcd; asked through the first member
+    // that answered SSH).
     let members = record.config.spec.role_groups.etcd.clone();
-    let health = match (
-        record.config.spec.etcd.mode == kubexm_bom::config::model::EtcdMode::Binary,
-        members.first(),
-    ) {
-        (true, Some(m)) => {
-            let topo = kubexm_bom::topology::Topology::of(&record.config).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
-            let step: Arc<dyn Step> = Arc::new(crate::phases::etcd::healthy(ETCD_HEALTHY, &topo, &members));
-            Some((m.clone(), step))
-        }
-        _ => None,
+    let health_wanted = record.config.spec.etcd.mode == kubexm_bom::config::model::EtcdMode::Binary && !members.is_empty();
+    let health: Option<Arc<dyn Step>> = if health_wanted {
+        let topo = kubexm_bom::topology::Topology::of(&record.config).map_err(|e| op(OpError::Config, anyhow::Error::from(e)))?;
+        Some(Arc::new(crate::phases::etcd::healthy(ETCD_HEALTHY, &topo, &members)))
+    } else {
+        None
     };
+    let asked = Arc::new(Mutex::new(None::<String>));
+    let (asked_in, members_in) = (asked.clone(), members.clone());
     let ex = session.execute("upgrade-check", run::Policy::ContinueOtherHosts, move |hosts| {
         let mut p = crate::engine::jobs::one_task("upgrade-check", hosts.iter().filter(|h| **h == on).cloned().collect(), vec![s]);
+        let via = members_in.iter().find(|m| hosts.contains(m)).cloned();
         let t = crate::engine::jobs::one_task("upgrade-versions", hosts, vec![v]);
         p.modules.extend(t.modules);
-        if let Some((m, step)) = health {
+        if let (Some(step), Some(m)) = (health, via) {
+            *asked_in.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.clone());
             p.modules
                 .extend(crate::engine::jobs::one_task("upgrade-etcd-health", vec![m], vec![step]).modules);
         }
         Ok(p)
     })?;
+    let via = asked.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let etcd_refusal = |why: String| {
+        op(
+            OpError::Host,
+            anyhow::anyhow!(
+                "etcd of cluster {name} is not healthy (job {}): every member must answer before an upgrade; nothing was changed:\n  {why}",
+                ex.job
+            ),
+        )
+    };
     let unhealthy: Vec<String> = ex
         .report
         .failures()
@@ -585,17 +599,6 @@ fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> 
         .filter(|f| f.id.contains(ETCD_HEALTHY))
         .map(|f| format!("{}: {}", f.host, f.log.trim()))
         .collect();
-    if !unhealthy.is_empty() {
-        return Err(op(
-            OpError::Host,
-            anyhow::anyhow!(
-                "etcd of cluster {name} is not healthy (job {}): every member must answer before an upgrade; \
-                 nothing was changed:\n  {}",
-                ex.job,
-                unhealthy.join("\n  ")
-            ),
-        ));
-    }
     let installed = std::mem::take(&mut *versions.read.lock().unwrap_or_else(|e| e.into_inner()));
     let read = step.read.lock().unwrap_or_else(|e| e.into_inner()).take();
     let Some(json) = read else {
@@ -611,6 +614,12 @@ fn read_nodes(session: &Session, record: &kubexm_bom::record::ClusterRecord) -> 
         ));
     };
     let nodes = parse_nodes(&json).map_err(|e| op(OpError::Host, anyhow::anyhow!("{first}: kubectl get nodes: {e}")))?;
+    if !unhealthy.is_empty() {
+        return Err(etcd_refusal(unhealthy.join("\n  ")));
+    }
+    if health_wanted && via.is_none() {
+        return Err(etcd_refusal(format!("no etcd member ({}) answered over SSH", members.join(", "))));
+    }
     Ok((nodes, installed))
 }
 
