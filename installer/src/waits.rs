@@ -45,6 +45,23 @@ pub fn wait(name: &str, what: &str, probe: &str, secs: u64) -> Arc<dyn Step> {
     })
 }
 
+/// Shell running kubectl command `cmd` again, every 2 s for up to `secs`,
+/// while its error says the API server cannot be reached (a static pod
+/// restarted by a new kubelet, a control plane being upgraded); any other
+/// error, or the last one, is printed and fails at once.
+pub fn retried(cmd: &str, secs: u64) -> String {
+    format!(
+        "deadline=$((SECONDS + {secs}))\n\
+         until out=$({cmd} 2>&1); do\n  \
+           case \"$out\" in *refused*|*'i/o timeout'*|*'TLS handshake timeout'*|*EOF*|*'currently unable'*|*'no route to host'*) ;; \
+           *) printf '%s\\n' \"$out\" >&2; exit 1;; esac\n  \
+           if [ $SECONDS -ge $deadline ]; then printf '%s\\n(the API server did not answer for {secs} s)\\n' \"$out\" >&2; exit 1; fi\n  \
+           sleep 2\n\
+         done\n\
+         printf '%s\\n' \"$out\""
+    )
+}
+
 /// Probe: the API server answers `/readyz` at `server` (or the kubeconfig's).
 pub fn api_server(server: Option<&str>) -> String {
     let at = server.map(|s| format!(" --server {}", q(s))).unwrap_or_default();
@@ -209,6 +226,40 @@ cat <<'EOF'
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             "  API server at https://10.0.0.2:6443: connection refused\n"
+        );
+        Ok(())
+    }
+
+    /// `retried` as a shell runs it: a command refused twice (the API
+    /// server restarting) succeeds on its third try; one failing for
+    /// another reason fails at once with its error.
+    #[test]
+    fn a_refused_command_is_tried_again_and_another_error_is_not() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let count = dir.path().join("count");
+        let flaky = format!(
+            "n=$(cat {c} 2>/dev/null || echo 0); echo $((n+1)) > {c}; \
+             if [ $n -lt 2 ]; then echo 'The connection to the server lb:6443 was refused' >&2; false; else echo node/lab1 uncordoned; fi",
+            c = count.display()
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(retried(&format!("sh -c {}", q(&flaky)), 30))
+            .output()?;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "node/lab1 uncordoned\n");
+        assert_eq!(std::fs::read_to_string(&count)?.trim(), "3");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(retried(
+                "sh -c 'echo Error from server \\(NotFound\\): nodes lab9 not found >&2; false'",
+                30,
+            ))
+            .output()?;
+        assert!(!out.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "Error from server (NotFound): nodes lab9 not found\n"
         );
         Ok(())
     }

@@ -83,12 +83,13 @@ pub fn drain(version: &str, node: &str, timeout: u32) -> Arc<dyn Step> {
             q(&format!("{version}/"))
         )),
         &format!(
-            "{k} cordon {n} || exit 1; echo cordoned {n}\n\
+            "{cordon} || exit 1; echo cordoned {n}\n\
              out=$({k} drain {n} --ignore-daemonsets --delete-emptydir-data --timeout={timeout}s 2>&1); rc=$?\n\
              printf '%s\\n' \"$out\" | tail -20\n\
              if [ \"$rc\" = 0 ]; then echo drained {n}; else \
              echo {n}\": not drained within {timeout} s (upgrade.drainTimeoutSeconds; a PodDisruptionBudget that allows no eviction, \
-             or a pod no controller manages?); it stays cordoned; fix it and run the upgrade again: it continues here\" >&2; exit 1; fi"
+             or a pod no controller manages?); it stays cordoned; fix it and run the upgrade again: it continues here\" >&2; exit 1; fi",
+            cordon = waits::retried(&format!("{k} cordon {n}"), 120)
         ),
     );
     step.timeout = Duration::from_secs(u64::from(timeout) + 120);
@@ -141,7 +142,7 @@ pub fn uncordon(version: &str, node: &str) -> Vec<Arc<dyn Step>> {
             Some(&format!(
                 "u=$({k} get node {n} -o jsonpath='{{.spec.unschedulable}}') && [ -z \"$u\" ]"
             )),
-            &format!("{k} uncordon {n} && echo uncordoned {n}"),
+            &format!("{} && echo uncordoned {n}", waits::retried(&format!("{k} uncordon {n}"), 120)),
         )),
     ]
 }
