@@ -11,6 +11,31 @@ use crate::diag::{Diagnostic, Kind};
 const CREDENTIAL: &str =
     "name a server-side credential instead: `auth: {credential: NAME}` (an operator makes one with `kubexm credential create`)";
 
+/// The fields `check` refuses, as paths under `spec` (`[]` for each item of
+/// a list): what names a file, a variable or the SSH agent on the machine
+/// that reads the config. The Cluster custom resource leaves them out of
+/// its schema, for the same reason: its controller runs inside the cluster.
+pub const OFF_MACHINE: &[&str] = &[
+    "hostDefaults.auth.password",
+    "hostDefaults.auth.privateKey",
+    "hostDefaults.auth.agent",
+    "hostDefaults.bastion.auth.password",
+    "hostDefaults.bastion.auth.privateKey",
+    "hostDefaults.bastion.auth.agent",
+    "hosts[].auth.password",
+    "hosts[].auth.privateKey",
+    "hosts[].auth.agent",
+    "hosts[].bastion.auth.password",
+    "hosts[].bastion.auth.privateKey",
+    "hosts[].bastion.auth.agent",
+    "registry.password",
+    "registry.caFile",
+    "containerRuntime.auths[].password",
+    "etcd.external.caFile",
+    "etcd.external.certFile",
+    "etcd.external.keyFile",
+];
+
 /// Every field of `c` that names a secret, a path or a capability on the worker.
 pub fn check(c: &Cluster) -> Vec<Diagnostic> {
     let mut out = Vec::new();
@@ -78,4 +103,64 @@ pub fn check(c: &Cluster) -> Vec<Diagnostic> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `OFF_MACHINE` names exactly what `check` refuses: a config setting
+    /// every such field once gets one refusal per entry.
+    #[test]
+    fn off_machine_lists_every_field_check_refuses() {
+        let secret = || SecretRef {
+            from_env: Some("X".into()),
+            from_file: None,
+        };
+        let auth = || Auth {
+            password: Some(secret()),
+            private_key: Some(PrivateKey {
+                path: "/k".into(),
+                passphrase: None,
+            }),
+            agent: Some(true),
+            credential: None,
+        };
+        let bastion = || Bastion {
+            address: "b".into(),
+            auth: Some(auth()),
+            ..Default::default()
+        };
+        let mut c = Cluster::default();
+        let s = &mut c.spec;
+        s.host_defaults.auth = Some(auth());
+        s.host_defaults.bastion = Some(bastion());
+        s.hosts.push(Host {
+            name: "a".into(),
+            auth: Some(auth()),
+            bastion: Some(bastion()),
+            ..Default::default()
+        });
+        s.registry.password = Some(secret());
+        s.registry.ca_file = Some("/ca".into());
+        s.container_runtime.auths.push(RegistryAuth {
+            registry: "r".into(),
+            username: "u".into(),
+            password: Some(secret()),
+        });
+        s.etcd.external = Some(ExternalEtcd {
+            endpoints: vec![],
+            ca_file: "/a".into(),
+            cert_file: "/b".into(),
+            key_file: "/c".into(),
+        });
+        let mut refused: Vec<String> = check(&c)
+            .into_iter()
+            .map(|d| d.path.trim_start_matches("spec.").replace("[0]", "[]"))
+            .collect();
+        refused.sort();
+        let mut listed: Vec<String> = OFF_MACHINE.iter().map(|p| p.to_string()).collect();
+        listed.sort();
+        assert_eq!(refused, listed);
+    }
 }

@@ -10,6 +10,7 @@ mod hostile;
 mod jobs;
 mod kubernetes;
 mod lab;
+mod operator;
 mod os;
 mod security;
 mod serve;

@@ -308,6 +308,8 @@ fn upgrade_from_v1_36_keeps_a_deployment_answering_and_a_killed_run_converges() 
             assert!(!want.trim().is_empty() && got.starts_with(want.trim()), "{h} {b}: {got} != {want}");
         }
     }
+    // Issue 31's Cluster resource on this cluster's API server.
+    crate::operator::cluster_resource_on_a_real_api_server(&lab, &new, dir.path());
 }
 
 /// (node, started, ended, log) of every step of the last `upgrade` job, in order.
