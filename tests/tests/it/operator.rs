@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use kubexm_bom::config::model::{Auth, Cluster};
+use kubexm_crd::{CRD_FILE, ClusterResource, ClusterSpec, NAMESPACE};
 use kubexm_e2e::{Lab, repo_root, text};
-use kubexm_operator::crd::{CRD_FILE, ClusterResource, ClusterSpec, NAMESPACE};
 
 /// Runs on `lab`'s control-plane node lab1; `config` is the cluster's
 /// cluster.yaml, `dir` a scratch directory on this machine.

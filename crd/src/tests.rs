@@ -37,7 +37,7 @@ fn the_committed_definition_is_what_the_model_generates() -> Result<(), Box<dyn 
     let have = std::fs::read_to_string(&file).unwrap_or_default();
     assert!(
         have == want,
-        "{CRD_FILE} is not what the model generates: run KUBEXM_BLESS=1 cargo test -p kubexm-operator, review the diff and commit it"
+        "{CRD_FILE} is not what the model generates: run KUBEXM_BLESS=1 cargo test -p kubexm-crd, review the diff and commit it"
     );
     Ok(())
 }

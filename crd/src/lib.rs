@@ -1,5 +1,7 @@
-//! The `Cluster` custom resource: its Rust type and the
-//! CustomResourceDefinition generated from it.
+//! The `Cluster` custom resource of operator mode (issue 31):
+//! `clusters.kubexm.io`, v1alpha1, its Rust types and the
+//! CustomResourceDefinition generated from them. Shared by the install's
+//! handoff and, later, the controller (`operator/`, docs/architecture.md).
 //!
 //! `spec` is cluster.yaml's `spec`, the same type ([`Spec`]); the object's
 //! name is the cluster's. The schema is kube's structural rewrite of the
@@ -182,8 +184,8 @@ pub fn yaml() -> Result<String, CrdError> {
     let body = serde_saphyr::to_string(&definition()?).map_err(|e| CrdError::Yaml(e.to_string()))?;
     Ok(format!(
         "# The Cluster custom resource, generated from cluster.yaml's Rust model\n\
-         # (operator/src/crd.rs); do not edit: regenerate with\n\
-         # KUBEXM_BLESS=1 cargo test -p kubexm-operator\n{body}"
+         # (crd/src/lib.rs); do not edit: regenerate with\n\
+         # KUBEXM_BLESS=1 cargo test -p kubexm-crd\n{body}"
     ))
 }
 
