@@ -189,6 +189,90 @@ pub fn yaml() -> Result<String, CrdError> {
     ))
 }
 
+/// `spec` as a Cluster object may carry it: every [`OFF_MACHINE`] field
+/// left out (a host's login by password, key or agent, the registry's
+/// password and CA file, ...). What is left names nothing on the machine
+/// that read cluster.yaml.
+pub fn in_cluster(spec: &Spec) -> Result<Spec, CrdError> {
+    let mut v = serde_json::to_value(spec)?;
+    for path in OFF_MACHINE {
+        clear(&mut v, path);
+    }
+    Ok(serde_json::from_value(v)?)
+}
+
+/// Removes the field at `path` (`a.b[].c`) from a value, wherever it is set.
+fn clear(v: &mut Value, path: &str) {
+    let (head, rest) = match path.split_once('.') {
+        Some((h, r)) => (h, Some(r)),
+        None => (path, None),
+    };
+    let (name, list) = match head.strip_suffix("[]") {
+        Some(n) => (n, true),
+        None => (head, false),
+    };
+    let Some(obj) = v.as_object_mut() else { return };
+    let Some(rest) = rest else {
+        obj.remove(name);
+        return;
+    };
+    match obj.get_mut(name) {
+        Some(Value::Array(items)) if list => items.iter_mut().for_each(|i| clear(i, rest)),
+        Some(inner) if !list => clear(inner, rest),
+        _ => {}
+    }
+}
+
+/// A status's placeholders, filled on the host when it is written:
+/// `metadata.generation` (every `observedGeneration`) and the time.
+pub const GENERATION_PLACEHOLDER: &str = "\"observedGeneration\":0";
+pub const TIME_PLACEHOLDER: &str = "1970-01-01T00:00:00Z";
+
+impl ClusterStatus {
+    /// The status an install, apply or upgrade (`kind`) leaves once every
+    /// node is Ready at the spec's version: Ready, the nodes with their
+    /// roles, the endpoint and the bundle. `observedGeneration` and the
+    /// transition time are the placeholders above.
+    pub fn settled(cluster: &kubexm_bom::config::model::Cluster, endpoint: &str, bundle: Option<&str>, kind: &str) -> ClusterStatus {
+        let g = &cluster.spec.role_groups;
+        let version = cluster.spec.kubernetes.version.clone();
+        let nodes: Vec<NodeStatus> = cluster
+            .spec
+            .hosts
+            .iter()
+            .filter(|h| g.control_plane.contains(&h.name) || g.worker.contains(&h.name))
+            .map(|h| NodeStatus {
+                name: h.name.clone(),
+                roles: cluster.roles_of(&h.name),
+                kubelet_version: Some(version.clone()),
+                ready: true,
+            })
+            .collect();
+        let reason = match kind {
+            "apply" => "Applied",
+            "upgrade" => "Upgraded",
+            _ => "Installed",
+        };
+        ClusterStatus {
+            observed_generation: Some(0),
+            conditions: vec![Condition {
+                type_: ConditionType::Ready,
+                status: ConditionStatus::True,
+                reason: reason.into(),
+                message: format!("every node Ready at {version}, written by kubexm-install's {kind} (its operator phase)"),
+                last_transition_time: Some(TIME_PLACEHOLDER.into()),
+                observed_generation: Some(0),
+            }],
+            version: Some(version),
+            endpoint: Some(endpoint.into()),
+            bundle: bundle.map(str::to_string),
+            ready_nodes: nodes.len() as u32,
+            nodes,
+            last_operation: None,
+        }
+    }
+}
+
 /// Drops every `default` of a schema (not a property named `default`).
 fn strip_defaults(schema: &mut Value) {
     let Some(obj) = schema.as_object_mut() else { return };

@@ -189,6 +189,10 @@ pub struct Context<'a> {
     /// the registry host; `None`: an apply from the bundle unpacked here
     /// (the registry host must have it unpacked too).
     pub bundle: Option<&'a Path>,
+    /// The operation the run is: `install`, `apply` or `upgrade`.
+    pub operation: &'static str,
+    /// The bundle's digest (`sha256:...`), for the Cluster object's status.
+    pub digest: Option<&'a str>,
     pub pubkey: Option<&'a Path>,
     /// The installer binary, which the registry host runs as its registry service.
     pub installer: &'a Path,

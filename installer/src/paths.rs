@@ -57,6 +57,9 @@ pub const ADDONS_DIR: &str = "/etc/kubexm/addons";
 pub const KEEPALIVED_IN: &str = "/etc/kubexm/keepalived.conf.in";
 /// The admin kubeconfig kubeadm writes on control-plane nodes.
 pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
+/// The operator phase's files on the first control-plane node (the Cluster
+/// definition, object and status; no secret).
+pub const OPERATOR_DIR: &str = "/var/lib/kubexm/operator";
 /// Other apt sources wait here while the OS packages step runs.
 pub const APT_ASIDE: &str = "/etc/apt/kubexm-aside";
 /// The bundle's apt source and its package lists.

@@ -90,6 +90,26 @@ pub struct Spec {
     /// How `kubexm-install upgrade` moves the workers.
     #[serde(skip_serializing_if = "Upgrade::is_default")]
     pub upgrade: Upgrade,
+    /// Operator mode: the cluster as a Cluster object in itself.
+    #[serde(skip_serializing_if = "Operator::is_default")]
+    pub operator: Operator,
+}
+
+/// `operator`: every install, apply and upgrade writes the cluster into
+/// itself as a Cluster object (`kubexm-system`), its status filled, in its
+/// last phase (`operator`). `enabled: true` adds the controller that
+/// reconciles that object: not supported yet.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Operator {
+    /// Run the Cluster's controller inside the cluster.
+    pub enabled: bool,
+}
+
+impl Operator {
+    fn is_default(&self) -> bool {
+        self == &Operator::default()
+    }
 }
 
 /// `upgrade`: how many workers an upgrade takes out of service at once, and

@@ -149,6 +149,12 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     // The context, built once; a real run fills in the arches from facts.
     let mut ctx = Context {
         bundle: (!bundle.unpacked).then_some(bundle.path.as_path()),
+        digest: Some(bundle.digest.as_str()),
+        operation: match (&args.upgrade, args.apply) {
+            (Some(_), _) => "upgrade",
+            (None, true) => "apply",
+            (None, false) => "install",
+        },
         pubkey: settings.pubkey.as_deref(),
         installer: &installer,
         cluster,
@@ -222,11 +228,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         Some(hop) => crate::pipelines::upgrade::pipeline(&ctx, hop),
         None => pipeline::pipeline(&ctx),
     })?;
-    let kind = match (&args.upgrade, args.apply) {
-        (Some(_), _) => "upgrade",
-        (None, true) => "apply",
-        (None, false) => "install",
-    };
+    let kind = ctx.operation;
     let ex = session.execute(kind, run::Policy::FailFast, |_| Ok(pipeline))?;
     // A server-side dry run changes no host: the record stays the last real job's.
     let kept = if args.server_dry_run {

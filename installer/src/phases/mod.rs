@@ -13,6 +13,7 @@ pub mod endpoint;
 pub mod etcd;
 pub mod etcd_members;
 pub mod kubeadm;
+pub mod operator;
 pub mod preflight;
 pub mod registry;
 

@@ -25,6 +25,7 @@ pub const PHASES: &[Phase] = &[
     Phase::Cni,
     Phase::Addons,
     Phase::Kubeconfig,
+    Phase::Operator,
 ];
 /// The phases this release implements.
 pub const IMPLEMENTED: &[Phase] = PHASES;
@@ -65,6 +66,7 @@ const PIPELINE: &[(Phase, Build)] = &[
     (Phase::Cni, phases::addons::cni),
     (Phase::Addons, phases::addons::module),
     (Phase::Kubeconfig, phases::kubeadm::kubeconfig),
+    (Phase::Operator, phases::operator::module),
 ];
 
 /// The deployment pipeline for the chosen phases (a phase with nothing to
@@ -107,7 +109,7 @@ pub fn pipeline(ctx: &Context) -> anyhow::Result<Pipeline> {
 /// tasks of the phases listed (the control plane after etcd's health and
 /// the loadbalancers, joins after init, the network plugin after init and
 /// its waits after every join (named by the cni phase), the addons after
-/// the control plane, workers and CNI).
+/// the control plane, workers and CNI; the Cluster object last).
 const GATES: &[(Phase, &[Phase])] = {
     use Phase::*;
     &[
@@ -116,6 +118,7 @@ const GATES: &[(Phase, &[Phase])] = {
         (Cni, &[ControlPlane]),
         (Addons, &[ControlPlane, Workers, Cni]),
         (Kubeconfig, &[ControlPlane, Workers, Cni, Addons]),
+        (Operator, &[ControlPlane, Workers, Cni, Addons, Kubeconfig]),
     ]
 };
 

@@ -22,6 +22,8 @@ pub enum Phase {
     Cni,
     Addons,
     Kubeconfig,
+    /// The cluster written into itself as a Cluster object, with its status.
+    Operator,
     /// Every host back to before kubexm (the reset pipeline's one phase).
     Reset,
 }
@@ -41,6 +43,7 @@ impl Phase {
             Phase::Cni => "cni",
             Phase::Addons => "addons",
             Phase::Kubeconfig => "kubeconfig",
+            Phase::Operator => "operator",
             Phase::Reset => "reset",
         }
     }

@@ -154,6 +154,9 @@ pub fn pipeline(i: &Context, run: &HopRun) -> anyhow::Result<Pipeline> {
             &mut previous,
         );
     }
+    // The Cluster object's status at the hop's version, last.
+    let operator = phases::operator::module(i)?;
+    push(&mut modules, "upgrade-operator", renamed(operator.tasks, "upgrade-"), &mut previous);
     Ok(Pipeline {
         name: "upgrade".into(),
         modules,
@@ -329,6 +332,8 @@ mod tests {
             arches: cluster.spec.hosts.iter().map(|h| (h.name.clone(), "amd64".to_string())).collect(),
             phases,
             bundle: None,
+            digest: None,
+            operation: "upgrade",
             pubkey: None,
             installer: &installer,
             kubeadm_api: "kubeadm.k8s.io/v1beta4",
@@ -390,7 +395,12 @@ mod tests {
         }
         // The registry serves the hop's bundle with the old one below, then alone.
         assert_eq!(modules.first().map(String::as_str), Some("upgrade-registry"), "{modules:?}");
-        assert_eq!(modules.last().map(String::as_str), Some("upgrade-registry-after"), "{modules:?}");
+        // The Cluster object's status at the hop's version, last.
+        assert_eq!(
+            modules.iter().rev().take(2).collect::<Vec<_>>(),
+            ["upgrade-operator", "upgrade-registry-after"],
+            "{modules:?}"
+        );
         let last_registry = calls.iter().rposition(|c| c.starts_with("cp1 ") && c.contains("kubexm-registry"));
         assert!(last_registry > Some(uncordoned("w4")), "{calls:#?}");
         Ok(())

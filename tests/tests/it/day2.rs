@@ -94,16 +94,21 @@ pub fn apply_adds_a_worker(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, 
     let steps = state.steps(job.id).unwrap();
     // On old hosts nothing, but the registry's service on lab1: its unit
     // lists the nodes, each with its own connection quota, lab6 now too
-    // (restarted, it may still be starting when its readiness is checked).
+    // (restarted, it may still be starting when its readiness is checked);
+    // and the Cluster object, which lists lab6 now, and its status.
     let on_old: Vec<String> = steps
         .iter()
         .filter(|s| s.host != spare && s.status == "applied")
         .map(|s| s.node.clone())
         .collect();
     assert!(
-        on_old
-            .iter()
-            .all(|n| ["registry/registry/registry-service@lab1", "registry/registry/registry-ready@lab1"].contains(&n.as_str())),
+        on_old.iter().all(|n| [
+            "registry/registry/registry-service@lab1",
+            "registry/registry/registry-ready@lab1",
+            "operator/cluster/cluster-object@lab1",
+            "operator/cluster/cluster-status@lab1"
+        ]
+        .contains(&n.as_str())),
         "steps applied on old hosts: {on_old:?}"
     );
     assert!(

@@ -1,8 +1,10 @@
-//! Issue 31 on a real API server, inside the upgrade scenario (its cluster,
-//! no install of its own): the committed Cluster definition is accepted and
-//! established; the scenario's own cluster.yaml, each login replaced by a
-//! credential, is stored as a Cluster object exactly as written; a login by
-//! private key is refused by name.
+//! Issue 31 on a real API server, inside the other scenarios (their
+//! clusters, no install of their own). The main job's: its install wrote the
+//! cluster into itself (the operator phase). The upgrade scenario's: the
+//! committed Cluster definition is accepted and established; the scenario's
+//! own cluster.yaml, each login replaced by a credential, is stored as a
+//! Cluster object exactly as written; a login by private key is refused by
+//! name.
 
 use std::path::Path;
 
@@ -10,12 +12,17 @@ use kubexm_bom::config::model::{Auth, Cluster};
 use kubexm_crd::{CRD_FILE, ClusterResource, ClusterSpec, NAMESPACE};
 use kubexm_e2e::{Lab, repo_root, text};
 
-/// Runs on `lab`'s control-plane node lab1; `config` is the cluster's
-/// cluster.yaml, `dir` a scratch directory on this machine.
+/// Runs on `lab`'s control-plane node lab1, after the upgrade: the hop
+/// wrote the Cluster object's status at v1.37.2; the committed definition
+/// applies as it is; `config` (the cluster's cluster.yaml), each login
+/// replaced by a credential, is stored as a second object exactly as
+/// written; a login by private key is refused by name. `dir` is a scratch
+/// directory on this machine.
 pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Path) {
     let k = |args: &str| lab.ssh_ok("lab1", &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf {args}"));
+    the_install_wrote_the_cluster_into_itself(&k, "lab", "v1.37.2", &["lab1", "lab2", "lab3"]);
     lab.copy_to("lab1", &repo_root().join(CRD_FILE), "/root/clusters.kubexm.io.yaml");
-    k("apply -f /root/clusters.kubexm.io.yaml");
+    k("apply --server-side --force-conflicts --field-manager=kubexm -f /root/clusters.kubexm.io.yaml");
     k("wait --for=condition=Established --timeout=60s crd/clusters.kubexm.io");
 
     let mut cluster: Cluster = serde_saphyr::from_str(&std::fs::read_to_string(config).unwrap()).unwrap();
@@ -28,7 +35,7 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
         h.auth = h.auth.as_ref().map(|_| credential());
     }
     let mut object = ClusterResource::new(
-        &cluster.metadata.name,
+        "copy",
         ClusterSpec {
             cluster: cluster.spec.clone(),
         },
@@ -43,15 +50,11 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
             &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf apply -f /root/{name}"),
         )
     };
-    k(&format!("create namespace {NAMESPACE}"));
     let json = serde_json::to_value(&object).unwrap();
     let out = put("cluster-object.json", &json);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let stored: ClusterResource =
-        serde_json::from_str(&k(&format!("-n {NAMESPACE} get cluster {} -o json", cluster.metadata.name))).unwrap();
+    let stored: ClusterResource = serde_json::from_str(&k(&format!("-n {NAMESPACE} get cluster copy -o json"))).unwrap();
     assert_eq!(stored.spec.cluster, cluster.spec, "the API server changed the spec it stored");
-    let listed = k(&format!("-n {NAMESPACE} get clusters"));
-    assert!(listed.starts_with("NAME") && listed.contains("VERSION"), "{listed}");
 
     // A private key's path (a file on the controller's machine) is no field
     // of the resource: kubectl's strict field validation names it.
@@ -64,6 +67,36 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
         "{}",
         text(&out.stderr)
     );
-    k(&format!("delete namespace {NAMESPACE}"));
-    k("delete crd clusters.kubexm.io");
+    k(&format!("-n {NAMESPACE} delete cluster copy"));
+}
+
+/// After an install (`k` runs kubectl against it): the definition
+/// established; the Cluster object `name` in kubexm-system, its status
+/// Ready at `version` with every node of `nodes`, observedGeneration its generation, and
+/// nothing in it naming a login (the lab logs in by private key).
+pub fn the_install_wrote_the_cluster_into_itself(k: &dyn Fn(&str) -> String, name: &str, version: &str, nodes: &[&str]) {
+    let established = k("get crd clusters.kubexm.io -o jsonpath='{.status.conditions[?(@.type==\"Established\")].status}'");
+    assert_eq!(established.trim(), "True");
+    let text = k(&format!("-n {NAMESPACE} get cluster {name} -o json"));
+    let o: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let st = &o["status"];
+    assert_eq!(o["metadata"]["generation"], st["observedGeneration"], "{text}");
+    assert_eq!(st["conditions"][0]["type"], "Ready", "{text}");
+    assert_eq!(st["conditions"][0]["status"], "True", "{text}");
+    assert_eq!(st["version"], version, "{text}");
+    assert_eq!(st["readyNodes"], nodes.len(), "{text}");
+    let names: Vec<&str> = st["nodes"].as_array().unwrap().iter().filter_map(|n| n["name"].as_str()).collect();
+    assert_eq!(names, nodes, "{text}");
+    assert!(st["bundle"].as_str().is_some_and(|b| b.starts_with("sha256:")), "{text}");
+    for word in ["privateKey", "id_ed25519", "password", "fromFile", "fromEnv"] {
+        assert!(!text.contains(word), "{word} in the Cluster object: {text}");
+    }
+    let listed = k(&format!("-n {NAMESPACE} get clusters"));
+    eprintln!("{listed}");
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(name) && l.contains(version) && l.contains("True")),
+        "{listed}"
+    );
 }
