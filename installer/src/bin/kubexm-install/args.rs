@@ -47,7 +47,7 @@ pub struct InstallArgs {
     #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
     pub root: PathBuf,
     /// Phases to run, comma-separated, in order: preflight, os-packages, registry, etcd,
-    /// loadbalancer, containerd, control-plane, workers, cni, addons, kubeconfig. Default: all.
+    /// loadbalancer, containerd, control-plane, workers, cni, addons, kubeconfig, operator. Default: all.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub phases: Vec<String>,
     #[command(flatten)]
