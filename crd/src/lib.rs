@@ -273,10 +273,16 @@ impl ClusterStatus {
     }
 }
 
-/// Drops every `default` of a schema (not a property named `default`).
+/// Drops every `default` of a schema (not a property named `default`),
+/// and the integer formats schemars names that the API server does not
+/// know (`uint8`, `uint16`, `uint32`: it warns on each apply; `minimum`
+/// and `maximum` stay).
 fn strip_defaults(schema: &mut Value) {
     let Some(obj) = schema.as_object_mut() else { return };
     obj.remove("default");
+    if obj.get("format").and_then(Value::as_str).is_some_and(|f| f.starts_with("uint")) {
+        obj.remove("format");
+    }
     for (key, value) in obj.iter_mut() {
         match (key.as_str(), value) {
             ("properties", Value::Object(props)) => props.values_mut().for_each(strip_defaults),

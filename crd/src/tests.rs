@@ -55,6 +55,9 @@ fn the_schema_is_structural_and_has_no_defaults() -> Result<(), CrdError> {
         if !node.contains_key("type") && !node.contains_key("x-kubernetes-preserve-unknown-fields") && !path.is_empty() {
             bad.push(format!("{path}: no type"));
         }
+        if node.get("format").and_then(Value::as_str).is_some_and(|f| f.starts_with("uint")) {
+            bad.push(format!("{path}: a format the API server does not know"));
+        }
         for key in ["$ref", "oneOf", "anyOf", "allOf", "not", "default", "additionalProperties"] {
             if key == "additionalProperties" && !matches!(node.get(key), Some(Value::Bool(_))) {
                 continue;
