@@ -128,7 +128,7 @@ pub enum ConditionStatus {
 pub struct NodeStatus {
     /// The host's name in the spec (its node's name).
     pub name: String,
-    /// `etcd`, `control-plane`, `worker`, `loadbalancer`, `registry`.
+    /// `etcd`, `control-plane`, `worker`, `loadbalancer`, `local-proxy`.
     pub roles: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubelet_version: Option<String>,
@@ -154,7 +154,7 @@ pub struct Operation {
 /// disagree (a field moved or was renamed), a bug caught by this crate's tests.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
-    #[error("the generated CustomResourceDefinition has no {0}")]
+    #[error("the generated CustomResourceDefinition has no {0} (a bug in kubexm: OFF_MACHINE and the model disagree; report it)")]
     Missing(String),
     #[error("the CustomResourceDefinition does not serialize: {0}")]
     Json(#[from] serde_json::Error),
@@ -189,36 +189,49 @@ pub fn yaml() -> Result<String, CrdError> {
     ))
 }
 
-/// `spec` as a Cluster object may carry it: every [`OFF_MACHINE`] field
-/// left out (a host's login by password, key or agent, the registry's
-/// password and CA file, ...). What is left names nothing on the machine
-/// that read cluster.yaml.
-pub fn in_cluster(spec: &Spec) -> Result<Spec, CrdError> {
+/// Where a host's login is set: until the controller is built (it will log
+/// in with a credential Secret), the object carries none.
+pub const LOGINS: &[&str] = &[
+    "hostDefaults.auth",
+    "hostDefaults.bastion.auth",
+    "hosts[].auth",
+    "hosts[].bastion.auth",
+];
+
+/// `spec` as a Cluster object carries it, as JSON: every [`OFF_MACHINE`]
+/// field and every login ([`LOGINS`]) left out. What is left names nothing
+/// on the machine that read cluster.yaml. JSON, not a [`Spec`]: read back
+/// into one, a required field cleared would come back empty.
+pub fn in_cluster(spec: &Spec) -> Result<Value, CrdError> {
     let mut v = serde_json::to_value(spec)?;
-    for path in OFF_MACHINE {
-        clear(&mut v, path);
+    for path in OFF_MACHINE.iter().chain(LOGINS) {
+        clear(&mut v, &steps(path));
     }
-    Ok(serde_json::from_value(v)?)
+    Ok(v)
 }
 
-/// Removes the field at `path` (`a.b[].c`) from a value, wherever it is set.
-fn clear(v: &mut Value, path: &str) {
-    let (head, rest) = match path.split_once('.') {
-        Some((h, r)) => (h, Some(r)),
-        None => (path, None),
-    };
-    let (name, list) = match head.strip_suffix("[]") {
-        Some(n) => (n, true),
-        None => (head, false),
-    };
+/// A path (`a.b[].c`) as its steps: each name, and whether it steps into
+/// a list's items.
+fn steps(path: &str) -> Vec<(&str, bool)> {
+    path.split('.')
+        .map(|part| match part.strip_suffix("[]") {
+            Some(name) => (name, true),
+            None => (part, false),
+        })
+        .collect()
+}
+
+/// Removes the field at `path` from a value, wherever it is set.
+fn clear(v: &mut Value, path: &[(&str, bool)]) {
+    let Some(((name, list), rest)) = path.split_first() else { return };
     let Some(obj) = v.as_object_mut() else { return };
-    let Some(rest) = rest else {
-        obj.remove(name);
+    if rest.is_empty() {
+        obj.remove(*name);
         return;
-    };
-    match obj.get_mut(name) {
-        Some(Value::Array(items)) if list => items.iter_mut().for_each(|i| clear(i, rest)),
-        Some(inner) if !list => clear(inner, rest),
+    }
+    match obj.get_mut(*name) {
+        Some(Value::Array(items)) if *list => items.iter_mut().for_each(|i| clear(i, rest)),
+        Some(inner) if !*list => clear(inner, rest),
         _ => {}
     }
 }
@@ -233,7 +246,17 @@ impl ClusterStatus {
     /// node is Ready at the spec's version: Ready, the nodes with their
     /// roles, the endpoint and the bundle. `observedGeneration` and the
     /// transition time are the placeholders above.
-    pub fn settled(cluster: &kubexm_bom::config::model::Cluster, endpoint: &str, bundle: Option<&str>, kind: &str) -> ClusterStatus {
+    ///
+    /// Nodes in `unchecked` (workers not waited for under
+    /// `kubernetes.waitForWorkers: false`, workers an upgrade skipped) are
+    /// listed not ready with no version, and Ready is False, naming them.
+    pub fn settled(
+        cluster: &kubexm_bom::config::model::Cluster,
+        endpoint: &str,
+        bundle: Option<&str>,
+        kind: &str,
+        unchecked: &[String],
+    ) -> ClusterStatus {
         let g = &cluster.spec.role_groups;
         let version = cluster.spec.kubernetes.version.clone();
         let nodes: Vec<NodeStatus> = cluster
@@ -241,11 +264,14 @@ impl ClusterStatus {
             .hosts
             .iter()
             .filter(|h| g.control_plane.contains(&h.name) || g.worker.contains(&h.name))
-            .map(|h| NodeStatus {
-                name: h.name.clone(),
-                roles: cluster.roles_of(&h.name),
-                kubelet_version: Some(version.clone()),
-                ready: true,
+            .map(|h| {
+                let checked = !unchecked.contains(&h.name);
+                NodeStatus {
+                    name: h.name.clone(),
+                    roles: cluster.roles_of(&h.name),
+                    kubelet_version: checked.then(|| version.clone()),
+                    ready: checked,
+                }
             })
             .collect();
         let reason = match kind {
@@ -253,20 +279,38 @@ impl ClusterStatus {
             "upgrade" => "Upgraded",
             _ => "Installed",
         };
+        let not_checked: Vec<&str> = nodes.iter().filter(|n| !n.ready).map(|n| n.name.as_str()).collect();
+        let (status, reason, message) = if not_checked.is_empty() {
+            (
+                ConditionStatus::True,
+                reason.to_string(),
+                format!("every node Ready at {version}, written by kubexm-install's {kind} (its operator phase)"),
+            )
+        } else {
+            (
+                ConditionStatus::False,
+                "NodesNotChecked".to_string(),
+                format!(
+                    "kubexm-install's {kind} did not wait for {} (kubernetes.waitForWorkers: false, or skipped by \
+                     --skip-not-ready): look at `kubectl get nodes`",
+                    not_checked.join(", ")
+                ),
+            )
+        };
         ClusterStatus {
             observed_generation: Some(0),
             conditions: vec![Condition {
                 type_: ConditionType::Ready,
-                status: ConditionStatus::True,
-                reason: reason.into(),
-                message: format!("every node Ready at {version}, written by kubexm-install's {kind} (its operator phase)"),
+                status,
+                reason,
+                message,
                 last_transition_time: Some(TIME_PLACEHOLDER.into()),
                 observed_generation: Some(0),
             }],
             version: Some(version),
             endpoint: Some(endpoint.into()),
             bundle: bundle.map(str::to_string),
-            ready_nodes: nodes.len() as u32,
+            ready_nodes: nodes.iter().filter(|n| n.ready).count() as u32,
             nodes,
             last_operation: None,
         }
@@ -297,14 +341,10 @@ fn strip_defaults(schema: &mut Value) {
 /// items) from an object schema.
 fn remove(schema: &mut Value, path: &str) -> Result<(), CrdError> {
     let missing = || CrdError::Missing(format!("spec.{path} in its schema"));
-    let mut parts: Vec<&str> = path.split('.').collect();
-    let last = parts.pop().ok_or_else(missing)?;
+    let mut parts = steps(path);
+    let (last, _) = parts.pop().ok_or_else(missing)?;
     let mut node = schema;
-    for part in parts {
-        let (name, list) = match part.strip_suffix("[]") {
-            Some(n) => (n, true),
-            None => (part, false),
-        };
+    for (name, list) in parts {
         node = node.get_mut("properties").and_then(|p| p.get_mut(name)).ok_or_else(missing)?;
         if list {
             node = node.get_mut("items").ok_or_else(missing)?;

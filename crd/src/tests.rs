@@ -143,3 +143,32 @@ fn a_cluster_yaml_spec_is_the_objects_spec() -> Result<(), Box<dyn std::error::E
     assert_eq!(back.spec.cluster, cluster.spec);
     Ok(())
 }
+
+/// The object's spec names no login and nothing off the cluster, also where
+/// a cleared field is required in the model (external etcd's files).
+#[test]
+fn the_objects_spec_carries_no_login_and_no_file() -> Result<(), Box<dyn std::error::Error>> {
+    let text = "spec:\n  hostDefaults: {auth: {privateKey: {path: /root/.ssh/id}}}\n  \
+                hosts:\n    - {name: a, address: 10.0.0.1, auth: {credential: lab}, bastion: {address: b, auth: {agent: true}}}\n  \
+                etcd: {external: {endpoints: [\"https://e:2379\"], caFile: /ca, certFile: /c, keyFile: /k}}\n  \
+                registry: {password: {fromEnv: PW}, caFile: /ca}\n";
+    let cluster: kubexm_bom::config::model::Cluster = serde_saphyr::from_str(text)?;
+    let spec = in_cluster(&cluster.spec)?;
+    let json = spec.to_string();
+    for word in [
+        "auth",
+        "privateKey",
+        "credential",
+        "agent",
+        "caFile",
+        "certFile",
+        "keyFile",
+        "password",
+        "fromEnv",
+    ] {
+        assert!(!json.contains(&format!("\"{word}\"")), "{word} in {json}");
+    }
+    assert_eq!(spec["etcd"]["external"]["endpoints"][0], "https://e:2379");
+    assert_eq!(spec["hosts"][0]["bastion"]["address"], "b");
+    Ok(())
+}

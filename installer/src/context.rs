@@ -189,6 +189,9 @@ pub struct Context<'a> {
     /// the registry host; `None`: an apply from the bundle unpacked here
     /// (the registry host must have it unpacked too).
     pub bundle: Option<&'a Path>,
+    /// cluster.yaml's spec as written (before defaults), for the Cluster
+    /// object; `None`: the completed one is used.
+    pub written: Option<kubexm_bom::config::model::Spec>,
     /// The operation the run is: `install`, `apply` or `upgrade`.
     pub operation: &'static str,
     /// The bundle's digest (`sha256:...`), for the Cluster object's status.

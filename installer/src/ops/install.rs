@@ -150,6 +150,10 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     let mut ctx = Context {
         bundle: (!bundle.unpacked).then_some(bundle.path.as_path()),
         digest: Some(bundle.digest.as_str()),
+        written: session
+            .config_text()
+            .and_then(|t| serde_saphyr::from_str::<kubexm_bom::config::Cluster>(&t).ok())
+            .map(|c| c.spec),
         operation: match (&args.upgrade, args.apply) {
             (Some(_), _) => "upgrade",
             (None, true) => "apply",

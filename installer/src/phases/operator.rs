@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubexm_bom::config::Cluster;
+use kubexm_bom::config::model::Spec;
 use kubexm_crd::{ClusterResource, ClusterSpec, ClusterStatus, GENERATION_PLACEHOLDER, NAMESPACE, TIME_PLACEHOLDER};
 
 use crate::context::Context;
 use crate::engine::files::RunWith;
-use crate::engine::plan::{Module, Step, Task};
+use crate::engine::plan::{Module, Task};
 use crate::engine::transport::shell_quote as q;
 use crate::paths::OPERATOR_DIR as DIR;
 use crate::waits;
@@ -27,18 +28,65 @@ use crate::waits;
 /// The annotation carrying the sha256 of what kubexm applied.
 const APPLIED: &str = "kubexm.io/applied-sha256";
 
+/// The annotation carrying the object's generation once kubexm applied it.
+const GENERATION: &str = "kubexm.io/applied-generation";
+
+/// [`GENERATION`] as a jsonpath.
+fn generation_annotation() -> String {
+    format!("{{.metadata.annotations.{}}}", GENERATION.replace('.', "\\."))
+}
+
 /// The phase's module: one task on the first control-plane node. Nothing
 /// under a server-side dry run (the object's spec is the config itself).
 pub fn module(i: &Context) -> anyhow::Result<Module> {
+    let unchecked: Vec<String> = {
+        let g = &i.cluster.spec.role_groups;
+        let waited = crate::phases::addons::waited_nodes(i.cluster);
+        g.control_plane
+            .iter()
+            .chain(&g.worker)
+            .filter(|n| !waited.contains(n))
+            .cloned()
+            .collect()
+    };
+    with_unchecked(i, &unchecked)
+}
+
+/// [`module`], for an upgrade's hop: the nodes it left alone (`skipped`,
+/// `--skip-not-ready`) are listed as not checked.
+pub fn hop(i: &Context, skipped: &[String]) -> anyhow::Result<Module> {
+    with_unchecked(i, skipped)
+}
+
+fn with_unchecked(i: &Context, unchecked: &[String]) -> anyhow::Result<Module> {
     let mut tasks = Vec::new();
     if !i.server_dry_run {
+        let spec = i.written.as_ref().unwrap_or(&i.cluster.spec);
+        let [definition, object, status] = steps(i.cluster, spec, &i.topo.endpoint, i.digest, i.operation, unchecked)?;
+        // The nodes the status calls Ready, checked again right before it is written.
+        let checked: Vec<String> = {
+            let g = &i.cluster.spec.role_groups;
+            let mut n: Vec<String> = g
+                .control_plane
+                .iter()
+                .chain(&g.worker)
+                .filter(|n| !unchecked.contains(n))
+                .cloned()
+                .collect();
+            n.sort();
+            n.dedup();
+            n
+        };
+        let ready = waits::wait(
+            "cluster-nodes-ready",
+            "the nodes the Cluster object's status calls Ready",
+            &waits::nodes_ready(&checked),
+            120,
+        );
         tasks.push(Task {
             name: "cluster".into(),
             hosts: vec![i.topo.first_control_plane.clone()],
-            steps: steps(i.cluster, &i.topo.endpoint, i.digest, i.operation)?
-                .into_iter()
-                .map(|s| Arc::new(s) as Arc<dyn Step>)
-                .collect(),
+            steps: vec![Arc::new(definition), Arc::new(object), ready, Arc::new(status)],
             after: vec![],
         });
     }
@@ -48,10 +96,18 @@ pub fn module(i: &Context) -> anyhow::Result<Module> {
     })
 }
 
-/// The definition, the object and its status of `cluster` (its endpoint,
-/// the bundle's digest, the operation that writes them), each applied when
-/// its check fails.
-fn steps(cluster: &Cluster, endpoint: &str, digest: Option<&str>, operation: &'static str) -> anyhow::Result<Vec<RunWith>> {
+/// The definition, the object (`spec`, cluster.yaml's as written) and the
+/// status of `cluster` (its endpoint, the bundle's digest, the operation
+/// that writes them, the nodes not checked), each applied when its check
+/// fails.
+fn steps(
+    cluster: &Cluster,
+    spec: &Spec,
+    endpoint: &str,
+    digest: Option<&str>,
+    operation: &'static str,
+    unchecked: &[String],
+) -> anyhow::Result<[RunWith; 3]> {
     let k = waits::kubectl();
     let name = &cluster.metadata.name;
     let apply = format!("{k} apply --server-side --force-conflicts --field-manager=kubexm");
@@ -60,29 +116,55 @@ fn steps(cluster: &Cluster, endpoint: &str, digest: Option<&str>, operation: &'s
 
     let (crd, crd_sum) = annotated(kubexm_crd::definition()?)?;
     let crd_file = format!("{DIR}/clusters.kubexm.io.json");
+    let the_crd = "crd clusters.kubexm.io";
     let definition = RunWith {
         name: "cluster-definition".into(),
-        check: format!("[ \"$({})\" = {crd_sum} ]", get("crd clusters.kubexm.io", &annotation)),
+        check: format!(
+            "[ \"$({})\" = {crd_sum} ] && [ \"$({})\" = True ]",
+            get(the_crd, &annotation),
+            get(the_crd, "{.status.conditions[?(@.type==\"Established\")].status}")
+        ),
         files: vec![(crd_file.clone(), crd, 0o644)],
-        command: format!("set -e\n{apply} -f {crd_file}\n{k} wait --for=condition=Established --timeout=60s crd/clusters.kubexm.io\n"),
+        command: format!(
+            "set -e\n{apply} -f {crd_file}\n{k} wait --for=condition=Established --timeout=60s crd/clusters.kubexm.io || \
+             {{ echo 'the Cluster definition was applied but is not established after 60 s: look at `kubectl describe crd clusters.kubexm.io` and run again' >&2; exit 1; }}\n"
+        ),
         timeout: Duration::from_secs(120),
     };
 
-    let spec = kubexm_crd::in_cluster(&cluster.spec)?;
-    let mut object = ClusterResource::new(name, ClusterSpec { cluster: spec });
-    object.metadata.namespace = Some(NAMESPACE.into());
-    let (body, sum) = annotated(serde_json::to_value(&object)?)?;
+    let mut object = serde_json::to_value(ClusterResource::new(name, ClusterSpec::default()))?;
+    object["metadata"]["namespace"] = NAMESPACE.into();
+    object["spec"] = kubexm_crd::in_cluster(spec)?;
+    let (body, sum) = annotated(object)?;
     let file = format!("{DIR}/cluster.json");
-    let the_object = format!("cluster {} -n {NAMESPACE}", q(name));
+    // The resource by its full name: `clusters` alone may be another API's
+    // (Cluster API's, Rancher's).
+    let the_object = format!("clusters.kubexm.io {} -n {NAMESPACE}", q(name));
+    let generation = get(&the_object, "{.metadata.generation}");
+    let numeric = |what: &str| {
+        format!(
+            "case \"$g\" in ''|*[!0-9]*) echo \"the Cluster object {what} has no generation ($g): check that the API server answers \
+             ({k} get clusters.kubexm.io -n {NAMESPACE}) and run again\" >&2; exit 1;; esac"
+        )
+    };
+    // Applied, and not changed since (a `kubectl edit` moves the generation
+    // past the one recorded): a re-run applies it again.
     let object_step = RunWith {
         name: "cluster-object".into(),
-        check: format!("[ \"$({})\" = {sum} ]", get(&the_object, &annotation)),
+        check: format!(
+            "[ \"$({})\" = \"{sum}/$({generation})\" ]",
+            get(&the_object, &format!("{}/{}", annotation, generation_annotation()))
+        ),
         files: vec![(file.clone(), body, 0o644)],
-        command: format!("set -e\n{k} get namespace {NAMESPACE} >/dev/null 2>&1 || {k} create namespace {NAMESPACE}\n{apply} -f {file}\n"),
+        command: format!(
+            "set -e\n{k} get namespace {NAMESPACE} >/dev/null 2>&1 || {k} create namespace {NAMESPACE}\n{apply} -f {file}\n\
+             g=$({generation})\n{}\n{k} annotate --overwrite {the_object} {GENERATION}=\"$g\"\n",
+            numeric("just applied")
+        ),
         timeout: Duration::from_secs(120),
     };
 
-    let status = ClusterStatus::settled(cluster, endpoint, digest, operation);
+    let status = ClusterStatus::settled(cluster, endpoint, digest, operation, unchecked);
     let fields = format!(
         "{}|{}|{}|{}",
         status.version.as_deref().unwrap_or_default(),
@@ -96,7 +178,7 @@ fn steps(cluster: &Cluster, endpoint: &str, digest: Option<&str>, operation: &'s
         name: "cluster-status".into(),
         check: format!(
             "g=$({}) && [ -n \"$g\" ] && [ \"$({})\" = \"$g|\"{} ]",
-            get(&the_object, "{.metadata.generation}"),
+            generation,
             get(
                 &the_object,
                 "{.status.observedGeneration}|{.status.version}|{.status.bundle}|{.status.readyNodes}|{.status.endpoint}"
@@ -105,16 +187,16 @@ fn steps(cluster: &Cluster, endpoint: &str, digest: Option<&str>, operation: &'s
         ),
         files: vec![(status_file.clone(), text.into_bytes(), 0o644)],
         command: format!(
-            "set -e\ng=$({get_gen})\ncase \"$g\" in ''|*[!0-9]*) echo \"the Cluster object has no generation: $g\" >&2; exit 1;; esac\n\
+            "set -e\ng=$({generation})\n{}\n\
              now=$(date -u +%Y-%m-%dT%H:%M:%SZ)\n\
              sed -e 's/{placeholder}/\"observedGeneration\":'\"$g\"'/g' -e \"s/{TIME_PLACEHOLDER}/$now/g\" {status_file} > {status_file}.now\n\
              {k} patch {the_object} --subresource=status --type=merge --patch-file {status_file}.now\n",
-            get_gen = get(&the_object, "{.metadata.generation}"),
+            numeric(""),
             placeholder = GENERATION_PLACEHOLDER,
         ),
         timeout: Duration::from_secs(120),
     };
-    Ok(vec![definition, object_step, status_step])
+    Ok([definition, object_step, status_step])
 }
 
 /// `value` with the sha256 of its JSON as an annotation, and its bytes.

@@ -13,7 +13,10 @@
 //!   workers in batches;
 //! - the network plugin's and the addons' manifests (the install's cni and
 //!   addons phases with the hop's bundle), and the registry serving the
-//!   hop's bundle alone.
+//!   hop's bundle alone;
+//! - last, the Cluster object and its status at the hop's version (the
+//!   install's operator phase; the nodes no wave upgraded, left alone by
+//!   `--skip-not-ready`, are listed as not checked).
 //!
 //! The etcd snapshot is taken before this pipeline, by its own job
 //! ([`crate::ops::upgrade`]).
@@ -154,8 +157,22 @@ pub fn pipeline(i: &Context, run: &HopRun) -> anyhow::Result<Pipeline> {
             &mut previous,
         );
     }
-    // The Cluster object's status at the hop's version, last.
-    let operator = phases::operator::module(i)?;
+    // The Cluster object's status at the hop's version, last; the nodes no
+    // wave upgrades (left alone by --skip-not-ready) are not called Ready.
+    let upgraded: Vec<&String> = waves
+        .iter()
+        .filter(|w| matches!(w.action, Action::KubeadmApply { .. } | Action::KubeadmNode { .. }))
+        .flat_map(|w| &w.hosts)
+        .collect();
+    let g = &i.cluster.spec.role_groups;
+    let skipped: Vec<String> = g
+        .control_plane
+        .iter()
+        .chain(&g.worker)
+        .filter(|n| !upgraded.contains(n))
+        .cloned()
+        .collect();
+    let operator = phases::operator::hop(i, &skipped)?;
     push(&mut modules, "upgrade-operator", renamed(operator.tasks, "upgrade-"), &mut previous);
     Ok(Pipeline {
         name: "upgrade".into(),
@@ -333,6 +350,7 @@ mod tests {
             phases,
             bundle: None,
             digest: None,
+            written: None,
             operation: "upgrade",
             pubkey: None,
             installer: &installer,

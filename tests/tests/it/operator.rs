@@ -22,7 +22,7 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
     let k = |args: &str| lab.ssh_ok("lab1", &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf {args}"));
     the_install_wrote_the_cluster_into_itself(&k, "lab", "v1.37.2", &["lab1", "lab2", "lab3"]);
     lab.copy_to("lab1", &repo_root().join(CRD_FILE), "/root/clusters.kubexm.io.yaml");
-    k("apply --server-side --force-conflicts --field-manager=kubexm -f /root/clusters.kubexm.io.yaml");
+    k("apply --server-side --field-manager=kubexm-test -f /root/clusters.kubexm.io.yaml");
     k("wait --for=condition=Established --timeout=60s crd/clusters.kubexm.io");
 
     let mut cluster: Cluster = serde_saphyr::from_str(&std::fs::read_to_string(config).unwrap()).unwrap();
@@ -53,7 +53,7 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
     let json = serde_json::to_value(&object).unwrap();
     let out = put("cluster-object.json", &json);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let stored: ClusterResource = serde_json::from_str(&k(&format!("-n {NAMESPACE} get cluster copy -o json"))).unwrap();
+    let stored: ClusterResource = serde_json::from_str(&k(&format!("-n {NAMESPACE} get clusters.kubexm.io copy -o json"))).unwrap();
     assert_eq!(stored.spec.cluster, cluster.spec, "the API server changed the spec it stored");
 
     // A private key's path (a file on the controller's machine) is no field
@@ -67,7 +67,7 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
         "{}",
         text(&out.stderr)
     );
-    k(&format!("-n {NAMESPACE} delete cluster copy"));
+    k(&format!("-n {NAMESPACE} delete clusters.kubexm.io copy"));
 }
 
 /// After an install (`k` runs kubectl against it): the definition
@@ -77,7 +77,7 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
 pub fn the_install_wrote_the_cluster_into_itself(k: &dyn Fn(&str) -> String, name: &str, version: &str, nodes: &[&str]) {
     let established = k("get crd clusters.kubexm.io -o jsonpath='{.status.conditions[?(@.type==\"Established\")].status}'");
     assert_eq!(established.trim(), "True");
-    let text = k(&format!("-n {NAMESPACE} get cluster {name} -o json"));
+    let text = k(&format!("-n {NAMESPACE} get clusters.kubexm.io {name} -o json"));
     let o: serde_json::Value = serde_json::from_str(&text).unwrap();
     let st = &o["status"];
     assert_eq!(o["metadata"]["generation"], st["observedGeneration"], "{text}");
@@ -91,7 +91,7 @@ pub fn the_install_wrote_the_cluster_into_itself(k: &dyn Fn(&str) -> String, nam
     for word in ["privateKey", "id_ed25519", "password", "fromFile", "fromEnv"] {
         assert!(!text.contains(word), "{word} in the Cluster object: {text}");
     }
-    let listed = k(&format!("-n {NAMESPACE} get clusters"));
+    let listed = k(&format!("-n {NAMESPACE} get clusters.kubexm.io"));
     eprintln!("{listed}");
     assert!(
         listed

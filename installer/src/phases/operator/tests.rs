@@ -18,7 +18,7 @@ fn run(dir: &std::path::Path, command: &str) -> std::io::Result<std::process::Ou
     std::fs::write(
         &fake,
         format!(
-            "#!/bin/sh\necho \"$*\" >> {log}\ncase \"$*\" in *'jsonpath={{.metadata.generation}}'*) echo 3;; esac\n",
+            "#!/bin/sh\necho \"$*\" >> {log}\ncase \"$*\" in *'jsonpath={{.metadata.generation}}') echo 3;; esac\n",
             log = dir.join("kubectl.log").display()
         ),
     )?;
@@ -35,18 +35,25 @@ fn run(dir: &std::path::Path, command: &str) -> std::io::Result<std::process::Ou
 #[test]
 fn the_object_carries_no_login_and_its_status_names_the_generation() -> Result<(), Box<dyn std::error::Error>> {
     let cluster: Cluster = serde_saphyr::from_str(CONFIG)?;
-    let steps = steps(&cluster, "lb.kubexm.local:6443", Some("sha256:ab"), "install")?;
-    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    let all = steps(&cluster, &cluster.spec, "lb.kubexm.local:6443", Some("sha256:ab"), "install", &[])?;
+    let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+    // A node not waited for is listed, not ready, and Ready is False.
+    let partial = steps(&cluster, &cluster.spec, "e:6443", None, "install", &["b".into()])?;
+    let st: serde_json::Value = serde_json::from_slice(&partial[2].files[0].1)?;
+    assert_eq!(st["status"]["conditions"][0]["status"], "False", "{st}");
+    assert_eq!(st["status"]["conditions"][0]["reason"], "NodesNotChecked", "{st}");
+    assert_eq!(st["status"]["readyNodes"], 1, "{st}");
+    assert_eq!(st["status"]["nodes"][1]["ready"], false, "{st}");
     assert_eq!(names, ["cluster-definition", "cluster-object", "cluster-status"]);
     // Every check and command is a shell's.
-    for s in &steps {
+    for s in &all {
         for text in [&s.check, &s.command] {
             let out = std::process::Command::new("sh").arg("-n").arg("-c").arg(text).output()?;
             assert!(out.status.success(), "{text}: {}", String::from_utf8_lossy(&out.stderr));
         }
     }
     // The object: no login but by credential, annotated with its sha256.
-    let object: serde_json::Value = serde_json::from_slice(&steps[1].files[0].1)?;
+    let object: serde_json::Value = serde_json::from_slice(&all[1].files[0].1)?;
     assert_eq!(object["metadata"]["namespace"], NAMESPACE);
     assert!(object["metadata"]["annotations"][APPLIED].as_str().is_some_and(|a| a.len() == 64));
     assert!(
@@ -61,7 +68,7 @@ fn the_object_carries_no_login_and_its_status_names_the_generation() -> Result<(
     );
     // The status, written with the generation the API server gives.
     let dir = tempfile::tempdir()?;
-    let s = &steps[2];
+    let s = &all[2];
     std::fs::write(dir.path().join("status.json"), &s.files[0].1)?;
     let out = run(dir.path(), &s.command)?;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -77,7 +84,7 @@ fn the_object_carries_no_login_and_its_status_names_the_generation() -> Result<(
     assert_eq!(st["nodes"][1]["roles"], serde_json::json!(["worker"]));
     let log = std::fs::read_to_string(dir.path().join("kubectl.log"))?;
     assert!(
-        log.contains("patch cluster lab -n kubexm-system --subresource=status --type=merge"),
+        log.contains("patch clusters.kubexm.io lab -n kubexm-system --subresource=status --type=merge"),
         "{log}"
     );
     Ok(())
