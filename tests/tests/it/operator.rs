@@ -20,7 +20,7 @@ use kubexm_e2e::{Lab, repo_root, text};
 /// directory on this machine.
 pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Path) {
     let k = |args: &str| lab.ssh_ok("lab1", &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf {args}"));
-    the_install_wrote_the_cluster_into_itself(&k, "lab", "v1.37.2", &["lab1", "lab2", "lab3"]);
+    the_install_wrote_the_cluster_into_itself(&k, "lab", "v1.37.2", &["lab1", "lab2", "lab3"], &[]);
     lab.copy_to("lab1", &repo_root().join(CRD_FILE), "/root/clusters.kubexm.io.yaml");
     k("apply --server-side --field-manager=kubexm-test -f /root/clusters.kubexm.io.yaml");
     k("wait --for=condition=Established --timeout=60s crd/clusters.kubexm.io");
@@ -72,9 +72,16 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
 
 /// After an install (`k` runs kubectl against it): the definition
 /// established; the Cluster object `name` in kubexm-system, its status
-/// Ready at `version` with every node of `nodes`, observedGeneration its generation, and
+/// at `version` with every node of `nodes`, Ready unless some were not
+/// waited for (`unchecked`: listed not ready, Ready False naming them), observedGeneration its generation, and
 /// nothing in it naming a login (the lab logs in by private key).
-pub fn the_install_wrote_the_cluster_into_itself(k: &dyn Fn(&str) -> String, name: &str, version: &str, nodes: &[&str]) {
+pub fn the_install_wrote_the_cluster_into_itself(
+    k: &dyn Fn(&str) -> String,
+    name: &str,
+    version: &str,
+    nodes: &[&str],
+    unchecked: &[&str],
+) {
     let established = k("get crd clusters.kubexm.io -o jsonpath='{.status.conditions[?(@.type==\"Established\")].status}'");
     assert_eq!(established.trim(), "True");
     let text = k(&format!("-n {NAMESPACE} get clusters.kubexm.io {name} -o json"));
@@ -82,9 +89,15 @@ pub fn the_install_wrote_the_cluster_into_itself(k: &dyn Fn(&str) -> String, nam
     let st = &o["status"];
     assert_eq!(o["metadata"]["generation"], st["observedGeneration"], "{text}");
     assert_eq!(st["conditions"][0]["type"], "Ready", "{text}");
-    assert_eq!(st["conditions"][0]["status"], "True", "{text}");
+    let ready = if unchecked.is_empty() { "True" } else { "False" };
+    assert_eq!(st["conditions"][0]["status"], ready, "{text}");
+    if !unchecked.is_empty() {
+        assert_eq!(st["conditions"][0]["reason"], "NodesNotChecked", "{text}");
+        let message = st["conditions"][0]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&unchecked.join(", ")), "{text}");
+    }
     assert_eq!(st["version"], version, "{text}");
-    assert_eq!(st["readyNodes"], nodes.len(), "{text}");
+    assert_eq!(st["readyNodes"], nodes.len() - unchecked.len(), "{text}");
     let names: Vec<&str> = st["nodes"].as_array().unwrap().iter().filter_map(|n| n["name"].as_str()).collect();
     assert_eq!(names, nodes, "{text}");
     assert!(st["bundle"].as_str().is_some_and(|b| b.starts_with("sha256:")), "{text}");
@@ -96,7 +109,7 @@ pub fn the_install_wrote_the_cluster_into_itself(k: &dyn Fn(&str) -> String, nam
     assert!(
         listed
             .lines()
-            .any(|l| l.starts_with(name) && l.contains(version) && l.contains("True")),
+            .any(|l| l.starts_with(name) && l.contains(version) && l.contains(ready)),
         "{listed}"
     );
 }
