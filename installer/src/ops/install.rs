@@ -112,6 +112,48 @@ impl std::fmt::Display for Installed {
     }
 }
 
+/// cluster.yaml's spec as written (before defaults), for the Cluster
+/// object; `None` when the session holds no config text.
+fn written(session: &Session) -> Option<kubexm_bom::config::model::Spec> {
+    let text = session.config_text()?;
+    serde_saphyr::from_str::<kubexm_bom::config::Cluster>(&text).ok().map(|c| c.spec)
+}
+
+/// The operation an install run is: an upgrade's hop, an apply or an install.
+fn operation(args: &InstallOptions) -> &'static str {
+    match (&args.upgrade, args.apply) {
+        (Some(_), _) => "upgrade",
+        (None, true) => "apply",
+        (None, false) => "install",
+    }
+}
+
+/// The file server and registry for the install's duration: the bundle
+/// unpacked here, TLS from the cluster's registry CA for `advertise`.
+fn serve_options(
+    bundle_dir: &std::path::Path,
+    listen: std::net::SocketAddr,
+    pki_dir: &std::path::Path,
+    advertise: &str,
+    topo: &kubexm_bom::topology::Topology,
+) -> serve::ServeOptions {
+    serve::ServeOptions {
+        bundle_dir: bundle_dir.to_path_buf(),
+        older: vec![],
+        listen,
+        tls: serve::Tls::Issued {
+            pki_dir: pki_dir.join("registry"),
+            names: vec![advertise.to_string()],
+        },
+        parts: serve::Parts {
+            registry: true,
+            files: true,
+        },
+        limits: serve::ConnectionLimits::for_nodes(topo),
+        client_ca: None,
+    }
+}
+
 /// Installs the session's cluster from its bundle.
 pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<InstallReport> {
     let Some(bundle) = session.bundle() else {
@@ -150,15 +192,8 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     let mut ctx = Context {
         bundle: (!bundle.unpacked).then_some(bundle.path.as_path()),
         digest: Some(bundle.digest.as_str()),
-        written: session
-            .config_text()
-            .and_then(|t| serde_saphyr::from_str::<kubexm_bom::config::Cluster>(&t).ok())
-            .map(|c| c.spec),
-        operation: match (&args.upgrade, args.apply) {
-            (Some(_), _) => "upgrade",
-            (None, true) => "apply",
-            (None, false) => "install",
-        },
+        written: written(session),
+        operation: operation(args),
         pubkey: settings.pubkey.as_deref(),
         installer: &installer,
         cluster,
@@ -197,21 +232,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         return Ok(InstallReport::Plan(plan.describe_without(&done)));
     }
     // The file server runs for the install's duration.
-    let opts = serve::ServeOptions {
-        bundle_dir: bundle_dir.clone(),
-        older: vec![],
-        listen,
-        tls: serve::Tls::Issued {
-            pki_dir: pki_dir.join("registry"),
-            names: vec![advertise.to_string()],
-        },
-        parts: serve::Parts {
-            registry: true,
-            files: true,
-        },
-        limits: serve::ConnectionLimits::for_nodes(&ctx.topo),
-        client_ca: None,
-    };
+    let opts = serve_options(&bundle_dir, listen, &pki_dir, &advertise.to_string(), &ctx.topo);
     let _server = session.span("serve", || FileServer::start(session, opts, &file_server))?;
     let facts = session.span("facts", || session.facts())?;
     if !facts.errors.is_empty() {
