@@ -39,17 +39,19 @@ fn generation_annotation() -> String {
 /// The phase's module: one task on the first control-plane node. Nothing
 /// under a server-side dry run (the object's spec is the config itself).
 pub fn module(i: &Context) -> anyhow::Result<Module> {
-    let unchecked: Vec<String> = {
-        let g = &i.cluster.spec.role_groups;
-        let waited = crate::phases::addons::waited_nodes(i.cluster);
-        g.control_plane
-            .iter()
-            .chain(&g.worker)
-            .filter(|n| !waited.contains(n))
-            .cloned()
-            .collect()
-    };
+    let waited = crate::phases::addons::waited_nodes(i.cluster);
+    let unchecked = nodes_where(i.cluster, |n| !waited.contains(n));
     with_unchecked(i, &unchecked)
+}
+
+/// The cluster's Kubernetes nodes (control-plane nodes and workers, each
+/// once, sorted) for which `keep` holds.
+pub fn nodes_where(c: &Cluster, keep: impl Fn(&String) -> bool) -> Vec<String> {
+    let g = &c.spec.role_groups;
+    let mut nodes: Vec<String> = g.control_plane.iter().chain(&g.worker).filter(|n| keep(n)).cloned().collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
 }
 
 /// [`module`], for an upgrade's hop: the nodes it left alone (`skipped`,
@@ -64,19 +66,7 @@ fn with_unchecked(i: &Context, unchecked: &[String]) -> anyhow::Result<Module> {
         let spec = i.written.as_ref().unwrap_or(&i.cluster.spec);
         let [definition, object, status] = steps(i.cluster, spec, &i.topo.endpoint, i.digest, i.operation, unchecked)?;
         // The nodes the status calls Ready, checked again right before it is written.
-        let checked: Vec<String> = {
-            let g = &i.cluster.spec.role_groups;
-            let mut n: Vec<String> = g
-                .control_plane
-                .iter()
-                .chain(&g.worker)
-                .filter(|n| !unchecked.contains(n))
-                .cloned()
-                .collect();
-            n.sort();
-            n.dedup();
-            n
-        };
+        let checked = nodes_where(i.cluster, |n| !unchecked.contains(n));
         let ready = waits::wait(
             "cluster-nodes-ready",
             "the nodes the Cluster object's status calls Ready",

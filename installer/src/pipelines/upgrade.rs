@@ -164,14 +164,7 @@ pub fn pipeline(i: &Context, run: &HopRun) -> anyhow::Result<Pipeline> {
         .filter(|w| matches!(w.action, Action::KubeadmApply { .. } | Action::KubeadmNode { .. }))
         .flat_map(|w| &w.hosts)
         .collect();
-    let g = &i.cluster.spec.role_groups;
-    let skipped: Vec<String> = g
-        .control_plane
-        .iter()
-        .chain(&g.worker)
-        .filter(|n| !upgraded.contains(n))
-        .cloned()
-        .collect();
+    let skipped = phases::operator::nodes_where(i.cluster, |n| !upgraded.contains(&n));
     let operator = phases::operator::hop(i, &skipped)?;
     push(&mut modules, "upgrade-operator", renamed(operator.tasks, "upgrade-"), &mut previous);
     Ok(Pipeline {
