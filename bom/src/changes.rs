@@ -53,6 +53,7 @@ const LOCAL: &[&str] = &[
     "spec.hostDefaults",
     "spec.certificates",
     "spec.upgrade",
+    "spec.paused",
 ];
 
 /// Settings apply changes on the hosts (their steps compare what they write).

@@ -17,6 +17,7 @@ pub mod mirror;
 pub mod net;
 pub mod record;
 pub mod resolve;
+pub mod text;
 pub mod topology;
 pub mod upgrade;
 pub mod yaml;

@@ -27,6 +27,24 @@ use serde_json::Value;
 /// The namespace the Cluster object, its Secrets and its controller live in.
 pub const NAMESPACE: &str = "kubexm-system";
 
+/// The credential (a Secret in [`NAMESPACE`]) the controller logs in to
+/// the hosts with when the spec names none: the install writes no login
+/// into the cluster.
+pub const CREDENTIAL: &str = "kubexm-ssh";
+
+/// The ConfigMap in [`NAMESPACE`] holding the spec last applied to the
+/// hosts of cluster `name` (key [`APPLIED_KEY`]), as the Cluster object
+/// carries it: the install's operator phase writes it, the controller holds
+/// a changed object against it. It belongs to the hosts, not to the object:
+/// deleting the Cluster leaves it, so an object applied again is held
+/// against what the hosts run.
+pub fn applied_name(name: &str) -> String {
+    format!("kubexm-applied-{name}")
+}
+
+/// The key of [`applied_name`]'s ConfigMap holding the spec, as JSON.
+pub const APPLIED_KEY: &str = "spec.json";
+
 /// The committed definition, from the repository's root.
 pub const CRD_FILE: &str = "manifests/crds/clusters.kubexm.io.yaml";
 

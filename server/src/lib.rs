@@ -13,5 +13,6 @@ pub mod job_request;
 pub mod jobdb;
 pub mod ops;
 pub mod testing;
-pub mod text;
+/// Text from a request or a host made safe to store and show (kept in kubexm-bom, which the controller shares).
+pub use kubexm_bom::text;
 pub mod worker;

@@ -93,6 +93,11 @@ pub struct Spec {
     /// Operator mode: the cluster as a Cluster object in itself.
     #[serde(skip_serializing_if = "Operator::is_default")]
     pub operator: Operator,
+    /// Operator mode: `true` stops the Cluster's controller from acting on
+    /// this cluster (it reports the pause and changes nothing) until it is
+    /// `false` again. kubexm-install does not read it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// `operator`: every install, apply and upgrade writes the cluster into

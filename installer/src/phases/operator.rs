@@ -4,11 +4,13 @@
 //! CustomResourceDefinition (established before anything uses it), the
 //! `kubexm-system` namespace, the Cluster object (cluster.yaml's spec as
 //! `kubexm_crd::in_cluster` leaves it: nothing naming a file, a variable
-//! or the SSH agent of this machine) and its status (Ready, the nodes, the
-//! version, the endpoint, the bundle; `observedGeneration` the object's
-//! generation). Each step checks the result first (an annotation carrying
-//! the sha256 of what was applied, the status's fields), so a re-run
-//! changes nothing. The controller that would reconcile the object
+//! or the SSH agent of this machine), the same spec as applied to the
+//! hosts (the ConfigMap `kubexm_crd::applied_name`, which the controller
+//! holds a changed object against) and the object's status (Ready, the
+//! nodes, the version, the endpoint, the bundle; `observedGeneration` the
+//! object's generation). Each step checks the result first (an annotation
+//! carrying the sha256 of what was applied, the status's fields), so a
+//! re-run changes nothing. The controller's Deployment
 //! (`operator.enabled: true`) is not built yet.
 
 use std::sync::Arc;
@@ -64,7 +66,7 @@ fn with_unchecked(i: &Context, unchecked: &[String]) -> anyhow::Result<Module> {
     let mut tasks = Vec::new();
     if !i.server_dry_run {
         let spec = i.written.as_ref().unwrap_or(&i.cluster.spec);
-        let [definition, object, status] = steps(i.cluster, spec, &i.topo.endpoint, i.digest, i.operation, unchecked)?;
+        let [definition, object, applied, status] = steps(i.cluster, spec, &i.topo.endpoint, i.digest, i.operation, unchecked)?;
         // The nodes the status calls Ready, checked again right before it is written.
         let checked = nodes_where(i.cluster, |n| !unchecked.contains(n));
         let ready = waits::wait(
@@ -76,7 +78,9 @@ fn with_unchecked(i: &Context, unchecked: &[String]) -> anyhow::Result<Module> {
         tasks.push(Task {
             name: "cluster".into(),
             hosts: vec![i.topo.first_control_plane.clone()],
-            steps: vec![Arc::new(definition), Arc::new(object), ready, Arc::new(status)],
+            // The spec as applied before the object: a controller that sees
+            // the object's new generation holds it against the new spec.
+            steps: vec![Arc::new(definition), Arc::new(applied), Arc::new(object), ready, Arc::new(status)],
             after: vec![],
         });
     }
@@ -86,10 +90,11 @@ fn with_unchecked(i: &Context, unchecked: &[String]) -> anyhow::Result<Module> {
     })
 }
 
-/// The definition, the object (`spec`, cluster.yaml's as written) and the
-/// status of `cluster` (its endpoint, the bundle's digest, the operation
-/// that writes them, the nodes not checked), each applied when its check
-/// fails.
+/// The definition, the object (`spec`, cluster.yaml's as written), the
+/// spec as applied to the hosts (for the controller to hold a changed
+/// object against) and the status of `cluster` (its endpoint, the bundle's
+/// digest, the operation that writes them, the nodes not checked), each
+/// applied when its check fails.
 fn steps(
     cluster: &Cluster,
     spec: &Spec,
@@ -97,7 +102,7 @@ fn steps(
     digest: Option<&str>,
     operation: &'static str,
     unchecked: &[String],
-) -> anyhow::Result<[RunWith; 3]> {
+) -> anyhow::Result<[RunWith; 4]> {
     let k = waits::kubectl();
     let name = &cluster.metadata.name;
     let apply = format!("{k} apply --server-side --force-conflicts --field-manager=kubexm");
@@ -124,7 +129,9 @@ fn steps(
 
     let mut object = serde_json::to_value(ClusterResource::new(name, ClusterSpec::default()))?;
     object["metadata"]["namespace"] = NAMESPACE.into();
-    object["spec"] = kubexm_crd::in_cluster(spec)?;
+    let in_cluster = kubexm_crd::in_cluster(spec)?;
+    let applied = applied_step(name, &in_cluster, &k, &apply, &get, &annotation)?;
+    object["spec"] = in_cluster;
     let (body, sum) = annotated(object)?;
     let file = format!("{DIR}/cluster.json");
     // The resource by its full name: `clusters` alone may be another API's
@@ -167,13 +174,19 @@ fn steps(
     let status_step = RunWith {
         name: "cluster-status".into(),
         check: format!(
-            "g=$({}) && [ -n \"$g\" ] && [ \"$({})\" = \"$g|\"{} ]",
+            "g=$({}) && [ -n \"$g\" ] && [ \"$({})\" = \"$g|\"{} ] && ! {} | grep -q True",
             generation,
             get(
                 &the_object,
                 "{.status.observedGeneration}|{.status.version}|{.status.bundle}|{.status.readyNodes}|{.status.endpoint}"
             ),
-            q(&fields)
+            q(&fields),
+            // A refusal the controller wrote before this run made the
+            // change: the status is written anew.
+            get(
+                &the_object,
+                "{.status.conditions[?(@.type==\"NotSupported\")].status}{.status.conditions[?(@.type==\"Failed\")].status}"
+            ),
         ),
         files: vec![(status_file.clone(), text.into_bytes(), 0o644)],
         command: format!(
@@ -186,7 +199,40 @@ fn steps(
         ),
         timeout: Duration::from_secs(120),
     };
-    Ok([definition, object_step, status_step])
+    Ok([definition, object_step, applied, status_step])
+}
+
+/// The ConfigMap holding `spec` as applied to the hosts of cluster `name`
+/// ([`kubexm_crd::applied_name`]), applied with `apply` (the namespace made
+/// with kubectl `k` first) unless `get` finds its `annotation` at the
+/// sha256 of what is written.
+fn applied_step(
+    name: &str,
+    spec: &serde_json::Value,
+    k: &str,
+    apply: &str,
+    get: &dyn Fn(&str, &str) -> String,
+    annotation: &str,
+) -> anyhow::Result<RunWith> {
+    let map_name = kubexm_crd::applied_name(name);
+    let map = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": map_name, "namespace": NAMESPACE, "labels": {"kubexm.io/cluster": name}},
+        "data": {kubexm_crd::APPLIED_KEY: serde_json::to_string(spec)?},
+    });
+    let (body, sum) = annotated(map)?;
+    let file = format!("{DIR}/applied.json");
+    Ok(RunWith {
+        name: "cluster-applied".into(),
+        check: format!(
+            "[ \"$({})\" = {sum} ]",
+            get(&format!("configmap {} -n {NAMESPACE}", q(&map_name)), annotation)
+        ),
+        files: vec![(file.clone(), body, 0o644)],
+        command: format!("set -e\n{k} get namespace {NAMESPACE} >/dev/null 2>&1 || {k} create namespace {NAMESPACE}\n{apply} -f {file}\n"),
+        timeout: Duration::from_secs(120),
+    })
 }
 
 /// `value` with the sha256 of its JSON as an annotation, and its bytes.

@@ -95,7 +95,7 @@ pub fn apply_adds_a_worker(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, 
     // On old hosts nothing, but the registry's service on lab1: its unit
     // lists the nodes, each with its own connection quota, lab6 now too
     // (restarted, it may still be starting when its readiness is checked);
-    // and the Cluster object, which lists lab6 now, and its status.
+    // and the Cluster object, which lists lab6 now, the spec as applied, and its status.
     let on_old: Vec<String> = steps
         .iter()
         .filter(|s| s.host != spare && s.status == "applied")
@@ -106,6 +106,7 @@ pub fn apply_adds_a_worker(lab: &Lab, config: &Path, b: &LabBundle, dir: &Path, 
             "registry/registry/registry-service@lab1",
             "registry/registry/registry-ready@lab1",
             "operator/cluster/cluster-object@lab1",
+            "operator/cluster/cluster-applied@lab1",
             "operator/cluster/cluster-status@lab1"
         ]
         .contains(&n.as_str())),

@@ -113,3 +113,150 @@ pub fn the_install_wrote_the_cluster_into_itself(
         "{listed}"
     );
 }
+
+/// Issue 31's controller on the upgrade scenario's cluster (after
+/// [`cluster_resource_on_a_real_api_server`]): two `kubexm controller-manager`
+/// replicas on this machine, with lab1's admin kubeconfig. One leads through
+/// the Lease; it brings the nodes into the status; a podCIDR change applied
+/// with kubectl sets NotSupported naming the field within 5 s, leaves the
+/// rest of the status alone and makes a Warning Event; put back, it clears;
+/// `spec.paused` stops all of it; the leader killed with SIGKILL, the other
+/// replica takes the Lease and decides the next change; stopped with
+/// SIGTERM, it hands the Lease back. Prints the figures: apply to decision,
+/// failover, and each replica's peak RSS (goal under 64 MB).
+pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path) {
+    let k = |args: &str| lab.ssh_ok("lab1", &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf {args}"));
+    let the = format!("-n {NAMESPACE} clusters.kubexm.io lab");
+    let jsonpath = |p: &str| k(&format!("get {the} -o jsonpath='{p}'"));
+    let condition = |t: &str, field: &str| jsonpath(&format!("{{.status.conditions[?(@.type==\"{t}\")].{field}}}"));
+    let until = |what: &str, secs: u64, ok: &dyn Fn() -> bool| {
+        let t0 = std::time::Instant::now();
+        while !ok() {
+            assert!(t0.elapsed().as_secs() < secs, "{what}: not within {secs} s");
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        t0.elapsed()
+    };
+    // lab1's admin kubeconfig, pointed at lab1's API server by address.
+    let conf = lab.ssh_ok("lab1", "cat /etc/kubernetes/admin.conf");
+    let server = format!("    server: https://{}:6443", lab.host("lab1").address);
+    let conf: Vec<String> = conf
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("server:") {
+                server.clone()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    let kubeconfig = dir.join("admin.conf");
+    std::fs::write(&kubeconfig, conf.join("\n")).unwrap();
+    std::fs::set_permissions(&kubeconfig, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let start = |identity: &str| {
+        let mut cmd = std::process::Command::new(kubexm_e2e::bin("kubexm"));
+        cmd.args(["controller-manager", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--identity", identity, "--lease-seconds", "6", "-v"]);
+        kubexm_e2e::Background::start_probe(cmd, || true)
+    };
+    let mut replicas = vec![start("replica-a"), start("replica-b")];
+    let holder = || {
+        k(&format!(
+            "-n {NAMESPACE} get lease kubexm-controller-manager -o jsonpath='{{.spec.holderIdentity}}'"
+        ))
+    };
+    until("a replica holds the Lease", 30, &|| holder().starts_with("replica-"));
+    // The leader reads the nodes: every one Ready.
+    until("the status follows the nodes", 30, &|| condition("Ready", "reason") == "NodesReady");
+    let before = k(&format!("get {the} -o json"));
+    let before: serde_json::Value = serde_json::from_str(&before).unwrap();
+
+    // A podCIDR change: NotSupported names the field; nothing else moves.
+    let patch = |json: &str| format!("patch {the} --type=merge -p '{json}'");
+    let wait_for = |t: &str, status: &str| {
+        format!("wait {the} --timeout=30s --for=jsonpath='{{.status.conditions[?(@.type==\"{t}\")].status}}'={status}")
+    };
+    let timed = lab.ssh_ok(
+        "lab1",
+        &format!(
+            "export KUBECONFIG=/etc/kubernetes/admin.conf; s=$(date +%s%N); kubectl {} >/dev/null && kubectl {} >/dev/null && \
+             echo $(( ($(date +%s%N) - s) / 1000000 ))",
+            patch(r#"{"spec":{"kubernetes":{"podCIDR":"10.99.0.0/16"}}}"#),
+            wait_for("NotSupported", "True")
+        ),
+    );
+    let ms: u64 = timed.trim().parse().unwrap();
+    eprintln!("operator: kubectl apply of a podCIDR change to NotSupported in the status: {ms} ms (goal under 5000)");
+    assert!(ms < 5000, "{ms} ms");
+    let after: serde_json::Value = serde_json::from_str(&k(&format!("get {the} -o json"))).unwrap();
+    let st = &after["status"];
+    assert_eq!(st["observedGeneration"], after["metadata"]["generation"], "{after}");
+    assert_eq!(condition("NotSupported", "reason"), "CannotChange");
+    assert!(
+        condition("NotSupported", "message").starts_with("spec.kubernetes.podCIDR: "),
+        "{st}"
+    );
+    for same in ["version", "endpoint", "bundle", "readyNodes", "nodes"] {
+        assert_eq!(st[same], before["status"][same], "{same} moved: {after}");
+    }
+    assert_eq!(condition("Ready", "status"), "True");
+    let events = k(&format!(
+        "-n {NAMESPACE} get events --field-selector involvedObject.name=lab -o json"
+    ));
+    assert!(events.contains("CannotChange") && events.contains("Warning"), "{events}");
+    // Put back: nothing asked, nothing refused.
+    let put_back = patch(&serde_json::json!({"spec": {"kubernetes": {"podCIDR": before["spec"]["kubernetes"]["podCIDR"]}}}).to_string());
+    k(&put_back);
+    k(&wait_for("NotSupported", "False"));
+    assert_eq!(condition("NotSupported", "reason"), "AsApplied");
+
+    // Paused: the same change is not even read.
+    k(&patch(r#"{"spec":{"paused":true,"kubernetes":{"podCIDR":"10.99.0.0/16"}}}"#));
+    until("the pause is reported", 10, &|| condition("Reconciling", "reason") == "Paused");
+    assert_eq!(condition("NotSupported", "status"), "False");
+    let g = jsonpath("{.metadata.generation}|{.status.observedGeneration}");
+    let (gen_now, observed) = g.split_once('|').unwrap();
+    assert_ne!(gen_now, observed, "a paused object's generation was observed");
+
+    // The leader killed: the other replica takes the Lease and acts.
+    let rss = |r: &kubexm_e2e::Background| {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", r.child.id())).unwrap_or_default();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    for (r, name) in replicas.iter().zip(["replica-a", "replica-b"]) {
+        eprintln!("operator: {name} peak RSS {} kB (goal under 65536)", rss(r));
+        assert!(rss(r) < 64 * 1024, "{name}: {} kB", rss(r));
+    }
+    let leader = holder();
+    let i = usize::from(leader == "replica-b");
+    let killed = std::time::Instant::now();
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &replicas[i].child.id().to_string()])
+        .status();
+    let _ = replicas[i].child.wait();
+    until("the other replica takes the Lease", 30, &|| {
+        let h = holder();
+        h.starts_with("replica-") && h != leader
+    });
+    eprintln!(
+        "operator: the leader killed with SIGKILL, the other replica holds the Lease after {:?}",
+        killed.elapsed()
+    );
+    k(&patch(r#"{"spec":{"paused":null}}"#));
+    k(&wait_for("NotSupported", "True"));
+    eprintln!("operator: and decided the change paused before after {:?}", killed.elapsed());
+    assert_eq!(condition("NotSupported", "reason"), "CannotChange");
+    k(&put_back);
+    k(&wait_for("NotSupported", "False"));
+
+    // Stopped with SIGTERM: the Lease handed back at once.
+    let last = replicas.remove(1 - i);
+    let _ = std::process::Command::new("kill").arg(last.child.id().to_string()).status();
+    until("the Lease is handed back", 10, &|| holder().is_empty());
+    eprintln!("controller-manager log (the last replica):\n{}", last.stderr_tail());
+    assert!(!last.stderr_tail().contains("panicked"), "{}", last.stderr_tail());
+}

@@ -310,6 +310,7 @@ fn upgrade_from_v1_36_keeps_a_deployment_answering_and_a_killed_run_converges() 
     }
     // Issue 31's Cluster resource on this cluster's API server.
     crate::operator::cluster_resource_on_a_real_api_server(&lab, &new, dir.path());
+    crate::operator::controller_reconciles_the_cluster(&lab, dir.path());
 }
 
 /// (node, started, ended, log) of every step of the last `upgrade` job, in order.

@@ -88,6 +88,10 @@ pub(crate) enum Command {
     Worker(WorkerArgs),
     /// The HTTPS API for automation, with an embedded worker.
     ApiServer(ApiServerArgs),
+    /// Operator mode's controller: reconciles the Cluster objects of kubexm-system
+    /// (one leader among the replicas, through a Lease); runs inside the cluster,
+    /// or beside it with --kubeconfig.
+    ControllerManager(ControllerManagerArgs),
     /// Bearer tokens for the API.
     Token {
         #[command(subcommand)]
@@ -529,6 +533,25 @@ pub(crate) enum Get {
 #[derive(Subcommand)]
 pub(crate) enum Cancel {
     Job { id: i64 },
+}
+
+#[derive(Args)]
+pub(crate) struct ControllerManagerArgs {
+    /// The kubeconfig to reach the API server with. [default: the pod's service account]
+    #[arg(long, value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The namespace of the Cluster objects, the Lease and the applied specs.
+    #[arg(long, default_value = kubexm_operator::NAMESPACE)]
+    pub(crate) namespace: String,
+    /// This replica's name in the Lease. [default: $POD_NAME, else the host name and pid]
+    #[arg(long)]
+    pub(crate) identity: Option<String>,
+    /// The Lease the replicas elect their leader with.
+    #[arg(long, default_value = kubexm_operator::LEASE)]
+    pub(crate) lease_name: String,
+    /// Seconds a leader that stopped renewing keeps the Lease (another replica then takes it).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
+    pub(crate) lease_seconds: u64,
 }
 
 #[derive(Args)]

@@ -124,6 +124,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Credential { what } => credential(&*open(&cli.db).await?, &key_path(&cli.db, cli.credential_key), what).await,
         Command::HostKey { what } => host_key(&*open(&cli.db).await?, what).await,
+        Command::ControllerManager(a) => controller_manager(a).await,
         Command::ApiServer(a) => {
             let key = key_path(&cli.db, cli.credential_key);
             api_server(open(&cli.db).await?, a, key).await
@@ -151,6 +152,51 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn interrupted() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// `kubexm controller-manager`: leads or waits to, until SIGINT or SIGTERM
+/// (then a leader hands its Lease back) or until leadership is lost (an
+/// error: only the new leader may act).
+async fn controller_manager(a: ControllerManagerArgs) -> anyhow::Result<()> {
+    let identity = match a.identity.or_else(|| std::env::var("POD_NAME").ok().filter(|v| !v.is_empty())) {
+        Some(i) => i,
+        None => {
+            let host = fs_err::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        }
+    };
+    let o = kubexm_operator::Options {
+        kubeconfig: a.kubeconfig,
+        namespace: a.namespace,
+        identity,
+        lease_name: a.lease_name,
+        lease_duration: std::time::Duration::from_secs(a.lease_seconds),
+    };
+    let stop = async {
+        interrupted().await;
+        eprintln!("stopping: a leader hands its Lease back");
+    };
+    eprintln!(
+        "kubexm controller-manager {} in namespace {}, Lease {}",
+        o.identity, o.namespace, o.lease_name
+    );
+    kubexm_operator::run(o, stop).await.map_err(|e| classified(Class::Host, e))
 }
 
 /// `kubexm api-server`: serves until SIGINT or SIGTERM; the embedded worker
@@ -204,18 +250,7 @@ async fn api_server(db: Arc<JobDb>, a: ApiServerArgs, credential_key: PathBuf) -
     });
     let q = quit.clone();
     let stop = async move {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term => {}
-        }
+        interrupted().await;
         eprintln!("stopping: no new step starts; a running job is given back for the next claim");
         q.store(true, Ordering::Relaxed);
     };

@@ -1,4 +1,4 @@
-//! Text that came from a request or a host, made safe to store and show.
+//! Text that came from a request, a Cluster object or a host, made safe to store and show.
 //! PostgreSQL cannot store a NUL; a terminal obeys escape sequences, and a
 //! `\r` rewrites the line it is on. Every such character becomes a visible
 //! `\u{..}` escape before the text reaches the job database, and so before

@@ -1,0 +1,115 @@
+//! kubexm-operator: operator mode's controller (issue 31),
+//! `kubexm controller-manager`. It runs inside the cluster it manages (or,
+//! with `--kubeconfig`, beside it) as replicas of which one leads, elected
+//! through a Lease ([`lease`]). The leader watches the Cluster objects of
+//! `kubexm-system` and reconciles each ([`controller`]): a changed spec is
+//! read under the rules of a request and held against the spec last
+//! applied to the hosts with the rules of `kubexm-install apply`
+//! ([`decide`]); what kubexm can never change, does not do yet, or the
+//! controller does not run yet is reported as a NotSupported condition
+//! naming the field, an unreadable spec as Failed, `spec.paused` as a
+//! paused Reconciling; nothing is run on a host. Otherwise the status
+//! follows the cluster's nodes ([`nodes`]).
+//!
+//! Not built yet (docs/operator.md): running the changes it decides
+//! (add and remove nodes, upgrade) through the engine, its Store, the
+//! Deployment and image that run it inside the cluster.
+
+pub mod controller;
+pub mod decide;
+pub mod lease;
+pub mod nodes;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the Cluster objects live.
+pub const NAMESPACE: &str = kubexm_crd::NAMESPACE;
+
+/// The Lease the replicas elect their leader with.
+pub const LEASE: &str = "kubexm-controller-manager";
+
+/// What `kubexm controller-manager` is asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The kubeconfig to reach the API server with; inside a pod, none.
+    pub kubeconfig: Option<PathBuf>,
+    /// Where the Cluster objects, the Lease and the applied specs live.
+    pub namespace: String,
+    /// This replica's name in the Lease.
+    pub identity: String,
+    /// The Lease's name.
+    pub lease_name: String,
+    /// How long a leader that stopped renewing keeps the Lease.
+    pub lease_duration: Duration,
+}
+
+/// Why the controller manager stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    #[error("the kubeconfig {file}: {message}")]
+    Kubeconfig { file: String, message: String },
+    #[error("no kubeconfig was given and this is not a pod ({0}): pass --kubeconfig FILE")]
+    NotInCluster(String),
+    #[error("the API server client cannot be made: {0}; check the kubeconfig's server and certificates")]
+    Client(String),
+    #[error("leadership lost: {0}; stopping so that only the new leader acts (a Deployment starts this replica again)")]
+    Lost(#[from] lease::Lost),
+    #[error("the watch of Cluster objects ended (the API server went away?); the Lease was handed back: start the controller again")]
+    WatchEnded,
+}
+
+/// A client from `kubeconfig`, or the pod's service account.
+async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, OperatorError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let bad = |message: String| OperatorError::Kubeconfig {
+                file: path.display().to_string(),
+                message,
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| bad(e.to_string()))?
+        }
+        None => kube::Config::incluster().map_err(|e| OperatorError::NotInCluster(e.to_string()))?,
+    };
+    kube::Client::try_from(config).map_err(|e| OperatorError::Client(e.to_string()))
+}
+
+/// Runs until leadership is lost or `stop` resolves (then the Lease is
+/// handed back first).
+pub async fn run(o: Options, stop: impl std::future::Future<Output = ()>) -> Result<(), OperatorError> {
+    let client = client(o.kubeconfig.as_ref()).await?;
+    let mut elector = lease::Elector::new(
+        client.clone(),
+        lease::LeaseConfig {
+            namespace: o.namespace.clone(),
+            name: o.lease_name.clone(),
+            identity: o.identity.clone(),
+            duration: o.lease_duration,
+            renew_every: (o.lease_duration / 7).max(Duration::from_millis(500)),
+            renew_deadline: o.lease_duration * 2 / 3,
+        },
+    );
+    tokio::pin!(stop);
+    tokio::select! {
+        () = elector.acquire() => {}
+        () = &mut stop => return Ok(()),
+    }
+    let ctx = Arc::new(controller::Ctx::new(client, &o.namespace, &o.identity));
+    let result = tokio::select! {
+        lost = elector.hold() => Err(OperatorError::Lost(lost)),
+        () = controller::run(ctx) => Err(OperatorError::WatchEnded),
+        () = &mut stop => Ok(()),
+    };
+    // A leader that lost the Lease has nothing to hand back.
+    if !matches!(result, Err(OperatorError::Lost(_))) {
+        elector.release().await;
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,223 @@
+//! The controller's decisions on examples/ha.yaml's spec changed as kubectl
+//! would change it, the conditions they set, and the Lease's steps on a
+//! clock of our own.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kubexm_bom::config::Cluster;
+use kubexm_crd::{ClusterStatus, ConditionStatus, ConditionType};
+use serde_json::{Value, json};
+
+use crate::decide::{self, Decision, conditions_for, decide, status_for};
+use crate::lease::{Seen, Step, step};
+
+/// examples/ha.yaml's spec as the install's operator phase writes it into
+/// the cluster (no login, nothing naming a file).
+fn applied() -> Value {
+    let text = include_str!("../../examples/ha.yaml");
+    let c: Cluster = serde_saphyr::from_str(text).unwrap();
+    kubexm_crd::in_cluster(&c.spec).unwrap()
+}
+
+fn decided(spec: &Value) -> Decision {
+    decide("prod", spec, &applied(), "configmap kubexm-system/kubexm-applied-prod").unwrap()
+}
+
+#[test]
+fn the_applied_spec_asks_for_nothing_and_settings_read_off_the_cluster_neither() {
+    assert_eq!(decided(&applied()), Decision::AsApplied);
+    let mut s = applied();
+    s["preflight"]["leftovers"] = "warn".into();
+    assert_eq!(decided(&s), Decision::AsApplied);
+}
+
+#[test]
+fn a_cidr_change_cannot_be_made_and_names_its_field() {
+    let mut s = applied();
+    s["kubernetes"]["podCIDR"] = "10.245.0.0/16".into();
+    let Decision::CannotChange(p) = decided(&s) else {
+        panic!("{:?}", decided(&s))
+    };
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].path, "spec.kubernetes.podCIDR");
+    assert!(
+        p[0].message.contains("10.244.0.0/16") && p[0].message.contains("10.245.0.0/16"),
+        "{p:?}"
+    );
+    let (sets, observed) = conditions_for(&decided(&s), "prod");
+    assert!(observed);
+    let ns = sets.iter().find(|c| c.type_ == ConditionType::NotSupported).unwrap();
+    assert_eq!((ns.status, ns.reason.as_str()), (ConditionStatus::True, "CannotChange"));
+    assert!(ns.message.starts_with("spec.kubernetes.podCIDR: "), "{}", ns.message);
+    assert!(ns.message.contains("nothing was run"), "{}", ns.message);
+}
+
+#[test]
+fn a_version_change_is_not_supported_yet_and_an_added_worker_not_run_yet() {
+    let mut s = applied();
+    s["kubernetes"]["version"] = "v1.34.1".into();
+    let Decision::NotSupportedYet(p) = decided(&s) else {
+        panic!("{:?}", decided(&s))
+    };
+    assert_eq!(p[0].path, "spec.kubernetes.version");
+
+    let mut s = applied();
+    s["hosts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "worker4", "address": "192.168.10.24"}));
+    s["roleGroups"]["worker"].as_array_mut().unwrap().push("worker4".into());
+    assert_eq!(decided(&s), Decision::NotRunYet("adds worker4".into()));
+    let (sets, _) = conditions_for(&decided(&s), "prod");
+    let ns = sets.iter().find(|c| c.type_ == ConditionType::NotSupported).unwrap();
+    assert_eq!(ns.reason, "ControllerDoesNotApplyYet");
+    assert!(ns.message.contains("kubexm-install apply"), "{}", ns.message);
+}
+
+#[test]
+fn paused_decides_nothing_and_leaves_the_generation_unobserved() {
+    let mut s = applied();
+    s["kubernetes"]["podCIDR"] = "10.245.0.0/16".into();
+    s["paused"] = true.into();
+    assert_eq!(decided(&s), Decision::Paused);
+    let (sets, observed) = conditions_for(&Decision::Paused, "prod");
+    assert!(!observed);
+    assert_eq!(sets[0].reason, "Paused");
+}
+
+#[test]
+fn a_spec_that_does_not_read_or_names_a_file_here_is_invalid_by_path() {
+    let mut s = applied();
+    s["kubernetes"]["proxyMode"] = "carrier-pigeon".into();
+    let Decision::Invalid(p) = decided(&s) else {
+        panic!("{:?}", decided(&s))
+    };
+    assert!(p.iter().any(|p| p.path == "spec.kubernetes.proxyMode"), "{p:?}");
+
+    // Pruned by the API server's schema; refused here all the same.
+    let mut s = applied();
+    s["hosts"][0]["auth"] = json!({"privateKey": {"path": "/root/.ssh/id_ed25519"}});
+    let Decision::Invalid(p) = decided(&s) else {
+        panic!("{:?}", decided(&s))
+    };
+    assert!(p.iter().any(|p| p.path == "spec.hosts[0].auth.privateKey"), "{p:?}");
+}
+
+#[test]
+fn an_applied_spec_that_does_not_read_is_an_error_naming_where_it_is() {
+    let e = decide(
+        "prod",
+        &applied(),
+        &json!({"hosts": 3}),
+        "configmap kubexm-system/kubexm-applied-prod",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("configmap kubexm-system/kubexm-applied-prod"), "{e}");
+}
+
+#[test]
+fn conditions_keep_their_transition_time_while_their_status_holds() {
+    let mut s = applied();
+    s["kubernetes"]["podCIDR"] = "10.245.0.0/16".into();
+    let (sets, observed) = conditions_for(&decided(&s), "prod");
+    let first = status_for(&ClusterStatus::default(), &sets, observed, 2, "2026-11-28T10:00:00Z");
+    assert_eq!(first.observed_generation, Some(2));
+    let again = status_for(&first, &sets, observed, 3, "2026-11-28T11:00:00Z");
+    let ns = |st: &ClusterStatus| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::NotSupported)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(ns(&again).last_transition_time.as_deref(), Some("2026-11-28T10:00:00Z"));
+    assert_eq!(ns(&again).observed_generation, Some(3));
+    let (back, observed) = conditions_for(&Decision::AsApplied, "prod");
+    let fixed = status_for(&again, &back, observed, 4, "2026-11-28T12:00:00Z");
+    assert_eq!(ns(&fixed).status, ConditionStatus::False);
+    assert_eq!(ns(&fixed).last_transition_time.as_deref(), Some("2026-11-28T12:00:00Z"));
+    assert!(decide::event_for(&Decision::AsApplied, &back).is_none());
+}
+
+fn lease(holder: &str, renewed: &str) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(holder.into()),
+        lease_duration_seconds: Some(15),
+        renew_time: Some(MicroTime(renewed.parse().unwrap())),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_lease_is_taken_over_only_after_its_holder_stopped_renewing_it_for_its_duration_on_our_clock() {
+    let d = Duration::from_secs(15);
+    let t0 = Instant::now();
+    let mut seen = Seen::default();
+    assert_eq!(step(None, "b", &mut seen, t0, d), Step::Create);
+    let a = lease("a", "2026-11-28T10:00:00Z");
+    assert_eq!(step(Some(&lease("b", "2026-11-28T10:00:00Z")), "b", &mut seen, t0, d), Step::Renew);
+    let wait = Step::Wait { holder: "a".into() };
+    assert_eq!(step(Some(&a), "b", &mut seen, t0, d), wait);
+    assert_eq!(step(Some(&a), "b", &mut seen, t0 + Duration::from_secs(10), d), wait);
+    // Renewed: the clock starts again, whatever the holder's clock says.
+    let renewed = lease("a", "2026-11-28T09:00:00Z");
+    assert_eq!(step(Some(&renewed), "b", &mut seen, t0 + Duration::from_secs(14), d), wait);
+    assert_eq!(step(Some(&renewed), "b", &mut seen, t0 + Duration::from_secs(28), d), wait);
+    assert_eq!(
+        step(Some(&renewed), "b", &mut seen, t0 + Duration::from_secs(30), d),
+        Step::TakeOver
+    );
+    // Handed back: taken at once.
+    let mut free = a.clone();
+    free.holder_identity = None;
+    assert_eq!(step(Some(&free), "b", &mut Seen::default(), t0, d), Step::TakeOver);
+}
+
+#[test]
+fn a_lease_deleted_under_its_holder_is_made_again_only_after_its_duration() {
+    let d = Duration::from_secs(15);
+    let t0 = Instant::now();
+    let mut seen = Seen::default();
+    let a = lease("a", "2026-11-28T10:00:00Z");
+    assert_eq!(step(Some(&a), "b", &mut seen, t0, d), Step::Wait { holder: "a".into() });
+    assert_eq!(
+        step(None, "b", &mut seen, t0 + Duration::from_secs(5), d),
+        Step::Wait { holder: "a".into() }
+    );
+    assert_eq!(step(None, "b", &mut seen, t0 + Duration::from_secs(16), d), Step::Create);
+}
+
+#[test]
+fn a_refusal_after_an_invalid_spec_clears_failed_and_the_other_way_round() {
+    let mut bad = applied();
+    bad["kubernetes"]["proxyMode"] = "carrier-pigeon".into();
+    let mut cidr = applied();
+    cidr["kubernetes"]["podCIDR"] = "10.245.0.0/16".into();
+    let status_of = |st: &ClusterStatus, t: ConditionType| st.conditions.iter().find(|c| c.type_ == t).map(|c| c.status);
+    let (s1, o1) = conditions_for(&decided(&bad), "prod");
+    let first = status_for(&ClusterStatus::default(), &s1, o1, 2, "t1");
+    assert_eq!(status_of(&first, ConditionType::Failed), Some(ConditionStatus::True));
+    let (s2, o2) = conditions_for(&decided(&cidr), "prod");
+    let second = status_for(&first, &s2, o2, 3, "t2");
+    assert_eq!(status_of(&second, ConditionType::Failed), Some(ConditionStatus::False));
+    assert_eq!(status_of(&second, ConditionType::NotSupported), Some(ConditionStatus::True));
+    let third = status_for(&second, &s1, o1, 4, "t3");
+    assert_eq!(status_of(&third, ConditionType::NotSupported), Some(ConditionStatus::False));
+}
+
+#[test]
+fn with_a_field_that_never_changes_every_problem_is_named_that_one_first() {
+    let mut s = applied();
+    s["kubernetes"]["version"] = "v1.34.1".into();
+    s["kubernetes"]["serviceCIDR"] = "10.97.0.0/16".into();
+    let Decision::CannotChange(p) = decided(&s) else {
+        panic!("{:?}", decided(&s))
+    };
+    let paths: Vec<&str> = p.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(paths, ["spec.kubernetes.serviceCIDR", "spec.kubernetes.version"]);
+    // A missing applied spec leaves the generation unobserved.
+    let (_, observed) = conditions_for(&Decision::AppliedUnreadable("gone".into()), "prod");
+    assert!(!observed);
+}
