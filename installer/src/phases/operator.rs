@@ -27,6 +27,10 @@ use crate::engine::transport::shell_quote as q;
 use crate::paths::OPERATOR_DIR as DIR;
 use crate::waits;
 
+/// The admission policy on Cluster objects: in [`NAMESPACE`] only, and
+/// one per cluster (named after it).
+const ADMISSION: &str = include_str!("../../../manifests/templates/cluster-admission.json");
+
 /// The annotation carrying the sha256 of what kubexm applied.
 const APPLIED: &str = "kubexm.io/applied-sha256";
 
@@ -66,7 +70,7 @@ fn with_unchecked(i: &Context, unchecked: &[String]) -> anyhow::Result<Module> {
     let mut tasks = Vec::new();
     if !i.server_dry_run {
         let spec = i.written.as_ref().unwrap_or(&i.cluster.spec);
-        let [definition, object, applied, status] = steps(i.cluster, spec, &i.topo.endpoint, i.digest, i.operation, unchecked)?;
+        let [definition, admission, object, applied, status] = steps(i.cluster, spec, &i.topo.endpoint, i.digest, i.operation, unchecked)?;
         // The nodes the status calls Ready, checked again right before it is written.
         let checked = nodes_where(i.cluster, |n| !unchecked.contains(n));
         let ready = waits::wait(
@@ -80,7 +84,14 @@ fn with_unchecked(i: &Context, unchecked: &[String]) -> anyhow::Result<Module> {
             hosts: vec![i.topo.first_control_plane.clone()],
             // The spec as applied before the object: a controller that sees
             // the object's new generation holds it against the new spec.
-            steps: vec![Arc::new(definition), Arc::new(applied), Arc::new(object), ready, Arc::new(status)],
+            steps: vec![
+                Arc::new(definition),
+                Arc::new(admission),
+                Arc::new(applied),
+                Arc::new(object),
+                ready,
+                Arc::new(status),
+            ],
             after: vec![],
         });
     }
@@ -102,7 +113,7 @@ fn steps(
     digest: Option<&str>,
     operation: &'static str,
     unchecked: &[String],
-) -> anyhow::Result<[RunWith; 4]> {
+) -> anyhow::Result<[RunWith; 5]> {
     let k = waits::kubectl();
     let name = &cluster.metadata.name;
     let apply = format!("{k} apply --server-side --force-conflicts --field-manager=kubexm");
@@ -199,7 +210,35 @@ fn steps(
         ),
         timeout: Duration::from_secs(120),
     };
-    Ok([definition, object_step, applied, status_step])
+    let admission = admission_step(name, &apply, &get, &annotation)?;
+    Ok([definition, admission, object_step, applied, status_step])
+}
+
+/// The admission policy and its binding ([`ADMISSION`], for cluster
+/// `name`), each annotated with the sha256 of what is applied, applied with
+/// `apply` unless `get` finds both annotations at it.
+fn admission_step(name: &str, apply: &str, get: &dyn Fn(&str, &str) -> String, annotation: &str) -> anyhow::Result<RunWith> {
+    let text = crate::template::render(
+        "cluster-admission.json",
+        ADMISSION,
+        &[("NAMESPACE", NAMESPACE), ("CLUSTER", name)],
+        &[],
+    )?;
+    let sum = kubexm_bundle::digest::sha256_hex(text.as_bytes());
+    let mut list: serde_json::Value = serde_json::from_str(&text)?;
+    for item in list["items"].as_array_mut().into_iter().flatten() {
+        item["metadata"]["annotations"] = serde_json::json!({ APPLIED: sum });
+    }
+    let file = format!("{DIR}/admission.json");
+    let policy = get("validatingadmissionpolicy clusters.kubexm.io", annotation);
+    let binding = get("validatingadmissionpolicybinding clusters.kubexm.io", annotation);
+    Ok(RunWith {
+        name: "cluster-admission".into(),
+        check: format!("[ \"$({policy})|$({binding})\" = \"{sum}|{sum}\" ]"),
+        files: vec![(file.clone(), serde_json::to_vec_pretty(&list)?, 0o644)],
+        command: format!("set -e\n{apply} -f {file}\n"),
+        timeout: Duration::from_secs(120),
+    })
 }
 
 /// The ConfigMap holding `spec` as applied to the hosts of cluster `name`

@@ -2,9 +2,10 @@
 //! clusters, no install of their own). The main job's: its install wrote the
 //! cluster into itself (the operator phase). The upgrade scenario's: the
 //! committed Cluster definition is accepted and established; the scenario's
-//! own cluster.yaml, each login replaced by a credential, is stored as a
-//! Cluster object exactly as written; a login by private key is refused by
-//! name.
+//! own cluster.yaml, each login replaced by a credential, would be stored
+//! exactly as written; a login by private key is refused by name; the
+//! admission policy refuses a second Cluster object and one outside
+//! kubexm-system; the controller decides changes made with kubectl.
 
 use std::path::Path;
 
@@ -15,9 +16,11 @@ use kubexm_e2e::{Lab, repo_root, text};
 /// Runs on `lab`'s control-plane node lab1, after the upgrade: the hop
 /// wrote the Cluster object's status at v1.37.2; the committed definition
 /// applies as it is; `config` (the cluster's cluster.yaml), each login
-/// replaced by a credential, is stored as a second object exactly as
-/// written; a login by private key is refused by name. `dir` is a scratch
-/// directory on this machine.
+/// replaced by a credential, would be stored exactly as written (a
+/// server-side dry run); a login by private key is refused by name; the
+/// install's admission policy refuses a second Cluster object and one
+/// outside kubexm-system, naming why. `dir` is a scratch directory on this
+/// machine.
 pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Path) {
     let k = |args: &str| lab.ssh_ok("lab1", &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf {args}"));
     the_install_wrote_the_cluster_into_itself(&k, "lab", "v1.37.2", &["lab1", "lab2", "lab3"], &[]);
@@ -34,40 +37,62 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
     for h in &mut cluster.spec.hosts {
         h.auth = h.auth.as_ref().map(|_| credential());
     }
+    // The object as the API server would store it (a server-side dry run
+    // of a replace of this cluster's object: nothing is changed).
     let mut object = ClusterResource::new(
-        "copy",
+        "lab",
         ClusterSpec {
             cluster: cluster.spec.clone(),
         },
     );
     object.metadata.namespace = Some(NAMESPACE.into());
-    let put = |name: &str, body: &serde_json::Value| {
+    let put = |name: &str, body: &serde_json::Value, how: &str| {
         let local = dir.join(name);
         std::fs::write(&local, serde_json::to_vec_pretty(body).unwrap()).unwrap();
         lab.copy_to("lab1", &local, &format!("/root/{name}"));
         lab.ssh(
             "lab1",
-            &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf apply -f /root/{name}"),
+            &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf {how} --dry-run=server -o json -f /root/{name}"),
         )
     };
     let json = serde_json::to_value(&object).unwrap();
-    let out = put("cluster-object.json", &json);
+    let out = put("cluster-object.json", &json, "replace");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let stored: ClusterResource = serde_json::from_str(&k(&format!("-n {NAMESPACE} get clusters.kubexm.io copy -o json"))).unwrap();
+    let stored: ClusterResource = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(stored.spec.cluster, cluster.spec, "the API server changed the spec it stored");
 
     // A private key's path (a file on the controller's machine) is no field
     // of the resource: kubectl's strict field validation names it.
     let mut bad = json.clone();
     bad["spec"]["hosts"][0]["auth"] = serde_json::json!({"privateKey": {"path": "/root/.ssh/id_ed25519"}});
-    let out = put("cluster-object-bad.json", &bad);
+    let out = put("cluster-object-bad.json", &bad, "replace");
     assert!(!out.status.success(), "a private key was accepted");
     assert!(
         text(&out.stderr).contains("unknown field \"spec.hosts[0].auth.privateKey\""),
         "{}",
         text(&out.stderr)
     );
-    k(&format!("-n {NAMESPACE} delete clusters.kubexm.io copy"));
+
+    // The admission policy the install applied: a second Cluster object, or
+    // one outside kubexm-system, is refused, naming why.
+    let mut second = json.clone();
+    second["metadata"]["name"] = "copy".into();
+    let out = put("cluster-second.json", &second, "create");
+    assert!(!out.status.success(), "a second Cluster object was accepted");
+    assert!(text(&out.stderr).contains("a second one (copy)"), "{}", text(&out.stderr));
+    let mut elsewhere = json.clone();
+    elsewhere["metadata"]["namespace"] = "default".into();
+    let out = put("cluster-elsewhere.json", &elsewhere, "create");
+    assert!(!out.status.success(), "a Cluster object outside kubexm-system was accepted");
+    assert!(
+        text(&out.stderr).contains("a Cluster lives in kubexm-system"),
+        "{}",
+        text(&out.stderr)
+    );
+    let mine = k(&format!(
+        "-n {NAMESPACE} get clusters.kubexm.io lab -o jsonpath={{.metadata.generation}}"
+    ));
+    assert!(!mine.trim().is_empty());
 }
 
 /// After an install (`k` runs kubectl against it): the definition

@@ -39,12 +39,33 @@ fn the_object_carries_no_login_and_its_status_names_the_generation() -> Result<(
     let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
     // A node not waited for is listed, not ready, and Ready is False.
     let partial = steps(&cluster, &cluster.spec, "e:6443", None, "install", &["b".into()])?;
-    let st: serde_json::Value = serde_json::from_slice(&partial[3].files[0].1)?;
+    let st: serde_json::Value = serde_json::from_slice(&partial[4].files[0].1)?;
     assert_eq!(st["status"]["conditions"][0]["status"], "False", "{st}");
     assert_eq!(st["status"]["conditions"][0]["reason"], "NodesNotChecked", "{st}");
     assert_eq!(st["status"]["readyNodes"], 1, "{st}");
     assert_eq!(st["status"]["nodes"][1]["ready"], false, "{st}");
-    assert_eq!(names, ["cluster-definition", "cluster-object", "cluster-applied", "cluster-status"]);
+    assert_eq!(
+        names,
+        [
+            "cluster-definition",
+            "cluster-admission",
+            "cluster-object",
+            "cluster-applied",
+            "cluster-status"
+        ]
+    );
+    // The admission policy: this cluster's object, in kubexm-system, only.
+    let policy: serde_json::Value = serde_json::from_slice(&all[1].files[0].1)?;
+    let rules = policy["items"][0]["spec"]["validations"].to_string();
+    assert!(
+        rules.contains("object.metadata.name == 'lab'") && rules.contains("== 'kubexm-system'"),
+        "{rules}"
+    );
+    assert!(
+        policy["items"][1]["metadata"]["annotations"][APPLIED]
+            .as_str()
+            .is_some_and(|a| a.len() == 64)
+    );
     // Every check and command is a shell's.
     for s in &all {
         for text in [&s.check, &s.command] {
@@ -53,7 +74,7 @@ fn the_object_carries_no_login_and_its_status_names_the_generation() -> Result<(
         }
     }
     // The object: no login but by credential, annotated with its sha256.
-    let object: serde_json::Value = serde_json::from_slice(&all[1].files[0].1)?;
+    let object: serde_json::Value = serde_json::from_slice(&all[2].files[0].1)?;
     assert_eq!(object["metadata"]["namespace"], NAMESPACE);
     assert!(object["metadata"]["annotations"][APPLIED].as_str().is_some_and(|a| a.len() == 64));
     assert!(
@@ -67,13 +88,13 @@ fn the_object_carries_no_login_and_its_status_names_the_generation() -> Result<(
         "{object}"
     );
     // The spec as applied: the object's, for the controller to hold a changed object against.
-    let applied: serde_json::Value = serde_json::from_slice(&all[2].files[0].1)?;
+    let applied: serde_json::Value = serde_json::from_slice(&all[3].files[0].1)?;
     assert_eq!(applied["metadata"]["name"], "kubexm-applied-lab");
     let spec: serde_json::Value = serde_json::from_str(applied["data"][kubexm_crd::APPLIED_KEY].as_str().unwrap_or_default())?;
     assert_eq!(spec, object["spec"]);
     // The status, written with the generation the API server gives.
     let dir = tempfile::tempdir()?;
-    let s = &all[3];
+    let s = &all[4];
     std::fs::write(dir.path().join("status.json"), &s.files[0].1)?;
     let out = run(dir.path(), &s.command)?;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
