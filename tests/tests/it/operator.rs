@@ -146,8 +146,9 @@ pub fn the_install_wrote_the_cluster_into_itself(
 /// with kubectl sets NotSupported naming the field within 5 s, leaves the
 /// rest of the status alone and makes a Warning Event; put back, it clears;
 /// `spec.paused` stops all of it; the leader killed with SIGKILL, the other
-/// replica takes the Lease and decides the next change; stopped with
-/// SIGTERM, it hands the Lease back. Prints the figures: apply to decision,
+/// replica takes the Lease and decides the next change; `kubectl delete`
+/// of the Cluster resets nothing, and the object created again is as
+/// applied; stopped with SIGTERM, the last replica hands the Lease back. Prints the figures: apply to decision,
 /// failover, and each replica's peak RSS (goal under 64 MB).
 pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path) {
     let k = |args: &str| lab.ssh_ok("lab1", &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf {args}"));
@@ -277,6 +278,22 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path) {
     assert_eq!(condition("NotSupported", "reason"), "CannotChange");
     k(&put_back);
     k(&wait_for("NotSupported", "False"));
+
+    // `kubectl delete` of the Cluster resets nothing: the nodes stay Ready
+    // and the spec as applied stays. Created again from the file the
+    // operator phase left on lab1, it is held against that spec: as
+    // applied, and its status follows the nodes again.
+    k(&format!("delete {the} --wait=true"));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let ready = k("get nodes -o jsonpath='{.items[*].status.conditions[?(@.type==\"Ready\")].status}'");
+    assert_eq!(ready.split_whitespace().collect::<Vec<_>>(), ["True"; 3], "{ready}");
+    k(&format!("-n {NAMESPACE} get configmap kubexm-applied-lab"));
+    k("create -f /var/lib/kubexm/operator/cluster.json");
+    k(&wait_for("NotSupported", "False"));
+    assert_eq!(condition("NotSupported", "reason"), "AsApplied");
+    until("the new object's status follows the nodes", 60, &|| {
+        condition("Ready", "reason") == "NodesReady"
+    });
 
     // Stopped with SIGTERM: the Lease handed back at once.
     let last = replicas.remove(1 - i);
