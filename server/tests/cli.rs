@@ -1,4 +1,4 @@
-//! The `kubexm` command's own refusals (issue 24, item 10).
+//! The `kubexm` command's own refusals (issue 24, item 10; issue 31: `controller-manager`).
 
 use assert_cmd::Command;
 
@@ -60,4 +60,27 @@ fn a_health_listener_off_loopback_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("loopback only"), "{err}");
+}
+
+/// `kubexm controller-manager` names a kubeconfig it cannot read, and
+/// refuses a Lease duration too short to renew within.
+#[test]
+fn the_controller_manager_names_a_bad_kubeconfig_and_refuses_a_short_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nowhere.conf");
+    let out = Command::cargo_bin("kubexm")
+        .unwrap()
+        .args(["controller-manager", "--kubeconfig"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(&*missing.to_string_lossy()), "{err}");
+    let out = Command::cargo_bin("kubexm")
+        .unwrap()
+        .args(["controller-manager", "--lease-seconds", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
