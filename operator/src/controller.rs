@@ -125,7 +125,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Rec
     let started = Instant::now();
     let source = format!("configmap {}/{}", ctx.namespace, applied_name(&name));
     let applied = applied(&ctx, &name, &source).await?;
-    let paused = spec.get("paused").and_then(Value::as_bool) == Some(true);
+    let paused = decide::paused(&spec);
     if status.observed_generation == Some(generation) && !paused {
         if let Ok(a) = &applied {
             refresh_nodes(&ctx, &status, &name, &version, a, generation).await?;
@@ -135,7 +135,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Rec
     let decision = match &applied {
         _ if paused => Decision::Paused,
         Err(why) => Decision::AppliedUnreadable(why.clone()),
-        Ok(a) => decide::decide(&name, &spec, a, &source).unwrap_or_else(|e| Decision::AppliedUnreadable(e.to_string())),
+        Ok(a) => decide::decide(&name, &spec, a, &source),
     };
     let (mut sets, observed) = decide::conditions_for(&decision, &name);
     for s in &mut sets {

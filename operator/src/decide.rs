@@ -48,17 +48,7 @@ pub enum Decision {
     AppliedUnreadable(String),
 }
 
-/// Why the spec last applied could not be read: it was written by the
-/// install's operator phase, so this is a kubexm of another version, or
-/// an edit by hand.
-#[derive(Debug, thiserror::Error)]
-#[error("the spec last applied ({source_name}) does not read as a cluster config: {message}")]
-pub struct AppliedError {
-    pub source_name: String,
-    pub message: String,
-}
-
-/// The config document a Cluster object's `spec` is, named `file` in messages.
+/// The config document a Cluster object named `name` whose spec is `spec` is.
 fn document(name: &str, spec: &Value) -> String {
     json!({"apiVersion": "kubexm.io/v1alpha1", "kind": "Cluster", "metadata": {"name": name}, "spec": spec}).to_string()
 }
@@ -98,29 +88,38 @@ fn problems(d: &Diagnostics) -> Vec<Problem> {
         .collect()
 }
 
+/// Whether `spec` asks the controller to leave the cluster alone.
+pub fn paused(spec: &Value) -> bool {
+    spec.get("paused").and_then(Value::as_bool) == Some(true)
+}
+
 /// What the Cluster `name` whose spec is `spec` asks for, against the spec
 /// last applied (`applied`, read from `applied_source`). An applied spec
-/// that does not read is an error: the controller cannot know what the
-/// hosts run.
-pub fn decide(name: &str, spec: &Value, applied: &Value, applied_source: &str) -> Result<Decision, AppliedError> {
-    if spec.get("paused").and_then(Value::as_bool) == Some(true) {
-        return Ok(Decision::Paused);
+/// that does not read decides nothing ([`Decision::AppliedUnreadable`]):
+/// the controller cannot know what the hosts run.
+pub fn decide(name: &str, spec: &Value, applied: &Value, applied_source: &str) -> Decision {
+    if paused(spec) {
+        return Decision::Paused;
     }
     let file = format!("clusters.kubexm.io/{name}");
     let new = match load(name, spec, &file) {
         Ok(c) => c,
-        Err(LoadError::Invalid(d)) => return Ok(Decision::Invalid(problems(&d))),
+        Err(LoadError::Invalid(d)) => return Decision::Invalid(problems(&d)),
         Err(e) => {
-            return Ok(Decision::Invalid(vec![Problem {
+            return Decision::Invalid(vec![Problem {
                 path: String::new(),
                 message: e.to_string(),
-            }]));
+            }]);
         }
     };
-    let old = load(name, applied, applied_source).map_err(|e| AppliedError {
-        source_name: applied_source.to_string(),
-        message: e.to_string(),
-    })?;
+    let old = match load(name, applied, applied_source) {
+        Ok(c) => c,
+        Err(e) => {
+            return Decision::AppliedUnreadable(format!(
+                "the spec last applied ({applied_source}) does not read as a cluster config: {e}"
+            ));
+        }
+    };
     let job = JobRef {
         id: 0,
         kind: "install".into(),
@@ -128,32 +127,28 @@ pub fn decide(name: &str, spec: &Value, applied: &Value, applied_source: &str) -
         finished: 0,
     };
     let record = ClusterRecord::new(&old, job, None, None, &BTreeMap::new());
-    Ok(match changes(&record, &new, None, &file) {
+    match changes(&record, &new, None, &file) {
         Ok(c) if c.is_empty() => Decision::AsApplied,
         Ok(c) => Decision::NotRunYet(describe(&c)),
         Err(d) => {
-            // Every problem, what can never change first: one of those
-            // makes the whole change impossible.
-            let all = problems(&d);
-            let never = d.diagnostics.iter().any(|x| x.kind != Kind::Unsupported);
-            let mut ordered: Vec<Problem> = Vec::with_capacity(all.len());
-            for (p, x) in all.iter().zip(&d.diagnostics) {
-                if x.kind != Kind::Unsupported {
-                    ordered.push(p.clone());
-                }
-            }
-            for (p, x) in all.into_iter().zip(&d.diagnostics) {
-                if x.kind == Kind::Unsupported {
-                    ordered.push(p);
-                }
-            }
+            // Every problem, what can never change first (a stable sort):
+            // one of those makes the whole change impossible.
+            let mut all: Vec<(bool, Problem)> = d
+                .diagnostics
+                .iter()
+                .map(|x| x.kind == Kind::Unsupported)
+                .zip(problems(&d))
+                .collect();
+            all.sort_by_key(|(unsupported, _)| *unsupported);
+            let never = all.first().is_some_and(|(unsupported, _)| !unsupported);
+            let ordered = all.into_iter().map(|(_, p)| p).collect();
             if never {
                 Decision::CannotChange(ordered)
             } else {
                 Decision::NotSupportedYet(ordered)
             }
         }
-    })
+    }
 }
 
 /// What an apply would do, in a sentence.

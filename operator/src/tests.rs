@@ -22,7 +22,7 @@ fn applied() -> Value {
 }
 
 fn decided(spec: &Value) -> Decision {
-    decide("prod", spec, &applied(), "configmap kubexm-system/kubexm-applied-prod").unwrap()
+    decide("prod", spec, &applied(), "configmap kubexm-system/kubexm-applied-prod")
 }
 
 #[test]
@@ -107,13 +107,13 @@ fn a_spec_that_does_not_read_or_names_a_file_here_is_invalid_by_path() {
 
 #[test]
 fn an_applied_spec_that_does_not_read_is_an_error_naming_where_it_is() {
-    let e = decide(
+    let d = decide(
         "prod",
         &applied(),
         &json!({"hosts": 3}),
         "configmap kubexm-system/kubexm-applied-prod",
-    )
-    .unwrap_err();
+    );
+    let Decision::AppliedUnreadable(e) = d else { panic!("{d:?}") };
     assert!(e.to_string().contains("configmap kubexm-system/kubexm-applied-prod"), "{e}");
 }
 

@@ -2,7 +2,8 @@
 //! upgrade's hop's): the cluster written into itself, on the first
 //! control-plane node with the bundle's kubectl. The Cluster
 //! CustomResourceDefinition (established before anything uses it), the
-//! `kubexm-system` namespace, the Cluster object (cluster.yaml's spec as
+//! admission policy (a Cluster only in `kubexm-system`, one per cluster),
+//! the `kubexm-system` namespace, the Cluster object (cluster.yaml's spec as
 //! `kubexm_crd::in_cluster` leaves it: nothing naming a file, a variable
 //! or the SSH agent of this machine), the same spec as applied to the
 //! hosts (the ConfigMap `kubexm_crd::applied_name`, which the controller
@@ -165,7 +166,7 @@ fn steps(
         ),
         files: vec![(file.clone(), body, 0o644)],
         command: format!(
-            "set -e\n{k} get namespace {NAMESPACE} >/dev/null 2>&1 || {k} create namespace {NAMESPACE}\n{apply} -f {file}\n\
+            "set -e\n{apply} -f {file}\n\
              g=$({generation})\n{}\n{k} annotate --overwrite {the_object} {GENERATION}=\"$g\"\n",
             numeric("just applied")
         ),
@@ -215,28 +216,37 @@ fn steps(
 }
 
 /// The admission policy and its binding ([`ADMISSION`], for cluster
-/// `name`), each annotated with the sha256 of what is applied, applied with
-/// `apply` unless `get` finds both annotations at it.
+/// `name`), each annotated with its own sha256 ([`annotated`]), applied
+/// with `apply` unless `get` finds both annotations at them.
 fn admission_step(name: &str, apply: &str, get: &dyn Fn(&str, &str) -> String, annotation: &str) -> anyhow::Result<RunWith> {
+    // `name` goes into CEL string literals as text: load checked it is a
+    // DNS label (letters, digits, '-'), which holds no quote.
     let text = crate::template::render(
         "cluster-admission.json",
         ADMISSION,
         &[("NAMESPACE", NAMESPACE), ("CLUSTER", name)],
         &[],
     )?;
-    let sum = kubexm_bundle::digest::sha256_hex(text.as_bytes());
-    let mut list: serde_json::Value = serde_json::from_str(&text)?;
-    for item in list["items"].as_array_mut().into_iter().flatten() {
-        item["metadata"]["annotations"] = serde_json::json!({ APPLIED: sum });
+    // Each object annotated with the sha256 of itself, like every other
+    // object of the phase, in a file of its own.
+    let list: serde_json::Value = serde_json::from_str(&text)?;
+    let mut files = Vec::new();
+    let mut checks = Vec::new();
+    for item in list["items"].as_array().into_iter().flatten() {
+        let kind = item["kind"].as_str().unwrap_or_default().to_ascii_lowercase();
+        let (body, sum) = annotated(item.clone())?;
+        checks.push(format!(
+            "[ \"$({})\" = {sum} ]",
+            get(&format!("{kind} clusters.kubexm.io"), annotation)
+        ));
+        files.push((format!("{DIR}/{kind}.json"), body, 0o644));
     }
-    let file = format!("{DIR}/admission.json");
-    let policy = get("validatingadmissionpolicy clusters.kubexm.io", annotation);
-    let binding = get("validatingadmissionpolicybinding clusters.kubexm.io", annotation);
+    let paths: Vec<String> = files.iter().map(|(f, _, _)| format!("-f {f}")).collect();
     Ok(RunWith {
         name: "cluster-admission".into(),
-        check: format!("[ \"$({policy})|$({binding})\" = \"{sum}|{sum}\" ]"),
-        files: vec![(file.clone(), serde_json::to_vec_pretty(&list)?, 0o644)],
-        command: format!("set -e\n{apply} -f {file}\n"),
+        check: checks.join(" && "),
+        command: format!("set -e\n{apply} {}\n", paths.join(" ")),
+        files,
         timeout: Duration::from_secs(120),
     })
 }

@@ -61,33 +61,43 @@ pub fn cluster_resource_on_a_real_api_server(lab: &Lab, config: &Path, dir: &Pat
     let stored: ClusterResource = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(stored.spec.cluster, cluster.spec, "the API server changed the spec it stored");
 
+    // Refused by the API server, saying `why`.
+    let refused = |file: &str, body: &serde_json::Value, how: &str, what: &str, why: &str| {
+        let out = put(file, body, how);
+        assert!(!out.status.success(), "{what} was accepted");
+        assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+    };
     // A private key's path (a file on the controller's machine) is no field
     // of the resource: kubectl's strict field validation names it.
     let mut bad = json.clone();
     bad["spec"]["hosts"][0]["auth"] = serde_json::json!({"privateKey": {"path": "/root/.ssh/id_ed25519"}});
-    let out = put("cluster-object-bad.json", &bad, "replace");
-    assert!(!out.status.success(), "a private key was accepted");
-    assert!(
-        text(&out.stderr).contains("unknown field \"spec.hosts[0].auth.privateKey\""),
-        "{}",
-        text(&out.stderr)
+    refused(
+        "cluster-object-bad.json",
+        &bad,
+        "replace",
+        "a private key",
+        "unknown field \"spec.hosts[0].auth.privateKey\"",
     );
 
     // The admission policy the install applied: a second Cluster object, or
     // one outside kubexm-system, is refused, naming why.
     let mut second = json.clone();
     second["metadata"]["name"] = "copy".into();
-    let out = put("cluster-second.json", &second, "create");
-    assert!(!out.status.success(), "a second Cluster object was accepted");
-    assert!(text(&out.stderr).contains("a second one (copy)"), "{}", text(&out.stderr));
+    refused(
+        "cluster-second.json",
+        &second,
+        "create",
+        "a second Cluster object",
+        "a second one (copy)",
+    );
     let mut elsewhere = json.clone();
     elsewhere["metadata"]["namespace"] = "default".into();
-    let out = put("cluster-elsewhere.json", &elsewhere, "create");
-    assert!(!out.status.success(), "a Cluster object outside kubexm-system was accepted");
-    assert!(
-        text(&out.stderr).contains("a Cluster lives in kubexm-system"),
-        "{}",
-        text(&out.stderr)
+    refused(
+        "cluster-elsewhere.json",
+        &elsewhere,
+        "create",
+        "a Cluster object outside kubexm-system",
+        "a Cluster lives in kubexm-system",
     );
     let mine = k(&format!(
         "-n {NAMESPACE} get clusters.kubexm.io lab -o jsonpath={{.metadata.generation}}"

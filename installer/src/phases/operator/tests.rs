@@ -56,16 +56,13 @@ fn the_object_carries_no_login_and_its_status_names_the_generation() -> Result<(
     );
     // The admission policy: this cluster's object, in kubexm-system, only.
     let policy: serde_json::Value = serde_json::from_slice(&all[1].files[0].1)?;
-    let rules = policy["items"][0]["spec"]["validations"].to_string();
+    let binding: serde_json::Value = serde_json::from_slice(&all[1].files[1].1)?;
+    let rules = policy["spec"]["validations"].to_string();
     assert!(
         rules.contains("object.metadata.name == 'lab'") && rules.contains("== 'kubexm-system'"),
         "{rules}"
     );
-    assert!(
-        policy["items"][1]["metadata"]["annotations"][APPLIED]
-            .as_str()
-            .is_some_and(|a| a.len() == 64)
-    );
+    assert!(binding["metadata"]["annotations"][APPLIED].as_str().is_some_and(|a| a.len() == 64));
     // Every check and command is a shell's.
     for s in &all {
         for text in [&s.check, &s.command] {
