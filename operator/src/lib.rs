@@ -17,7 +17,7 @@
 
 pub mod controller;
 pub mod decide;
-pub mod lease;
+pub use kubexm_lease as lease;
 pub mod nodes;
 
 use std::path::PathBuf;
@@ -28,7 +28,7 @@ use std::time::Duration;
 pub const NAMESPACE: &str = kubexm_crd::NAMESPACE;
 
 /// The Lease the replicas elect their leader with.
-pub const LEASE: &str = "kubexm-controller-manager";
+pub const LEASE: &str = lease::LEASE;
 
 /// What `kubexm controller-manager` is asked to do.
 #[derive(Debug, Clone)]
@@ -68,10 +68,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, OperatorEr
                 file: path.display().to_string(),
                 message,
             };
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| bad(e.to_string()))?
+            lease::kubeconfig(path).await.map_err(bad)?
         }
         None => kube::Config::incluster().map_err(|e| OperatorError::NotInCluster(e.to_string()))?,
     };
@@ -84,14 +81,7 @@ pub async fn run(o: Options, stop: impl std::future::Future<Output = ()>) -> Res
     let client = client(o.kubeconfig.as_ref()).await?;
     let mut elector = lease::Elector::new(
         client.clone(),
-        lease::LeaseConfig {
-            namespace: o.namespace.clone(),
-            name: o.lease_name.clone(),
-            identity: o.identity.clone(),
-            duration: o.lease_duration,
-            renew_every: (o.lease_duration / 7).max(Duration::from_millis(500)),
-            renew_deadline: o.lease_duration * 2 / 3,
-        },
+        lease::LeaseConfig::new(&o.namespace, &o.lease_name, &o.identity, o.lease_duration),
     );
     tokio::pin!(stop);
     tokio::select! {

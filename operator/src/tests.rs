@@ -1,17 +1,11 @@
 //! The controller's decisions on examples/ha.yaml's spec changed as kubectl
-//! would change it, the conditions they set, and the Lease's steps on a
-//! clock of our own.
+//! would change it, and the conditions they set.
 
-use std::time::{Duration, Instant};
-
-use k8s_openapi::api::coordination::v1::LeaseSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kubexm_bom::config::Cluster;
 use kubexm_crd::{ClusterStatus, ConditionStatus, ConditionType};
 use serde_json::{Value, json};
 
 use crate::decide::{self, Decision, conditions_for, decide, status_for};
-use crate::lease::{Seen, Step, step};
 
 /// examples/ha.yaml's spec as the install's operator phase writes it into
 /// the cluster (no login, nothing naming a file).
@@ -139,54 +133,6 @@ fn conditions_keep_their_transition_time_while_their_status_holds() {
     assert_eq!(ns(&fixed).status, ConditionStatus::False);
     assert_eq!(ns(&fixed).last_transition_time.as_deref(), Some("2026-11-28T12:00:00Z"));
     assert!(decide::event_for(&Decision::AsApplied, &back).is_none());
-}
-
-fn lease(holder: &str, renewed: &str) -> LeaseSpec {
-    LeaseSpec {
-        holder_identity: Some(holder.into()),
-        lease_duration_seconds: Some(15),
-        renew_time: Some(MicroTime(renewed.parse().unwrap())),
-        ..Default::default()
-    }
-}
-
-#[test]
-fn the_lease_is_taken_over_only_after_its_holder_stopped_renewing_it_for_its_duration_on_our_clock() {
-    let d = Duration::from_secs(15);
-    let t0 = Instant::now();
-    let mut seen = Seen::default();
-    assert_eq!(step(None, "b", &mut seen, t0, d), Step::Create);
-    let a = lease("a", "2026-11-28T10:00:00Z");
-    assert_eq!(step(Some(&lease("b", "2026-11-28T10:00:00Z")), "b", &mut seen, t0, d), Step::Renew);
-    let wait = Step::Wait { holder: "a".into() };
-    assert_eq!(step(Some(&a), "b", &mut seen, t0, d), wait);
-    assert_eq!(step(Some(&a), "b", &mut seen, t0 + Duration::from_secs(10), d), wait);
-    // Renewed: the clock starts again, whatever the holder's clock says.
-    let renewed = lease("a", "2026-11-28T09:00:00Z");
-    assert_eq!(step(Some(&renewed), "b", &mut seen, t0 + Duration::from_secs(14), d), wait);
-    assert_eq!(step(Some(&renewed), "b", &mut seen, t0 + Duration::from_secs(28), d), wait);
-    assert_eq!(
-        step(Some(&renewed), "b", &mut seen, t0 + Duration::from_secs(30), d),
-        Step::TakeOver
-    );
-    // Handed back: taken at once.
-    let mut free = a.clone();
-    free.holder_identity = None;
-    assert_eq!(step(Some(&free), "b", &mut Seen::default(), t0, d), Step::TakeOver);
-}
-
-#[test]
-fn a_lease_deleted_under_its_holder_is_made_again_only_after_its_duration() {
-    let d = Duration::from_secs(15);
-    let t0 = Instant::now();
-    let mut seen = Seen::default();
-    let a = lease("a", "2026-11-28T10:00:00Z");
-    assert_eq!(step(Some(&a), "b", &mut seen, t0, d), Step::Wait { holder: "a".into() });
-    assert_eq!(
-        step(None, "b", &mut seen, t0 + Duration::from_secs(5), d),
-        Step::Wait { holder: "a".into() }
-    );
-    assert_eq!(step(None, "b", &mut seen, t0 + Duration::from_secs(16), d), Step::Create);
 }
 
 #[test]

@@ -469,6 +469,9 @@ fn open(
         trust,
         connect_timeout: o.connect_timeout,
         connect_attempts: o.connect_attempts,
+        owner: ops::owner::Ownership::Take {
+            identity: format!("kubexm worker {} job {}", kubexm_bom::text::line(&o.name), job.id),
+        },
     };
     let mut settings = o.install.settings(job.id, &request, &local, engine)?;
     let bundle = request.bundle().map(|d| o.install.bundle(job.id, d, &local)).transpose()?;

@@ -51,6 +51,7 @@ fn a_held_bundle_is_a_checked_copy_and_an_install_refuses_any_other() {
             trust: Default::default(),
             connect_timeout: kubexm_installer::ops::CONNECT_TIMEOUT,
             connect_attempts: kubexm_installer::ops::CONNECT_ATTEMPTS,
+            owner: Default::default(),
         },
         root: d.join("root"),
         pubkey: Some(pub2),

@@ -57,6 +57,7 @@ impl Fixture {
             trust: Default::default(),
             connect_timeout: crate::ops::CONNECT_TIMEOUT,
             connect_attempts: 1,
+            owner: Default::default(),
         });
         engine.root = self.dir.path().join("root");
         engine

@@ -19,6 +19,7 @@ pub(crate) mod fixture;
 pub mod hosts_toml;
 pub mod install;
 pub mod mirror;
+pub mod owner;
 pub mod packages;
 pub mod remove;
 pub mod request;
@@ -57,6 +58,9 @@ pub struct EngineSettings {
     /// One SSH connection attempt's time limit, and the attempts per host.
     pub connect_timeout: std::time::Duration,
     pub connect_attempts: u32,
+    /// Who a job that changes a cluster in operator mode acts as (its
+    /// controller's Lease, [`owner`]).
+    pub owner: owner::Ownership,
 }
 
 /// One SSH connection attempt's time limit unless told otherwise.
@@ -96,6 +100,7 @@ impl std::fmt::Debug for EngineSettings {
             .field("events", &self.events.is_some())
             .field("stop", &self.stop.is_some())
             .field("trust", &self.trust)
+            .field("owner", &self.owner)
             .finish()
     }
 }

@@ -139,7 +139,14 @@ pub struct Session {
     preamble: Mutex<Vec<Span>>,
     /// The last job run, for its timeline.
     last_job: Mutex<Option<i64>>,
+    /// The cluster's Lease, once a job that changes it ran (held until the
+    /// session ends).
+    owned: Mutex<Option<super::owner::Owned>>,
 }
+
+/// Job kinds that change nothing on the hosts: they run without the
+/// cluster's Lease. Every other kind takes it.
+const READ_ONLY: [&str; 5] = ["facts", "certs-check", "etcd-snapshot", "upgrade-check", "probe"];
 
 /// `config` checked against the catalog `bundle` carries (its first member,
 /// bundle.yaml, read without unpacking anything): what an install, and a
@@ -275,6 +282,7 @@ impl Session {
             engine: Mutex::new(None),
             preamble: Mutex::new(Vec::new()),
             last_job: Mutex::new(None),
+            owned: Mutex::new(None),
         }
     }
 
@@ -542,6 +550,20 @@ impl Session {
         *self.engine.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
+    /// Takes the cluster's Lease for the rest of the session, once
+    /// ([`super::owner`]): every job that changes the hosts does; an
+    /// operation calls it itself to be refused before its preamble.
+    pub fn own(&self) -> anyhow::Result<()> {
+        let e = self.engine()?;
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        if owned.is_none() {
+            let kubeconfig = super::install::kubeconfig_path(&self.settings, &self.cluster);
+            let name = &self.cluster.metadata.name;
+            *owned = Some(super::owner::take(&kubeconfig, name, &self.settings.engine.owner, e.stop.clone())?);
+        }
+        Ok(())
+    }
+
     /// Runs the pipeline built for the hosts that answered as one job of
     /// `kind` under `policy`.
     pub fn execute(
@@ -551,6 +573,9 @@ impl Session {
         pipeline: impl FnOnce(Vec<String>) -> anyhow::Result<Pipeline>,
     ) -> anyhow::Result<Execution> {
         let e = self.engine()?;
+        if !READ_ONLY.contains(&kind) {
+            self.own()?;
+        }
         let hosts = Hosts {
             cluster: &self.cluster.metadata.name,
             targets: &e.targets,
@@ -651,6 +676,7 @@ mod tests {
             trust: Default::default(),
             connect_timeout: super::super::CONNECT_TIMEOUT,
             connect_attempts: 1,
+            owner: Default::default(),
         }
     }
 

@@ -237,6 +237,18 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         "get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.status.nodeInfo.kubeletVersion} {.status.nodeInfo.architecture} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}'",
     );
     eprintln!("nodes:\n{nodes}");
+    // lab5's kubelet runs under qemu-user: its Node may come after the
+    // install ends (the install does not wait for workers); it must come.
+    if !nodes.lines().any(|l| l.starts_with("lab5 ")) {
+        let registered = (0..60).any(|_| {
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            k("get nodes --no-headers").lines().any(|l| l.starts_with("lab5 "))
+        });
+        if !registered {
+            let journal = lab.ssh("lab5", "journalctl -u kubelet --no-pager | tail -40");
+            panic!("lab5 never registered:\n{}", text(&journal.stdout));
+        }
+    }
     for h in amd64 {
         assert!(
             nodes.lines().any(|l| l == format!("{h} v1.37.2 amd64 True")),

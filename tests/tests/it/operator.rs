@@ -158,9 +158,13 @@ pub fn the_install_wrote_the_cluster_into_itself(
 /// `spec.paused` stops all of it; the leader killed with SIGKILL, the other
 /// replica takes the Lease and decides the next change; `kubectl delete`
 /// of the Cluster resets nothing, and the object created again is as
-/// applied; stopped with SIGTERM, the last replica hands the Lease back. Prints the figures: apply to decision,
-/// failover, and each replica's peak RSS (goal under 64 MB).
-pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path) {
+/// applied; stopped with SIGTERM, the last replica hands the Lease back.
+/// One owner at a time: `apply` (`day2`, run with extra flags) is refused
+/// while a replica leads, naming it, and nothing is applied; once the
+/// Lease is handed back it takes it while it runs and hands it back.
+/// Prints the figures: apply to decision, failover, and each replica's
+/// peak RSS (goal under 64 MB).
+pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&[&str]) -> std::process::Command) {
     let k = |args: &str| lab.ssh_ok("lab1", &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf {args}"));
     let the = format!("-n {NAMESPACE} clusters.kubexm.io lab");
     let jsonpath = |p: &str| k(&format!("get {the} -o jsonpath='{p}'"));
@@ -205,6 +209,17 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path) {
     until("a replica holds the Lease", 30, &|| holder().starts_with("replica-"));
     // The leader reads the nodes: every one Ready.
     until("the status follows the nodes", 30, &|| condition("Ready", "reason") == "NodesReady");
+    // The CLI's day-2 operation is refused while the controller leads.
+    let t0 = std::time::Instant::now();
+    let refused = day2(&[]).output().unwrap();
+    let err = kubexm_e2e::text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(7), "{err}");
+    assert!(
+        err.contains("cluster lab is in operator mode and the Lease kubexm-system/kubexm-controller-manager is held by replica-")
+            && err.contains("--force-local"),
+        "{err}"
+    );
+    eprintln!("operator: apply refused while a replica leads, after {:?}", t0.elapsed());
     let before = k(&format!("get {the} -o json"));
     let before: serde_json::Value = serde_json::from_str(&before).unwrap();
 
@@ -311,4 +326,15 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path) {
     until("the Lease is handed back", 10, &|| holder().is_empty());
     eprintln!("controller-manager log (the last replica):\n{}", last.stderr_tail());
     assert!(!last.stderr_tail().contains("panicked"), "{}", last.stderr_tail());
+
+    // Nobody leads: apply takes the Lease while it runs, and hands it back.
+    let running = day2(&[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    until("apply holds the Lease", 60, &|| holder().starts_with("kubexm-install on "));
+    let ran = running.wait_with_output().unwrap();
+    assert!(ran.status.success(), "{}", kubexm_e2e::text(&ran.stderr));
+    assert!(holder().is_empty(), "the Lease was not handed back: {}", holder());
 }

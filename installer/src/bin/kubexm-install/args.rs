@@ -186,6 +186,11 @@ pub struct EngineArgs {
     /// Connection attempts per host (only refused or dropped connections are retried).
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub connect_attempts: u32,
+    /// Change a cluster in operator mode without taking its controller's
+    /// Lease (kubexm-system/kubexm-controller-manager): for when the
+    /// controller is broken; it and this command may then act at once.
+    #[arg(long)]
+    pub force_local: bool,
 }
 
 /// What an operation on an installed cluster's hosts takes.

@@ -434,6 +434,11 @@ impl EngineArgs {
             trust: Default::default(),
             connect_timeout: std::time::Duration::from_secs(self.connect_timeout.max(1)),
             connect_attempts: self.connect_attempts.max(1),
+            owner: if self.force_local {
+                ops::owner::Ownership::ForceLocal
+            } else {
+                ops::owner::Ownership::default()
+            },
         }
     }
 }

@@ -1,16 +1,18 @@
-//! Leader election through a `coordination.k8s.io/v1` Lease, as
-//! Kubernetes' own controllers do it: one holder at a time, named in the
-//! Lease; the holder renews it every [`LeaseConfig::renew_every`]; another
-//! replica takes it over once the holder has not renewed it for
-//! [`LeaseConfig::duration`] as that replica's own clock measures it (the
-//! holder's clock is never compared with ours); every write carries the
-//! `resourceVersion` it read, so of two replicas racing for it one wins and
-//! the other sees a conflict. A holder that cannot renew within
-//! [`LeaseConfig::renew_deadline`] stops acting (a replica elsewhere may
-//! already hold it); one that stops cleanly hands it back at once.
+//! kubexm-lease: the Lease one owner of a cluster acts under
+//! (`kubexm-system/kubexm-controller-manager`, a `coordination.k8s.io/v1`
+//! Lease), taken as Kubernetes' own controllers take theirs: one holder at
+//! a time, named in the Lease; the holder renews it every
+//! [`LeaseConfig::renew_every`]; another takes it over once the holder has
+//! not renewed it for [`LeaseConfig::duration`] as that taker's own clock
+//! measures it (the holder's clock is never compared with ours); every
+//! write carries the `resourceVersion` it read, so of two racing for it one
+//! wins and the other sees a conflict. A holder that cannot renew within
+//! [`LeaseConfig::renew_deadline`] stops acting (another may already hold
+//! it); one that stops cleanly hands it back at once.
 //!
-//! Written here rather than taken from a crate so that the CLI's and the
-//! API's day-2 operations can take the same Lease later with the same code.
+//! The controller's replicas wait for it ([`Elector::acquire`]); the CLI's
+//! and the API's day-2 operations on a cluster in operator mode take it or
+//! are refused, naming its holder ([`Elector::take`]).
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,15 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use kubexm_bom::text;
+
+#[cfg(test)]
+mod tests;
+
+/// Where the Lease lives: with the Cluster objects.
+pub use kubexm_crd::NAMESPACE;
+
+/// The Lease's name.
+pub const LEASE: &str = "kubexm-controller-manager";
 
 /// Where the Lease is and how it is held.
 #[derive(Debug, Clone)]
@@ -34,6 +45,29 @@ pub struct LeaseConfig {
     pub renew_every: Duration,
     /// How long the holder keeps acting without a renewal that succeeded.
     pub renew_deadline: Duration,
+}
+
+impl LeaseConfig {
+    /// A Lease held for `duration` without renewal: renewed every seventh
+    /// of it (at least every half second), given up past two thirds of it.
+    pub fn new(namespace: &str, name: &str, identity: &str, duration: Duration) -> LeaseConfig {
+        LeaseConfig {
+            namespace: namespace.into(),
+            name: name.into(),
+            identity: identity.into(),
+            duration,
+            renew_every: (duration / 7).max(Duration::from_millis(500)),
+            renew_deadline: duration * 2 / 3,
+        }
+    }
+}
+
+/// The client configuration the kubeconfig at `path` gives, or why not.
+pub async fn kubeconfig(path: &std::path::Path) -> Result<kube::Config, String> {
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
+    kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// What the Lease as read says this replica does.
@@ -103,7 +137,13 @@ pub struct Elector {
     /// When the request of our last write that succeeded was sent: a
     /// follower counts from when it saw that write, so never earlier.
     renewed_at: Option<Instant>,
+    /// Says of a holder that it is gone for certain (a process of this
+    /// machine that no longer runs): its Lease is taken over at once.
+    gone: Option<Gone>,
 }
+
+/// See [`Elector::with_gone`].
+type Gone = Box<dyn Fn(&str) -> bool + Send>;
 
 /// What one look at the Lease ended with.
 enum Outcome {
@@ -129,6 +169,15 @@ pub enum Lost {
     },
 }
 
+/// Why [`Elector::take`] did not get the Lease.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("the Lease {namespace}/{name} is held by {holder}, which is renewing it")]
+    HeldBy { namespace: String, name: String, holder: String },
+    #[error("the Lease {namespace}/{name} could not be read or written: {error}")]
+    Api { namespace: String, name: String, error: String },
+}
+
 impl Elector {
     pub fn new(client: kube::Client, cfg: LeaseConfig) -> Elector {
         Elector {
@@ -137,7 +186,14 @@ impl Elector {
             seen: Seen::default(),
             held: None,
             renewed_at: None,
+            gone: None,
         }
+    }
+
+    /// With `gone` saying which holders are gone for certain.
+    pub fn with_gone(mut self, gone: impl Fn(&str) -> bool + Send + 'static) -> Elector {
+        self.gone = Some(Box::new(gone));
+        self
     }
 
     fn spec(&self, transitions: i32, acquired: Option<MicroTime>) -> LeaseSpec {
@@ -157,7 +213,13 @@ impl Elector {
         let sent = Instant::now();
         let lease = self.api.get_opt(&self.cfg.name).await?;
         let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
-        let decided = step(spec, &self.cfg.identity, &mut self.seen, Instant::now(), self.cfg.duration);
+        let decided = match step(spec, &self.cfg.identity, &mut self.seen, Instant::now(), self.cfg.duration) {
+            Step::Wait { holder } if spec.is_some() && self.gone.as_ref().is_some_and(|gone| gone(&holder)) => {
+                tracing::info!(lease = %self.cfg.name, holder = %text::line(&holder), "its holder is gone: taking it over");
+                Step::TakeOver
+            }
+            decided => decided,
+        };
         let transitions = spec.and_then(|s| s.lease_transitions).unwrap_or(0);
         let written = match (decided, lease) {
             (Step::Create, _) => {
@@ -226,6 +288,36 @@ impl Elector {
         }
     }
 
+    /// Takes the Lease unless another holder is seen renewing it: a holder
+    /// is taken to be alive once its record changes while we look (every
+    /// [`LeaseConfig::renew_every`]), and dead once it has not changed for
+    /// the Lease's duration (then it is taken over, as a replica would).
+    /// An error of the API server, or one that does not answer within the
+    /// duration, refuses.
+    pub async fn take(&mut self) -> Result<(), Refused> {
+        let mut first: Option<(String, String)> = None;
+        loop {
+            match tokio::time::timeout(self.cfg.duration, self.try_once()).await {
+                Ok(Ok(Outcome::Held)) => return Ok(()),
+                Ok(Ok(Outcome::HeldBy(holder))) => match (&first, &self.seen.record) {
+                    (None, seen) => first = seen.clone(),
+                    (Some(f), Some(seen)) if f != seen => {
+                        return Err(Refused::HeldBy {
+                            namespace: self.cfg.namespace.clone(),
+                            name: self.cfg.name.clone(),
+                            holder: text::line(&holder).into_owned(),
+                        });
+                    }
+                    _ => {}
+                },
+                Ok(Ok(Outcome::Raced)) => {}
+                Ok(Err(e)) => return Err(self.refused(&e.to_string())),
+                Err(_) => return Err(self.refused("the API server did not answer in time")),
+            }
+            tokio::time::sleep(self.cfg.renew_every).await;
+        }
+    }
+
     /// Renews the Lease until it is lost; returns why. A renewal that
     /// does not answer in time counts as failed: the deadline is measured
     /// from when the last successful write was sent.
@@ -240,11 +332,7 @@ impl Elector {
             match tokio::time::timeout(left, self.try_once()).await {
                 Ok(Ok(Outcome::Held | Outcome::Raced)) => {}
                 Ok(Ok(Outcome::HeldBy(holder))) => {
-                    return Lost::TakenBy {
-                        namespace: self.cfg.namespace.clone(),
-                        name: self.cfg.name.clone(),
-                        holder: text::line(&holder).into_owned(),
-                    };
+                    return self.taken_by(&holder);
                 }
                 Ok(Err(e)) => tracing::warn!(
                     lease = %self.cfg.name,
@@ -253,6 +341,46 @@ impl Elector {
                 ),
                 Err(_) => return self.not_renewed("the API server did not answer the renewal in time".into()),
             }
+        }
+    }
+
+    /// Renews the Lease until another holder has it; an API server that
+    /// stops answering (an API server restarted by an upgrade, taken down
+    /// by a reset) is not that: nobody can take the Lease from it either,
+    /// so the holder acts on and takes it back once it answers.
+    pub async fn keep(&mut self) -> Lost {
+        loop {
+            let why = self.hold().await;
+            if matches!(why, Lost::TakenBy { .. }) {
+                return why;
+            }
+            tracing::warn!("{why}: acting on, and renewing it once the API server answers");
+            loop {
+                tokio::time::sleep(self.cfg.renew_every).await;
+                match tokio::time::timeout(self.cfg.duration, self.try_once()).await {
+                    Ok(Ok(Outcome::Held)) => break,
+                    Ok(Ok(Outcome::HeldBy(holder))) => {
+                        return self.taken_by(&holder);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn taken_by(&self, holder: &str) -> Lost {
+        Lost::TakenBy {
+            namespace: self.cfg.namespace.clone(),
+            name: self.cfg.name.clone(),
+            holder: text::line(holder).into_owned(),
+        }
+    }
+
+    fn refused(&self, error: &str) -> Refused {
+        Refused::Api {
+            namespace: self.cfg.namespace.clone(),
+            name: self.cfg.name.clone(),
+            error: text::line(error).into_owned(),
         }
     }
 
@@ -279,6 +407,99 @@ impl Elector {
                 "handing the Lease back failed: {}; another replica takes it when it expires",
                 text::line(&e.to_string())
             ),
+        }
+    }
+}
+
+/// The Lease taken for one operation of synchronous code and held, on a
+/// thread of its own, until dropped (then it is handed back). `lost` is
+/// called if another holder takes it meanwhile ([`Elector::keep`]).
+pub struct Held {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Held {
+    /// Takes the Lease with a client made from `config` ([`Elector::take`]),
+    /// or says why not; `gone` as [`Elector::with_gone`].
+    pub fn take(
+        config: kube::Config,
+        cfg: LeaseConfig,
+        gone: impl Fn(&str) -> bool + Send + 'static,
+        lost: impl FnOnce(Lost) + Send + 'static,
+    ) -> Result<Held, Refused> {
+        let (namespace, name) = (cfg.namespace.clone(), cfg.name.clone());
+        let api_error = |error: String| Refused::Api {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            error,
+        };
+        let (taken_tx, taken_rx) = std::sync::mpsc::channel::<Result<(), Refused>>();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| api_error(format!("no runtime for it: {e}")))?;
+        let (ns, lease) = (cfg.namespace.clone(), cfg.name.clone());
+        let thread = std::thread::Builder::new()
+            .name("kubexm-lease".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    let client = match kube::Client::try_from(config) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let error = format!("no client for the API server: {e}");
+                            let _ = taken_tx.send(Err(Refused::Api {
+                                namespace: ns,
+                                name: lease,
+                                error,
+                            }));
+                            return;
+                        }
+                    };
+                    let mut elector = Elector::new(client, cfg).with_gone(gone);
+                    let taken = elector.take().await;
+                    let ok = taken.is_ok();
+                    let _ = taken_tx.send(taken);
+                    if !ok {
+                        return;
+                    }
+                    tokio::select! {
+                        why = elector.keep() => lost(why),
+                        _ = stop_rx => {
+                            // An API server gone for good (a reset) is not waited for.
+                            let _ = tokio::time::timeout(Duration::from_secs(5), elector.release()).await;
+                        }
+                    }
+                })
+            })
+            .map_err(|e| api_error(format!("no thread for it: {e}")))?;
+        match taken_rx.recv() {
+            Ok(Ok(())) => Ok(Held {
+                stop: Some(stop_tx),
+                thread: Some(thread),
+            }),
+            Ok(Err(refused)) => {
+                let _ = thread.join();
+                Err(refused)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(api_error("its thread ended before it was taken".into()))
+            }
+        }
+    }
+}
+
+impl Drop for Held {
+    /// Hands the Lease back and waits for that (a renewal in flight first
+    /// ends within the renewal deadline).
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
