@@ -147,9 +147,11 @@ pub enum Output {
 /// Logs go to stderr; `RUST_LOG` or `-v` raise the level.
 pub fn init_logging(verbose: u8) {
     quiet_on_closed_stdout();
+    // kube's client logs each failed request as an error of its own; our
+    // callers say what failed and what they do about it (below -vv).
     let default = match verbose {
-        0 => "warn",
-        1 => "info",
+        0 => "warn,kube_client=off",
+        1 => "info,kube_client=off",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

@@ -6,9 +6,11 @@
 //! not renewed it for [`LeaseConfig::duration`] as that taker's own clock
 //! measures it (the holder's clock is never compared with ours); every
 //! write carries the `resourceVersion` it read, so of two racing for it one
-//! wins and the other sees a conflict. A holder that cannot renew within
+//! wins and the other sees a conflict. A replica that cannot renew within
 //! [`LeaseConfig::renew_deadline`] stops acting (another may already hold
-//! it); one that stops cleanly hands it back at once.
+//! it; [`Elector::hold`]), a day-2 job acts on until another holder is
+//! seen renewing it ([`Elector::keep`]); one that stops cleanly hands it
+//! back at once.
 //!
 //! The controller's replicas wait for it ([`Elector::acquire`]); the CLI's
 //! and the API's day-2 operations on a cluster in operator mode take it or
@@ -176,6 +178,19 @@ pub enum Refused {
     HeldBy { namespace: String, name: String, holder: String },
     #[error("the Lease {namespace}/{name} could not be read or written: {error}")]
     Api { namespace: String, name: String, error: String },
+    #[error("stopped while waiting for the Lease {namespace}/{name}")]
+    Interrupted { namespace: String, name: String },
+}
+
+impl Refused {
+    /// An error about `cfg`'s Lease, escaped.
+    fn api(cfg: &LeaseConfig, error: &str) -> Refused {
+        Refused::Api {
+            namespace: cfg.namespace.clone(),
+            name: cfg.name.clone(),
+            error: text::line(error).into_owned(),
+        }
+    }
 }
 
 impl Elector {
@@ -300,7 +315,14 @@ impl Elector {
             match tokio::time::timeout(self.cfg.duration, self.try_once()).await {
                 Ok(Ok(Outcome::Held)) => return Ok(()),
                 Ok(Ok(Outcome::HeldBy(holder))) => match (&first, &self.seen.record) {
-                    (None, seen) => first = seen.clone(),
+                    (None, seen) => {
+                        tracing::info!(
+                            lease = %self.cfg.name,
+                            holder = %text::line(&holder),
+                            "the Lease is held: waiting to see whether its holder renews it"
+                        );
+                        first = seen.clone();
+                    }
                     (Some(f), Some(seen)) if f != seen => {
                         return Err(Refused::HeldBy {
                             namespace: self.cfg.namespace.clone(),
@@ -311,8 +333,8 @@ impl Elector {
                     _ => {}
                 },
                 Ok(Ok(Outcome::Raced)) => {}
-                Ok(Err(e)) => return Err(self.refused(&e.to_string())),
-                Err(_) => return Err(self.refused("the API server did not answer in time")),
+                Ok(Err(e)) => return Err(Refused::api(&self.cfg, &e.to_string())),
+                Err(_) => return Err(Refused::api(&self.cfg, "the API server did not answer in time")),
             }
             tokio::time::sleep(self.cfg.renew_every).await;
         }
@@ -344,25 +366,21 @@ impl Elector {
         }
     }
 
-    /// Renews the Lease until another holder has it; an API server that
-    /// stops answering (an API server restarted by an upgrade, taken down
-    /// by a reset) is not that: nobody can take the Lease from it either,
-    /// so the holder acts on and takes it back once it answers.
+    /// Renews the Lease until another holder is seen renewing it. A
+    /// renewal that fails past the deadline (an API server restarted by an
+    /// upgrade, stopped by a reset), or another holder in the Lease that
+    /// does not renew it (the Lease as an etcd snapshot had it), is not
+    /// that: the holder acts on and takes the Lease back by
+    /// [`Elector::take`]'s rule once the API server answers.
     pub async fn keep(&mut self) -> Lost {
         loop {
             let why = self.hold().await;
-            if matches!(why, Lost::TakenBy { .. }) {
-                return why;
-            }
-            tracing::warn!("{why}: acting on, and renewing it once the API server answers");
+            tracing::warn!("{why}: acting on, and taking it back unless another holder is seen renewing it");
             loop {
-                tokio::time::sleep(self.cfg.renew_every).await;
-                match tokio::time::timeout(self.cfg.duration, self.try_once()).await {
-                    Ok(Ok(Outcome::Held)) => break,
-                    Ok(Ok(Outcome::HeldBy(holder))) => {
-                        return self.taken_by(&holder);
-                    }
-                    _ => {}
+                match self.take().await {
+                    Ok(()) => break,
+                    Err(Refused::HeldBy { holder, .. }) => return self.taken_by(&holder),
+                    Err(_) => tokio::time::sleep(self.cfg.renew_every).await,
                 }
             }
         }
@@ -373,14 +391,6 @@ impl Elector {
             namespace: self.cfg.namespace.clone(),
             name: self.cfg.name.clone(),
             holder: text::line(holder).into_owned(),
-        }
-    }
-
-    fn refused(&self, error: &str) -> Refused {
-        Refused::Api {
-            namespace: self.cfg.namespace.clone(),
-            name: self.cfg.name.clone(),
-            error: text::line(error).into_owned(),
         }
     }
 
@@ -413,7 +423,8 @@ impl Elector {
 
 /// The Lease taken for one operation of synchronous code and held, on a
 /// thread of its own, until dropped (then it is handed back). `lost` is
-/// called if another holder takes it meanwhile ([`Elector::keep`]).
+/// called if another holder is seen renewing it meanwhile
+/// ([`Elector::keep`]).
 pub struct Held {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -421,44 +432,48 @@ pub struct Held {
 
 impl Held {
     /// Takes the Lease with a client made from `config` ([`Elector::take`]),
-    /// or says why not; `gone` as [`Elector::with_gone`].
+    /// or says why not; `gone` as [`Elector::with_gone`]. Waiting for it
+    /// ends when `interrupted` is set.
     pub fn take(
         config: kube::Config,
         cfg: LeaseConfig,
         gone: impl Fn(&str) -> bool + Send + 'static,
+        interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
         lost: impl FnOnce(Lost) + Send + 'static,
     ) -> Result<Held, Refused> {
-        let (namespace, name) = (cfg.namespace.clone(), cfg.name.clone());
-        let api_error = |error: String| Refused::Api {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            error,
-        };
         let (taken_tx, taken_rx) = std::sync::mpsc::channel::<Result<(), Refused>>();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| api_error(format!("no runtime for it: {e}")))?;
-        let (ns, lease) = (cfg.namespace.clone(), cfg.name.clone());
+            .map_err(|e| Refused::api(&cfg, &format!("no runtime for it: {e}")))?;
+        let on_thread = cfg.clone();
         let thread = std::thread::Builder::new()
             .name("kubexm-lease".into())
             .spawn(move || {
+                let cfg = on_thread;
                 rt.block_on(async move {
                     let client = match kube::Client::try_from(config) {
                         Ok(c) => c,
                         Err(e) => {
-                            let error = format!("no client for the API server: {e}");
-                            let _ = taken_tx.send(Err(Refused::Api {
-                                namespace: ns,
-                                name: lease,
-                                error,
-                            }));
+                            let _ = taken_tx.send(Err(Refused::api(&cfg, &format!("no client for the API server: {e}"))));
                             return;
                         }
                     };
+                    let stopped = Refused::Interrupted {
+                        namespace: cfg.namespace.clone(),
+                        name: cfg.name.clone(),
+                    };
                     let mut elector = Elector::new(client, cfg).with_gone(gone);
-                    let taken = elector.take().await;
+                    let watch = async {
+                        while !interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    };
+                    let taken = tokio::select! {
+                        taken = elector.take() => taken,
+                        () = watch => Err(stopped),
+                    };
                     let ok = taken.is_ok();
                     let _ = taken_tx.send(taken);
                     if !ok {
@@ -473,7 +488,7 @@ impl Held {
                     }
                 })
             })
-            .map_err(|e| api_error(format!("no thread for it: {e}")))?;
+            .map_err(|e| Refused::api(&cfg, &format!("no thread for it: {e}")))?;
         match taken_rx.recv() {
             Ok(Ok(())) => Ok(Held {
                 stop: Some(stop_tx),
@@ -485,15 +500,15 @@ impl Held {
             }
             Err(_) => {
                 let _ = thread.join();
-                Err(api_error("its thread ended before it was taken".into()))
+                Err(Refused::api(&cfg, "its thread ended before it was taken"))
             }
         }
     }
 }
 
 impl Drop for Held {
-    /// Hands the Lease back and waits for that (a renewal in flight first
-    /// ends within the renewal deadline).
+    /// Hands the Lease back and waits for that (at most about 5 s: an API
+    /// server that does not answer is not waited for).
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

@@ -154,10 +154,7 @@ pub fn delete(session: &mut Session, file: bool, o: &DeleteOptions) -> anyhow::R
     session.forget()?;
     not_reset.extend(o.unreachable.iter().cloned());
     let settings = session.settings();
-    let kubeconfig = settings
-        .kubeconfig
-        .clone()
-        .unwrap_or_else(|| settings.root.join(format!("{name}.kubeconfig")));
+    let kubeconfig = super::install::kubeconfig_path(settings, session.cluster());
     let mut removed = Vec::new();
     if kubeconfig.exists() {
         fs_err::remove_file(&kubeconfig).map_err(|e| op(OpError::Io, e))?;
@@ -216,7 +213,14 @@ mod tests {
         let root = f.dir.path().join("root");
         let pki = crate::paths::cluster_pki(&root, "s");
         std::fs::create_dir_all(&pki)?;
-        std::fs::write(root.join("s.kubeconfig"), "x")?;
+        // A kubeconfig whose API server does not answer: acted on without the Lease.
+        std::fs::write(
+            root.join("s.kubeconfig"),
+            "apiVersion: v1\nkind: Config\ncurrent-context: s\n\
+             clusters: [{name: s, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+             users: [{name: s, user: {token: t}}]\n\
+             contexts: [{name: s, context: {cluster: s, user: s}}]\n",
+        )?;
         let before = f.connecting.log.calls().len();
         let o = |yes: bool, purge: bool| DeleteOptions {
             yes,

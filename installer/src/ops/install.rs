@@ -232,7 +232,11 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         return Ok(InstallReport::Plan(plan.describe_without(&done)));
     }
     // One owner acts at a time: refused here, before anything is served.
-    session.span("lease", || session.own())?;
+    if args.server_dry_run {
+        session.without_lease();
+    } else {
+        session.span("lease", || session.own())?;
+    }
     // The file server runs for the install's duration.
     let opts = serve_options(&bundle_dir, listen, &pki_dir, &advertise.to_string(), &ctx.topo);
     let _server = session.span("serve", || FileServer::start(session, opts, &file_server))?;

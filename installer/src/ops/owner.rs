@@ -63,12 +63,49 @@ impl Default for Ownership {
     }
 }
 
-/// How long a job's hold on the Lease outlives its last renewal (a killed
-/// `kubexm-install` blocks others this long).
-pub const DURATION: Duration = Duration::from_secs(15);
+/// How long a job's hold on the Lease outlives its last renewal: long
+/// enough for an API server an upgrade restarts to come back before a
+/// waiting controller may take it over (a `kubexm-install` killed on
+/// another machine blocks others this long; one of this machine is taken
+/// over at once).
+pub const DURATION: Duration = Duration::from_secs(60);
 
-/// What a session holds while it changes a cluster: the Lease, or nothing.
-pub struct Owned(#[allow(dead_code)] Option<Held>);
+/// What a session holds while it changes a cluster: the Lease (and, once
+/// another holder was seen renewing it, what happened), or nothing.
+#[derive(Default)]
+pub struct Owned {
+    held: Option<Held>,
+    lost: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Owned {
+    /// Why the Lease was lost while held, if it was.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether the Lease is held.
+    pub fn holds(&self) -> bool {
+        self.held.is_some()
+    }
+}
+
+/// Why a job would act without the Lease where one may be needed.
+fn without(name: &str, why: &str) -> anyhow::Result<Owned> {
+    tracing::warn!("cluster {name}: {why}: acting without its controller's Lease");
+    Ok(Owned::default())
+}
+
+/// The same refusal for every way the Lease is not taken.
+fn refused(name: &str, why: &str) -> anyhow::Error {
+    op(
+        OpError::Host,
+        anyhow::anyhow!(
+            "cluster {name} is in operator mode and {why}: nothing was changed. While it is, change it through its Cluster \
+             object (kubectl apply); to act from here, stop the Lease's holder and run this again, or pass --force-local"
+        ),
+    )
+}
 
 /// Whether cluster `name` has a Cluster object, by the API server
 /// `config` reaches: `Err(None)` if it cannot be reached.
@@ -85,74 +122,84 @@ async fn in_operator_mode(config: kube::Config, name: &str) -> Result<bool, Opti
     }
 }
 
-/// Takes cluster `name`'s Lease as `how` says, through `kubeconfig`; a
-/// Lease another owner takes while it is held sets `stop` (no new step
-/// starts). An API server that stops answering meanwhile (restarted by an
-/// upgrade, stopped by a reset) is acted on.
-pub fn take(kubeconfig: &Path, name: &str, how: &Ownership, stop: Arc<AtomicBool>) -> anyhow::Result<Owned> {
-    let identity = match how {
-        Ownership::ForceLocal => {
-            tracing::warn!(
-                "--force-local: acting on cluster {name} without its controller's Lease; if its controller runs, both may act at once"
-            );
-            return Ok(Owned(None));
-        }
+/// What [`take`] needs besides the kubeconfig.
+pub struct Taking<'a> {
+    /// The cluster's name.
+    pub name: &'a str,
+    pub how: &'a Ownership,
+    /// Whether the cluster was installed (a missing kubeconfig is then
+    /// worth a warning).
+    pub installed: bool,
+    /// Set by Ctrl-C or a cancel (ends the wait); set when the Lease is
+    /// lost while held, if `stop_on_loss` (no new step starts).
+    pub stop: Arc<AtomicBool>,
+    pub stop_on_loss: bool,
+}
+
+/// Takes the cluster's Lease as `t.how` says, through `kubeconfig`; a
+/// Lease another owner is seen renewing while it is held is recorded in
+/// [`Owned::lost`] (and sets `t.stop` if `t.stop_on_loss`). An API server
+/// that stops answering meanwhile (restarted by an upgrade, stopped by a
+/// reset) is acted on.
+pub fn take(kubeconfig: &Path, t: Taking) -> anyhow::Result<Owned> {
+    let name = t.name;
+    let identity = match t.how {
+        Ownership::ForceLocal => return without(name, "--force-local; if its controller runs, both may act at once"),
         Ownership::Take { identity } => identity,
     };
-    if !kubeconfig.exists() {
-        return Ok(Owned(None));
-    }
     let file = kubeconfig.display();
+    if !kubeconfig.exists() {
+        if t.installed {
+            return without(name, &format!("no kubeconfig at {file} says whether it is in operator mode"));
+        }
+        return Ok(Owned::default());
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| op(OpError::Io, anyhow::anyhow!("no runtime to reach cluster {name}'s API server: {e}")))?;
     let mut config = rt.block_on(kubexm_lease::kubeconfig(kubeconfig)).map_err(|e| {
+        let e = kubexm_bom::text::line(&e).into_owned();
         op(
             OpError::Io,
-            anyhow::anyhow!("{file}: {e}; it is the kubeconfig the install of {name} wrote"),
+            anyhow::anyhow!("{file}: {e}; it says whether cluster {name} is in operator mode: fix it, or pass --force-local"),
         )
     })?;
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(10));
     let server = kubexm_bom::text::line(&config.cluster_url.to_string()).into_owned();
     match rt.block_on(in_operator_mode(config.clone(), name)) {
-        Ok(false) => return Ok(Owned(None)),
+        Ok(false) => return Ok(Owned::default()),
         Ok(true) => {}
-        Err(None) => {
-            tracing::warn!("cluster {name}'s API server {server} (from {file}) cannot be reached: acting without its controller's Lease");
-            return Ok(Owned(None));
-        }
+        Err(None) => return without(name, &format!("its API server {server} (from {file}) cannot be reached")),
         Err(Some(e)) => {
+            let e = kubexm_bom::text::line(&e).into_owned();
             return Err(op(
                 OpError::Host,
                 anyhow::anyhow!(
-                    "cluster {name}'s API server {server} refused to say whether it is in operator mode: {}; check {file}",
-                    kubexm_bom::text::line(&e)
+                    "cluster {name}'s API server {server} did not say whether it is in operator mode: {e}; check {file}, \
+                     or pass --force-local"
                 ),
             ));
         }
     }
     let cfg = LeaseConfig::new(kubexm_lease::NAMESPACE, kubexm_lease::LEASE, identity, DURATION);
-    let lost = move |why: kubexm_lease::Lost| {
-        tracing::error!("{why}: no new step starts; run the operation again");
-        stop.store(true, Ordering::SeqCst);
+    let lost = Arc::new(std::sync::Mutex::new(None));
+    let (record, stop, stop_on_loss) = (lost.clone(), t.stop.clone(), t.stop_on_loss);
+    let on_loss = move |why: kubexm_lease::Lost| {
+        tracing::error!("{why}");
+        *record.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
+        if stop_on_loss {
+            stop.store(true, Ordering::SeqCst);
+        }
     };
-    match Held::take(config, cfg, gone, lost) {
-        Ok(held) => Ok(Owned(Some(held))),
-        Err(refused @ Refused::HeldBy { .. }) => Err(op(
-            OpError::Host,
-            anyhow::anyhow!(
-                "cluster {name} is in operator mode and {refused}: nothing was changed. Change it through its Cluster object \
-                 (kubectl apply), or stop the holder and run this again, or pass --force-local to act anyway"
-            ),
+    match Held::take(config, cfg, gone, t.stop.clone(), on_loss) {
+        Ok(held) => Ok(Owned { held: Some(held), lost }),
+        Err(Refused::Interrupted { .. }) => Err(op(
+            OpError::Interrupted,
+            anyhow::anyhow!("stopped while waiting for cluster {name}'s Lease: nothing was changed"),
         )),
-        Err(refused) => Err(op(
-            OpError::Host,
-            anyhow::anyhow!(
-                "cluster {name} is in operator mode and {refused}: nothing was changed; check {file} and the API server {server}"
-            ),
-        )),
+        Err(why) => Err(refused(name, &why.to_string())),
     }
 }
 
@@ -181,17 +228,26 @@ mod tests {
     /// `--force-local`, nothing is asked of an API server.
     #[test]
     fn no_kubeconfig_or_force_local_takes_nothing() -> anyhow::Result<()> {
-        let stop = Arc::new(AtomicBool::new(false));
+        let (take_it, force) = (Ownership::default(), Ownership::ForceLocal);
+        let taking = |how| Taking {
+            name: "c",
+            how,
+            installed: true,
+            stop: Arc::new(AtomicBool::new(false)),
+            stop_on_loss: true,
+        };
         let none = Path::new("/nonexistent/kubexm/c.kubeconfig");
-        assert!(take(none, "c", &Ownership::default(), stop.clone())?.0.is_none());
+        assert!(!take(none, taking(&take_it))?.holds());
         let dir = tempfile::tempdir()?;
         let bad = dir.path().join("c.kubeconfig");
         std::fs::write(&bad, "not: [a kubeconfig")?;
-        assert!(take(&bad, "c", &Ownership::ForceLocal, stop.clone())?.0.is_none());
-        let Err(e) = take(&bad, "c", &Ownership::default(), stop) else {
+        assert!(!take(&bad, taking(&force))?.holds());
+        let Err(e) = take(&bad, taking(&take_it)) else {
             anyhow::bail!("an unreadable kubeconfig was used")
         };
-        assert!(format!("{e:#}").contains("c.kubeconfig"), "{e:#}");
+        let msg = format!("{e:#}");
+        assert!(msg.contains("c.kubeconfig") && msg.contains("--force-local"), "{msg}");
+        assert!(matches!(OpError::find(&e), Some(OpError::Io(_))), "{msg}");
         Ok(())
     }
 }

@@ -79,7 +79,7 @@ pub fn reset(session: &Session, yes: bool) -> anyhow::Result<ResetReport> {
         ));
     }
     kept?;
-    let kubeconfig = session.settings().root.join(format!("{}.kubeconfig", cluster.metadata.name));
+    let kubeconfig = super::install::kubeconfig_path(session.settings(), cluster);
     if whole && kubeconfig.exists() {
         fs_err::remove_file(&kubeconfig)?;
     }

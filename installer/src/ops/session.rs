@@ -140,13 +140,17 @@ pub struct Session {
     /// The last job run, for its timeline.
     last_job: Mutex<Option<i64>>,
     /// The cluster's Lease, once a job that changes it ran (held until the
-    /// session ends).
-    owned: Mutex<Option<super::owner::Owned>>,
+    /// session, and any session sharing it, ends).
+    owned: Mutex<Option<Arc<super::owner::Owned>>>,
 }
 
 /// Job kinds that change nothing on the hosts: they run without the
 /// cluster's Lease. Every other kind takes it.
-const READ_ONLY: [&str; 5] = ["facts", "certs-check", "etcd-snapshot", "upgrade-check", "probe"];
+const READ_ONLY: [&str; 4] = ["facts", "certs-check", "etcd-snapshot", "upgrade-check"];
+
+/// The job kind that acts on when the Lease is lost: a restore brings the
+/// Lease back as its snapshot had it.
+const ACTS_ON: &str = "etcd-restore";
 
 /// `config` checked against the catalog `bundle` carries (its first member,
 /// bundle.yaml, read without unpacking anything): what an install, and a
@@ -554,14 +558,43 @@ impl Session {
     /// ([`super::owner`]): every job that changes the hosts does; an
     /// operation calls it itself to be refused before its preamble.
     pub fn own(&self) -> anyhow::Result<()> {
+        self.own_for("").map(drop)
+    }
+
+    /// [`Session::own`] for a job of `kind`.
+    fn own_for(&self, kind: &str) -> anyhow::Result<Arc<super::owner::Owned>> {
         let e = self.engine()?;
         let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
-        if owned.is_none() {
-            let kubeconfig = super::install::kubeconfig_path(&self.settings, &self.cluster);
-            let name = &self.cluster.metadata.name;
-            *owned = Some(super::owner::take(&kubeconfig, name, &self.settings.engine.owner, e.stop.clone())?);
+        if let Some(o) = owned.as_ref() {
+            return Ok(o.clone());
         }
-        Ok(())
+        let kubeconfig = super::install::kubeconfig_path(&self.settings, &self.cluster);
+        let taken = Arc::new(super::owner::take(
+            &kubeconfig,
+            super::owner::Taking {
+                name: &self.cluster.metadata.name,
+                how: &self.settings.engine.owner,
+                installed: self.last_record(false).unwrap_or(None).is_some(),
+                stop: e.stop.clone(),
+                stop_on_loss: kind != ACTS_ON,
+            },
+        )?);
+        *owned = Some(taken.clone());
+        Ok(taken)
+    }
+
+    /// This session changes nothing (a server-side dry run): its jobs run
+    /// without the Lease.
+    pub fn without_lease(&self) {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned.get_or_insert_with(Default::default);
+    }
+
+    /// This session acts under `other`'s Lease (an upgrade's earlier hops
+    /// under the upgrade's), rather than taking and handing back its own.
+    pub fn share_lease(&self, other: &Session) {
+        let theirs = other.owned.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) = theirs;
     }
 
     /// Runs the pipeline built for the hosts that answered as one job of
@@ -573,9 +606,20 @@ impl Session {
         pipeline: impl FnOnce(Vec<String>) -> anyhow::Result<Pipeline>,
     ) -> anyhow::Result<Execution> {
         let e = self.engine()?;
-        if !READ_ONLY.contains(&kind) {
-            self.own()?;
-        }
+        let owned = if READ_ONLY.contains(&kind) {
+            None
+        } else {
+            Some(self.own_for(kind)?)
+        };
+        let lost = || {
+            owned.as_ref().and_then(|o| o.lost()).map_or(Ok(()), |why| {
+                Err(op(
+                    OpError::Host,
+                    anyhow::anyhow!("{why}: no new step was started; run this again once it is handed back"),
+                ))
+            })
+        };
+        lost()?;
         let hosts = Hosts {
             cluster: &self.cluster.metadata.name,
             targets: &e.targets,
@@ -596,6 +640,7 @@ impl Session {
             pipeline,
         ))?;
         *self.last_job.lock().unwrap_or_else(|e| e.into_inner()) = Some(ex.job);
+        lost()?;
         Ok(ex)
     }
 }

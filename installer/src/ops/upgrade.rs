@@ -243,6 +243,8 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
         return Ok(p);
     }
     refuse_unsupported(session)?;
+    // One Lease for every hop: never handed back between two.
+    session.own()?;
     // Each earlier hop's bundle and the config at its version, checked
     // before the first hop changes anything.
     for hop in p.plan.hops.iter().filter(|h| h.bundle != 0) {
@@ -255,7 +257,10 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
             if hop.bundle == 0 {
                 run_hop(session, o.expect_digest.clone(), o.drain_timeout, hop, waves)
             } else {
-                hop_session(session, o, &hop).and_then(|s| run_hop(&s, None, o.drain_timeout, hop, waves))
+                hop_session(session, o, &hop).and_then(|s| {
+                    s.share_lease(session);
+                    run_hop(&s, None, o.drain_timeout, hop, waves)
+                })
             }
         },
         |h: &HopDone| format!("{} (job {}, restore point {})", h.to, h.installed.job, h.snapshot.file.display()),
