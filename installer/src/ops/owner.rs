@@ -45,10 +45,20 @@ fn on_this_machine(program: &str) -> String {
     format!("{program} on {}", kubexm_bom::text::line(host.trim()))
 }
 
-/// Whether `holder` names a `kubexm-install` of this machine whose
-/// process no longer runs (killed, or a machine restarted): its Lease is
-/// taken over at once rather than after [`DURATION`].
-pub fn gone(holder: &str) -> bool {
+/// Whether `holder` is gone for certain, to `me`: a `kubexm-install` of
+/// this machine whose process no longer runs (killed, or the machine
+/// restarted), or an earlier attempt of the same API job (a job is claimed
+/// again only once its worker is fenced off). Its Lease is taken over at
+/// once rather than after [`DURATION`].
+pub fn gone(me: &str, holder: &str) -> bool {
+    let job = |who: &str| {
+        who.starts_with("kubexm worker ")
+            .then(|| who.rsplit_once(" job ").map(|(_, id)| id.to_string()))
+            .flatten()
+    };
+    if job(me).is_some_and(|mine| job(holder) == Some(mine)) {
+        return holder != me;
+    }
     holder
         .strip_prefix(&on_this_machine("kubexm-install"))
         .and_then(|rest| rest.strip_prefix(" (pid "))
@@ -193,7 +203,8 @@ pub fn take(kubeconfig: &Path, t: Taking) -> anyhow::Result<Owned> {
             stop.store(true, Ordering::SeqCst);
         }
     };
-    match Held::take(config, cfg, gone, t.stop.clone(), on_loss) {
+    let me = identity.clone();
+    match Held::take(config, cfg, move |holder| gone(&me, holder), t.stop.clone(), on_loss) {
         Ok(held) => Ok(Owned { held: Some(held), lost }),
         Err(Refused::Interrupted { .. }) => Err(op(
             OpError::Interrupted,
@@ -208,13 +219,15 @@ mod tests {
     use super::*;
 
     /// A holder is gone only when it names a kubexm-install of this machine
-    /// whose pid does not run; this process, other machines and other
-    /// programs are alive as far as we can tell.
+    /// whose pid does not run, or an earlier attempt of our API job; this
+    /// process, other machines and other programs are alive as far as we
+    /// can tell.
     #[test]
     fn only_a_dead_kubexm_install_of_this_machine_is_gone() {
         let Ownership::Take { identity: me } = Ownership::this_process("kubexm-install") else {
             panic!("not a Take")
         };
+        let gone = |holder: &str| gone(&me, holder);
         assert!(!gone(&me));
         let here = on_this_machine("kubexm-install");
         assert!(gone(&format!("{here} (pid 4294967295)")));
@@ -222,6 +235,13 @@ mod tests {
         assert!(!gone("kubexm-install on another-machine (pid 4294967295)"));
         assert!(!gone("kubexm worker w1 job 7"));
         assert!(!gone(&format!("{here} (pid x)")));
+        // An API job claimed again: its earlier attempt, under another
+        // worker or the same one, is gone; another job is not.
+        let worker = "kubexm worker w2 job 7";
+        assert!(super::gone(worker, "kubexm worker w1 job 7"));
+        assert!(!super::gone(worker, worker));
+        assert!(!super::gone(worker, "kubexm worker w1 job 8"));
+        assert!(!super::gone(worker, "kubexm worker w1 job 17"));
     }
 
     /// Without a kubeconfig (never handed over, or deleted) or with
