@@ -106,8 +106,8 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
     let (pulled, repos) = rt.block_on(fetch.all(&mut bom, on_bytes)).map_err(classify)?;
     progress.finish();
 
-    let (members, blob_count) = assemble(&cache, &bom, &pulled, &repos)?;
-    let manifest = BundleManifest {
+    let (mut members, blob_count) = assemble(&cache, &bom, &pulled, &repos)?;
+    let mut manifest = BundleManifest {
         api_version: API_VERSION.into(),
         kind: KIND.into(),
         name: cluster.metadata.name.clone(),
@@ -117,6 +117,18 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
         catalog: Some(catalog.locked_for(&cluster, &bom)),
         members: kubexm_bundle::pack::listing(&members),
     };
+    // The bills of materials, from bundle.yaml as it lists every other member.
+    for format in kubexm_bundle::sbom::FORMATS {
+        let bytes = kubexm_bundle::sbom::write(&manifest, format);
+        members.push(PackMember {
+            path: format.file_name().into(),
+            size: bytes.len() as u64,
+            sha256: sha256_hex(&bytes),
+            source: Source::Bytes(bytes),
+        });
+    }
+    members.sort_by(|a, b| a.path.cmp(&b.path));
+    manifest.members = kubexm_bundle::pack::listing(&members);
     let yaml_sha = sha256_hex(
         manifest
             .to_yaml()

@@ -92,6 +92,10 @@ enum Command {
         bundle: PathBuf,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
+        /// Print its software bill of materials instead (SPDX 2.3 or
+        /// CycloneDX 1.6 JSON), as the bundle carries it.
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        sbom: Option<SbomFormat>,
     },
     /// Write a commented example cluster config.
     Init {
@@ -102,6 +106,15 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+}
+
+/// The formats of `inspect --sbom`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SbomFormat {
+    /// SPDX 2.3, JSON.
+    Spdx,
+    /// CycloneDX 1.6, JSON.
+    Cyclonedx,
 }
 
 #[derive(Args)]
@@ -209,8 +222,16 @@ fn run(command: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Inspect { bundle, output } => {
+        Command::Inspect { bundle, output, sbom } => {
             let m = kubexm_builder::inspect(&bundle)?;
+            if let Some(format) = sbom {
+                let format = match format {
+                    SbomFormat::Spdx => kubexm_bundle::sbom::Format::Spdx,
+                    SbomFormat::Cyclonedx => kubexm_bundle::sbom::Format::CycloneDx,
+                };
+                std::io::Write::write_all(&mut std::io::stdout(), &kubexm_bundle::sbom::write(&m, format))?;
+                return Ok(());
+            }
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&m)?),
                 Output::Yaml => print!("{}", m.to_yaml()?),

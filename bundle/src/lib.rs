@@ -15,6 +15,7 @@ pub mod files;
 pub mod layout;
 pub mod manifest;
 pub mod pack;
+pub mod sbom;
 mod tar_guard;
 #[doc(hidden)]
 pub mod testing;

@@ -111,6 +111,25 @@ fn tampered_member_is_named_with_both_digests() {
     }
 }
 
+/// Issue 33: a byte flipped in a bill of materials the bundle carries is
+/// refused like in any other member, naming it.
+#[test]
+fn a_flipped_byte_in_a_bill_of_materials_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for format in kubexm_bundle::sbom::FORMATS {
+        let bill = kubexm_bundle::sbom::write(&manifest(listing(&sample())), format);
+        let mut flipped = bill.clone();
+        flipped[bill.len() / 2] ^= 1;
+        let name = format.file_name();
+        let yaml = yaml_for(&[(name, &bill)]);
+        let out = raw(dir.path(), &[("bundle.yaml", yaml.as_bytes(), REG), (name, &flipped, REG)]);
+        match check_members(&out, &mut Discard).unwrap_err() {
+            VerifyError::BadDigest { member, .. } => assert_eq!(member, name),
+            e => panic!("unexpected {e}"),
+        }
+    }
+}
+
 #[test]
 fn unsafe_or_unlisted_members_are_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -184,6 +184,7 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
             .unwrap(),
         "tar -x",
     );
+    bills_of_materials(&bundle, &x, &m);
     let pause = m["lock"]["images"]
         .as_array()
         .unwrap()
@@ -222,6 +223,53 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
         std::fs::read(&bundle).unwrap() == std::fs::read(b.path("k2.tar.zst")).unwrap(),
         "two builds from the same cache differ"
     );
+}
+
+/// Issue 33: the bundle carries both bills of materials, byte for byte
+/// what `inspect --sbom` writes from its bundle.yaml; every member's sha256
+/// is in both; SPDX's own validator (pyspdxtools) and CycloneDX's 1.6
+/// schema (cyclonedx-python-lib) accept them. `x`: the bundle extracted;
+/// `m`: `inspect -o json`.
+fn bills_of_materials(bundle: &std::path::Path, x: &std::path::Path, m: &serde_json::Value) {
+    let venv = std::path::PathBuf::from(std::env::var("KUBEXM_SBOM_VENV").unwrap_or_else(|_| "/var/cache/kubexm-lab/venv-sbom".into()));
+    for (format, file) in [("spdx", "sbom.spdx.json"), ("cyclonedx", "sbom.cdx.json")] {
+        let printed = Command::new(bin("kubexm-bundle"))
+            .args(["inspect", "--sbom", format, "--bundle"])
+            .arg(bundle)
+            .output()
+            .unwrap();
+        assert!(printed.status.success(), "inspect --sbom {format}: {}", text(&printed.stderr));
+        let carried = std::fs::read(x.join(file)).unwrap();
+        assert!(
+            printed.stdout == carried,
+            "inspect --sbom {format} differs from the bundle's {file}"
+        );
+        let doc = String::from_utf8(carried).unwrap();
+        for member in m["members"].as_array().unwrap() {
+            let (path, sha) = (member["path"].as_str().unwrap(), member["sha256"].as_str().unwrap());
+            assert!(path.starts_with("sbom.") || doc.contains(sha), "{file}: {path} ({sha}) missing");
+        }
+        let check = if format == "spdx" {
+            Command::new(venv.join("bin/pyspdxtools")).arg("-i").arg(x.join(file)).output()
+        } else {
+            Command::new(venv.join("bin/python"))
+                .arg(kubexm_e2e::repo_root().join("ci/lab.d/cyclonedx-validate"))
+                .arg(x.join(file))
+                .output()
+        };
+        match check {
+            Ok(out) => assert!(
+                out.status.success(),
+                "{file} is not valid:\n{}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            ),
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("the SBOM validators in {} cannot run ({e}); ci/test installs them", venv.display())
+            }
+            Err(e) => eprintln!("skipping the {format} validator: {} ({e}); ci/test installs it", venv.display()),
+        }
+    }
 }
 
 #[test]
