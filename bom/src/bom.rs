@@ -144,6 +144,10 @@ pub struct ImageItem {
     /// Upstream's digest, where the builder narrowed a multi-arch index to `platforms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_digest: Option<String>,
+    /// The manifest digest of each platform (`linux/amd64`), where `digest`
+    /// is an index: set by the builder.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub manifests: BTreeMap<String, String>,
     /// The manifest that named this image, for images found at build time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_manifest: Option<String>,

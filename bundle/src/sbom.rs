@@ -4,8 +4,9 @@
 //! by reading only its first member.
 //!
 //! One package per file (binary or archive, per arch), addon manifest,
-//! image, chart and Debian package, each with the sha256 the lock pins, a
-//! package URL and where it came from; every other member (image blobs,
+//! image (an index's platform manifests as its variants), chart and Debian
+//! package, each with the sha256 the lock pins, a package URL and where it
+//! came from; every other member (image blobs,
 //! the image layout's index, the OS repositories' index files) as a file
 //! package of its own, so every member of the bundle and its sha256
 //! appears. The bundle is the document's one described package and
@@ -92,6 +93,8 @@ struct Item {
     source_info: String,
     /// Its path in the bundle, when it is a member.
     path: Option<String>,
+    /// An image index's platform manifests: platform, sha256, purl.
+    variants: Vec<(String, String, String)>,
 }
 
 /// The sha256 of the lock (its JSON): what the document's identifiers
@@ -147,6 +150,7 @@ fn items(m: &BundleManifest) -> Vec<Item> {
             download: f.url.clone(),
             source_info: info,
             path: Some(f.path.clone()),
+            variants: Vec::new(),
         });
     }
     for a in &lock.manifests {
@@ -159,6 +163,7 @@ fn items(m: &BundleManifest) -> Vec<Item> {
             download: a.url.clone(),
             source_info: "sha256 pinned when the bundle was built".into(),
             path: Some(a.path.clone()),
+            variants: Vec::new(),
         });
     }
     for i in &lock.images {
@@ -174,6 +179,22 @@ fn items(m: &BundleManifest) -> Vec<Item> {
         if let Some(t) = &r.tag {
             purl.push_str(&format!("&tag={}", pct(t)));
         }
+        let repository = pct(&format!("{}/{}", r.registry, r.repository));
+        let variants = i
+            .manifests
+            .iter()
+            .map(|(platform, d)| {
+                let (os, arch) = platform.split_once('/').unwrap_or(("linux", platform));
+                let purl = format!(
+                    "pkg:oci/{}@{}?arch={}&os={}&repository_url={repository}",
+                    pct(last),
+                    pct(d),
+                    pct(arch),
+                    pct(os)
+                );
+                (platform.clone(), d.strip_prefix("sha256:").unwrap_or(d).to_string(), purl)
+            })
+            .collect();
         let mut info = format!("manifest digest as stored, for {}", i.platforms.join(", "));
         if let Some(up) = &i.upstream_digest {
             info.push_str(&format!("; narrowed from the upstream's index {up}"));
@@ -187,6 +208,7 @@ fn items(m: &BundleManifest) -> Vec<Item> {
             download: String::new(),
             source_info: info,
             path: None,
+            variants,
         });
     }
     for c in &lock.charts {
@@ -204,6 +226,7 @@ fn items(m: &BundleManifest) -> Vec<Item> {
             download: from,
             source_info: "a Helm chart; sha256 pinned when the bundle was built".into(),
             path: Some(c.path.clone()),
+            variants: Vec::new(),
         });
     }
     for r in &lock.os_repos {
@@ -224,6 +247,7 @@ fn items(m: &BundleManifest) -> Vec<Item> {
                 download: r.mirror.clone(),
                 source_info: format!("from {} {} {}", r.mirror, r.codename, r.component),
                 path: Some(format!("{}/{}", r.path, d.file)),
+                variants: Vec::new(),
             });
         }
     }
@@ -240,6 +264,7 @@ fn items(m: &BundleManifest) -> Vec<Item> {
             download: String::new(),
             source_info: "a member of the bundle".into(),
             path: Some(x.path.clone()),
+            variants: Vec::new(),
         });
     }
     out
@@ -296,6 +321,24 @@ fn spdx(m: &BundleManifest, items: &[Item]) -> Value {
             "relationshipType": "CONTAINS",
             "relatedSpdxElement": id,
         }));
+        for (k, (platform, sha256, purl)) in i.variants.iter().enumerate() {
+            let vid = format!("{id}-{k}");
+            packages.push(json!({
+                "SPDXID": vid,
+                "name": format!("{} ({platform})", i.name),
+                "versionInfo": platform,
+                "downloadLocation": "NOASSERTION",
+                "filesAnalyzed": false,
+                "primaryPackagePurpose": "CONTAINER",
+                "checksums": [{"algorithm": "SHA256", "checksumValue": sha256}],
+                "externalRefs": [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl", "referenceLocator": purl}],
+            }));
+            relationships.push(json!({
+                "spdxElementId": vid,
+                "relationshipType": "VARIANT_OF",
+                "relatedSpdxElement": id,
+            }));
+        }
     }
     json!({
         "spdxVersion": "SPDX-2.3",
@@ -374,6 +417,24 @@ fn cyclonedx(m: &BundleManifest, items: &[Item]) -> Value {
         if !i.download.is_empty() {
             c["externalReferences"] = json!([{"type": "distribution", "url": i.download}]);
         }
+        if !i.variants.is_empty() {
+            let variants: Vec<Value> = i
+                .variants
+                .iter()
+                .enumerate()
+                .map(|(k, (platform, sha256, purl))| {
+                    json!({
+                        "bom-ref": format!("{bom_ref}-{k}"),
+                        "type": "container",
+                        "name": format!("{} ({platform})", i.name),
+                        "version": platform,
+                        "hashes": [{"alg": "SHA-256", "content": sha256}],
+                        "purl": purl,
+                    })
+                })
+                .collect();
+            c["pedigree"] = json!({"variants": variants});
+        }
         components.push(c);
     }
     json!({
@@ -417,6 +478,7 @@ mod tests {
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
     const C: &str = "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
     const D: &str = "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd";
+    const E: &str = "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
 
     /// A bundle of one binary, one image (its index a blob), one Debian
     /// package, the image layout's index, and the bills themselves.
@@ -442,7 +504,7 @@ mod tests {
                        "checksum": {"sha256": A}, "path": "files/amd64/kubeadm", "archive": "none"}],
             "manifests": [],
             "images": [{"reference": "registry.k8s.io/pause:3.10", "platforms": ["linux/amd64"],
-                        "digest": format!("sha256:{B}")}],
+                        "digest": format!("sha256:{B}"), "manifests": {"linux/amd64": format!("sha256:{E}")}}],
             "charts": [],
             "osRepos": [{"release": "debian-bookworm", "distro": "debian", "codename": "bookworm",
                          "component": "main", "arch": "amd64", "mirror": "http://deb.debian.org/debian",
@@ -466,8 +528,9 @@ mod tests {
     }
 
     /// Issue 33: both bills name every member but themselves by its
-    /// sha256, and each item by the lock's digest and a package URL; the
-    /// same bundle gives the same bytes.
+    /// sha256, each item by the lock's digest and a package URL, and an
+    /// index's platform manifests as its variants; the same bundle gives
+    /// the same bytes.
     #[test]
     fn every_member_appears_with_the_locks_digests_and_the_bytes_are_stable() {
         let m = bundle();
@@ -477,7 +540,7 @@ mod tests {
             assert_eq!(bytes, write(&m, format), "{format:?} is not deterministic");
             let doc: Value = serde_json::from_slice(&bytes).unwrap_or_default();
             let seen = sha256s(&doc);
-            for sha in [A, B, C, D] {
+            for sha in [A, B, C, D, E] {
                 assert!(seen.contains(sha), "{format:?}: {sha} missing");
             }
             let text = doc.to_string();
@@ -486,6 +549,7 @@ mod tests {
                 "pkg:generic/kubeadm@v1.37.2?arch=amd64&download_url=https%3A%2F%2Fdl.k8s.io%2Frelease%2Fv1.37.2%2Fbin%2Flinux%2Famd64%2Fkubeadm",
                 "pkg:oci/pause@sha256%3Abbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb?repository_url=registry.k8s.io%2Fpause&tag=3.10",
                 "pkg:deb/debian/conntrack@1%3A1.4.7-1?arch=amd64&distro=debian-bookworm",
+                "pkg:oci/pause@sha256%3Aeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee?arch=amd64&os=linux&repository_url=registry.k8s.io%2Fpause",
             ] {
                 assert!(text.contains(purl), "{format:?}: no {purl} in {text}");
             }
@@ -493,14 +557,19 @@ mod tests {
         let spdx: Value = serde_json::from_slice(&write(&m, Format::Spdx)).unwrap_or_default();
         assert_eq!(spdx["spdxVersion"], "SPDX-2.3");
         assert_eq!(spdx["creationInfo"]["created"], CREATED);
-        // The bundle, then kubeadm, the image, conntrack, the blob and the layout's index.
-        assert_eq!(spdx["packages"].as_array().map(Vec::len), Some(6));
-        let contains = spdx["relationships"]
-            .as_array()
-            .map(|r| r.iter().filter(|x| x["relationshipType"] == "CONTAINS").count());
-        assert_eq!(contains, Some(5));
+        // The bundle, then kubeadm, the image and its amd64 manifest,
+        // conntrack, the blob and the layout's index.
+        assert_eq!(spdx["packages"].as_array().map(Vec::len), Some(7));
+        let count = |t: &str| {
+            spdx["relationships"]
+                .as_array()
+                .map(|r| r.iter().filter(|x| x["relationshipType"] == t).count())
+        };
+        assert_eq!(count("CONTAINS"), Some(5));
+        assert_eq!(count("VARIANT_OF"), Some(1));
         let cdx: Value = serde_json::from_slice(&write(&m, Format::CycloneDx)).unwrap_or_default();
         assert_eq!(cdx["specVersion"], "1.6");
+        assert_eq!(cdx["components"][1]["pedigree"]["variants"][0]["version"], "linux/amd64");
         let serial = cdx["serialNumber"].as_str().unwrap_or_default();
         let uuid = serial.strip_prefix("urn:uuid:").unwrap_or_default();
         let groups: Vec<usize> = uuid.split('-').map(str::len).collect();

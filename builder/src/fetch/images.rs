@@ -40,6 +40,9 @@ pub struct Pulled {
     pub upstream_digest: Option<String>,
     /// Every blob (manifests, configs, layers) the image needs, as hex.
     pub blobs: Vec<String>,
+    /// Each platform's manifest digest, where `digest` is an index.
+    #[serde(default)]
+    pub manifests: BTreeMap<String, String>,
 }
 
 /// Pulls images with one client shared by all.
@@ -110,7 +113,8 @@ impl Puller {
     pub async fn pull(&self, cache: &Cache, item: &ImageItem) -> Result<Pulled, FetchError> {
         let artifact = format!("image {}", item.reference);
         let location = pull_location(item);
-        let key = format!("{location}|{}", item.platforms.join(","));
+        // v2: with each platform's manifest digest.
+        let key = format!("v2|{location}|{}", item.platforms.join(","));
         if let Some(p) = cache.get_ref::<Pulled>("images", &key)
             && p.blobs.iter().all(|b| cache.has(b))
         {
@@ -132,6 +136,7 @@ impl Puller {
         let media_type = media_type_of(&doc);
         let mut blobs = Vec::new();
         let mut upstream_digest = None;
+        let mut manifests = BTreeMap::new();
         let stored: Vec<u8>;
         if is_index(&media_type) {
             let entries = doc["manifests"].as_array().cloned().unwrap_or_default();
@@ -158,6 +163,7 @@ impl Puller {
                     )));
                 };
                 keep.push(entry.clone());
+                manifests.insert(platform.clone(), entry["digest"].as_str().unwrap_or_default().to_string());
             }
             for entry in &keep {
                 let child = entry["digest"].as_str().unwrap_or_default().to_string();
@@ -198,6 +204,7 @@ impl Puller {
             size: stored.len() as u64,
             upstream_digest,
             blobs,
+            manifests,
         };
         cache.set_ref("images", &key, &pulled).map_err(FetchError::io("cache"))?;
         Ok(pulled)
