@@ -147,7 +147,7 @@ pub struct ImageItem {
     /// The manifest digest of each platform (`linux/amd64`), where `digest`
     /// is an index: set by the builder.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub manifests: BTreeMap<String, String>,
+    pub platform_manifests: BTreeMap<String, String>,
     /// The manifest that named this image, for images found at build time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_manifest: Option<String>,

@@ -379,7 +379,7 @@ fn images(
             reference: r,
             digest: None,
             upstream_digest: None,
-            manifests: Default::default(),
+            platform_manifests: Default::default(),
             from_manifest: None,
         })
         .collect()

@@ -426,7 +426,7 @@ impl Fetch<'_> {
                     platforms: platforms.clone(),
                     digest: None,
                     upstream_digest: None,
-                    manifests: Default::default(),
+                    platform_manifests: Default::default(),
                     from_manifest: Some(from),
                 });
             }
@@ -469,7 +469,7 @@ impl Fetch<'_> {
         for (i, p) in bom.images.iter_mut().zip(&pulled) {
             i.digest = Some(p.digest.clone());
             i.upstream_digest = p.upstream_digest.clone();
-            i.manifests = p.manifests.clone();
+            i.platform_manifests = p.manifests.clone();
         }
 
         Ok(pulled)

@@ -79,6 +79,42 @@ pub fn inspect(bundle: &Path) -> anyhow::Result<kubexm_bundle::manifest::BundleM
     kubexm_bundle::verify::read_manifest(bundle).map_err(|e| crate::error::build_err(crate::error::BuildError::Verify, e))
 }
 
+/// The bill of materials in `format` that `bundle` (whose bundle.yaml is
+/// `m`) carries, written again from `m` alone: the same bytes, checked
+/// against the sha256 bundle.yaml lists for it. A bundle built before
+/// bundles carried one gets it with a warning that it is not signed; one
+/// whose bill this kubexm-bundle writes differently (another version's)
+/// is refused, naming how to read the carried one.
+pub fn carried_bill(
+    bundle: &Path,
+    m: &kubexm_bundle::manifest::BundleManifest,
+    format: kubexm_bundle::sbom::Format,
+) -> anyhow::Result<Vec<u8>> {
+    let bill = kubexm_bundle::sbom::write(m, format);
+    let name = format.file_name();
+    match m.members.iter().find(|x| x.path == name) {
+        None => {
+            tracing::warn!(
+                "{}: built by {}, it carries no {name}: this one is written from its bundle.yaml, not signed with it",
+                bundle.display(),
+                m.created_by
+            );
+            Ok(bill)
+        }
+        Some(x) if x.sha256 == kubexm_bundle::digest::sha256_hex(&bill) => Ok(bill),
+        Some(_) => Err(crate::error::build_err(
+            crate::error::BuildError::Verify,
+            anyhow::anyhow!(
+                "{}: built by {}, its {name} is not what this kubexm-bundle writes from its bundle.yaml; \
+                 read the one it carries with `tar --zstd -xOf {} {name}` (after `kubexm-bundle verify`)",
+                bundle.display(),
+                m.created_by,
+                bundle.display()
+            ),
+        )),
+    }
+}
+
 /// A person's view of a bundle's contents.
 pub fn describe(m: &kubexm_bundle::manifest::BundleManifest) -> String {
     use std::fmt::Write as _;

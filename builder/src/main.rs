@@ -94,7 +94,7 @@ enum Command {
         output: Output,
         /// Print its software bill of materials instead (SPDX 2.3 or
         /// CycloneDX 1.6 JSON), as the bundle carries it.
-        #[arg(long, value_enum, value_name = "FORMAT")]
+        #[arg(long, value_enum, value_name = "FORMAT", conflicts_with = "output")]
         sbom: Option<SbomFormat>,
     },
     /// Write a commented example cluster config.
@@ -229,7 +229,8 @@ fn run(command: Command) -> anyhow::Result<()> {
                     SbomFormat::Spdx => kubexm_bundle::sbom::Format::Spdx,
                     SbomFormat::Cyclonedx => kubexm_bundle::sbom::Format::CycloneDx,
                 };
-                std::io::Write::write_all(&mut std::io::stdout(), &kubexm_bundle::sbom::write(&m, format))?;
+                let bill = kubexm_builder::carried_bill(&bundle, &m, format)?;
+                std::io::Write::write_all(&mut std::io::stdout(), &bill)?;
                 return Ok(());
             }
             match output {

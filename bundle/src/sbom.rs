@@ -11,13 +11,16 @@
 //! package of its own, so every member of the bundle and its sha256
 //! appears. The bundle is the document's one described package and
 //! contains every other (SPDX: `CONTAINS` relationships; CycloneDX: the
-//! components of the metadata's component). A bundle carries both as its
+//! BOM's subject, `metadata.component`, whose parts are its
+//! `components`). A bundle carries both as its
 //! members [`Format::file_name`], written from `bundle.yaml` as it lists
 //! every other member, so what `inspect --sbom` writes from any bundle is
 //! byte for byte what it carries.
 //!
-//! Written by hand with serde_json: the Rust crates for the formats stop
-//! short of these versions (cyclonedx-bom 0.8 writes CycloneDX up to 1.5).
+//! Written by hand with serde_json, package URLs too: the Rust crates for
+//! the formats stop short of these versions (cyclonedx-bom 0.8 writes
+//! CycloneDX up to 1.5; the SPDX crates write 2.2), and a package URL here
+//! is one format! line.
 //! Deterministic: the document's time is the bundle's fixed member mtime
 //! and its identifiers derive from the sha256 of the lock, never the clock
 //! or a random number, so two builds of the same inputs give the same
@@ -97,21 +100,37 @@ struct Item {
     variants: Vec<(String, String, String)>,
 }
 
-/// The sha256 of the lock (its JSON): what the document's identifiers
-/// derive from.
+/// The sha256 of the lock (its JSON) and of the builder that wrote the
+/// bundle: what the document's identifiers derive from (another lock or
+/// another generator, another identity).
 fn lock_digest(m: &BundleManifest) -> String {
-    let lock = serde_json::to_vec(&m.lock).unwrap_or_default();
-    hex::encode(Sha256::digest(&lock))
+    let mut h = Sha256::new();
+    h.update(serde_json::to_vec(&m.lock).unwrap_or_default());
+    h.update(b"\n");
+    h.update(m.created_by.as_bytes());
+    hex::encode(h.finalize())
 }
 
-/// The bundle's fixed time (every member's mtime), as RFC 3339.
+/// The bundle's fixed time ([`crate::pack::MTIME`], every member's
+/// mtime), as RFC 3339.
 const CREATED: &str = "2020-01-01T00:00:00Z";
 
-/// Percent-encodes `s` for a package URL's qualifier value or name.
+/// Percent-encodes `s` for a package URL's name or version (`:` and `/`
+/// too: `sha256%3A...`, as the oci type's own example writes a digest).
 fn pct(s: &str) -> String {
+    pct_but(s, b"")
+}
+
+/// Percent-encodes `s` for a package URL's qualifier value (`:` and `/`
+/// kept: `repository_url=registry.k8s.io/pause`).
+fn pct_value(s: &str) -> String {
+    pct_but(s, b":/")
+}
+
+fn pct_but(s: &str, keep: &[u8]) -> String {
     let mut out = String::new();
     for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || keep.contains(&b) {
             out.push(char::from(b));
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -131,7 +150,7 @@ fn items(m: &BundleManifest) -> Vec<Item> {
             Checksum::Sha256(h) => (h.clone(), "sha256 pinned by the kubexm catalog".to_string()),
             Checksum::Published(url) => (
                 member_sha(&f.path).unwrap_or_default(),
-                format!("sha256 checked against the upstream's published checksum {url}"),
+                format!("sha256 checked against the published checksum file {url}"),
             ),
             Checksum::Unknown => (member_sha(&f.path).unwrap_or_default(), "no upstream checksum".into()),
         };
@@ -144,8 +163,8 @@ fn items(m: &BundleManifest) -> Vec<Item> {
                 "pkg:generic/{}@{}?arch={}&download_url={}",
                 pct(&f.component),
                 pct(&f.version),
-                pct(&f.arch),
-                pct(&f.url)
+                pct_value(&f.arch),
+                pct_value(&f.url)
             ),
             download: f.url.clone(),
             source_info: info,
@@ -174,14 +193,14 @@ fn items(m: &BundleManifest) -> Vec<Item> {
             "pkg:oci/{}@{}?repository_url={}",
             pct(last),
             pct(&digest),
-            pct(&format!("{}/{}", r.registry, r.repository))
+            pct_value(&format!("{}/{}", r.registry, r.repository))
         );
         if let Some(t) = &r.tag {
-            purl.push_str(&format!("&tag={}", pct(t)));
+            purl.push_str(&format!("&tag={}", pct_value(t)));
         }
-        let repository = pct(&format!("{}/{}", r.registry, r.repository));
+        let repository = pct_value(&format!("{}/{}", r.registry, r.repository));
         let variants = i
-            .manifests
+            .platform_manifests
             .iter()
             .map(|(platform, d)| {
                 let (os, arch) = platform.split_once('/').unwrap_or(("linux", platform));
@@ -189,8 +208,8 @@ fn items(m: &BundleManifest) -> Vec<Item> {
                     "pkg:oci/{}@{}?arch={}&os={}&repository_url={repository}",
                     pct(last),
                     pct(d),
-                    pct(arch),
-                    pct(os)
+                    pct_value(arch),
+                    pct_value(os)
                 );
                 (platform.clone(), d.strip_prefix("sha256:").unwrap_or(d).to_string(), purl)
             })
@@ -199,32 +218,41 @@ fn items(m: &BundleManifest) -> Vec<Item> {
         if let Some(up) = &i.upstream_digest {
             info.push_str(&format!("; narrowed from the upstream's index {up}"));
         }
+        let hex = digest.strip_prefix("sha256:").unwrap_or(&digest).to_string();
         out.push(Item {
             kind: Kind::Image,
             name: r.to_string(),
             version: r.tag.clone().unwrap_or_else(|| digest.clone()),
-            sha256: digest.strip_prefix("sha256:").unwrap_or(&digest).to_string(),
+            path: Some(crate::layout::blob_path(&hex)),
+            sha256: hex,
             purl,
             download: String::new(),
             source_info: info,
-            path: None,
             variants,
         });
     }
     for c in &lock.charts {
-        let from = match &c.source {
-            ChartSource::Repo { repo } => repo.clone(),
-            ChartSource::Url { url } => url.clone(),
-            ChartSource::Oci { reference } => reference.clone(),
+        let fetched = match &c.source {
+            ChartSource::Repo { repo } => repo,
+            ChartSource::Url { url } => url,
+            ChartSource::Oci { reference } => reference,
         };
+        let web = c.upstream.starts_with("https://") || c.upstream.starts_with("http://");
+        let mut purl = format!("pkg:generic/{}@{}", pct(&c.name), pct(&c.version));
+        if web {
+            purl.push_str(&format!("?download_url={}", pct_value(&c.upstream)));
+        }
         out.push(Item {
             kind: Kind::Chart,
             name: c.name.clone(),
             version: c.version.clone(),
             sha256: c.sha256.clone().or_else(|| member_sha(&c.path)).unwrap_or_default(),
-            purl: format!("pkg:generic/{}@{}?download_url={}", pct(&c.name), pct(&c.version), pct(&c.upstream)),
-            download: from,
-            source_info: "a Helm chart; sha256 pinned when the bundle was built".into(),
+            purl,
+            download: if web { c.upstream.clone() } else { String::new() },
+            source_info: format!(
+                "a Helm chart from {}, fetched from {fetched}; sha256 pinned when the bundle was built",
+                c.upstream
+            ),
             path: Some(c.path.clone()),
             variants: Vec::new(),
         });
@@ -241,17 +269,21 @@ fn items(m: &BundleManifest) -> Vec<Item> {
                     pct(&r.distro),
                     pct(&d.name),
                     pct(&d.version),
-                    pct(&d.arch),
-                    pct(&format!("{}-{}", r.distro, r.codename))
+                    pct_value(&d.arch),
+                    pct_value(&format!("{}-{}", r.distro, r.codename))
                 ),
-                download: r.mirror.clone(),
-                source_info: format!("from {} {} {}", r.mirror, r.codename, r.component),
+                download: String::new(),
+                source_info: format!("from the Debian archive {} {} {}", r.mirror, r.codename, r.component),
                 path: Some(format!("{}/{}", r.path, d.file)),
                 variants: Vec::new(),
             });
         }
     }
     let mut covered: BTreeSet<String> = out.iter().filter_map(|i| i.path.clone()).collect();
+    covered.extend(
+        out.iter()
+            .flat_map(|i| i.variants.iter().map(|(_, hex, _)| crate::layout::blob_path(hex))),
+    );
     // The bills themselves are written from what lists every other member.
     covered.extend(FORMATS.iter().map(|f| f.file_name().to_string()));
     for x in m.members.iter().filter(|x| !covered.contains(&x.path)) {
@@ -294,7 +326,7 @@ fn spdx(m: &BundleManifest, items: &[Item]) -> Value {
         let mut p = json!({
             "SPDXID": id,
             "name": i.name,
-            "downloadLocation": if i.download.is_empty() { "NOASSERTION" } else { i.download.as_str() },
+            "downloadLocation": spdx_location(&i.download),
             "filesAnalyzed": false,
             "primaryPackagePurpose": spdx_purpose(i.kind),
             "sourceInfo": i.source_info,
@@ -355,6 +387,23 @@ fn spdx(m: &BundleManifest, items: &[Item]) -> Value {
     })
 }
 
+/// `url` as SPDX's `downloadLocation`, where SPDX's tools accept it: an
+/// http(s) URL whose host is a name (a mirror by address, or none, is
+/// NOASSERTION; where an item came from is also in its `sourceInfo`).
+fn spdx_location(url: &str) -> &str {
+    let host = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .and_then(|rest| rest.split(['/', ':', '?', '#']).next())
+        .unwrap_or_default();
+    let tld = host.rsplit('.').next().unwrap_or_default();
+    if host.contains('.') && !tld.is_empty() && tld.bytes().all(|b| b.is_ascii_alphabetic()) {
+        url
+    } else {
+        "NOASSERTION"
+    }
+}
+
 fn spdx_kind(k: Kind) -> &'static str {
     match k {
         Kind::File => "File",
@@ -377,12 +426,13 @@ fn spdx_purpose(k: Kind) -> &'static str {
     }
 }
 
-/// A UUID (version 5 layout, name-based) from `hex`'s first 32 digits.
+/// A UUID of version 8 (RFC 9562's custom layout) from `hex`'s first 32
+/// digits.
 fn uuid_of(hex: &str) -> String {
     let mut b: Vec<u8> = (0..16)
         .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("00"), 16).unwrap_or(0))
         .collect();
-    b[6] = (b[6] & 0x0f) | 0x50;
+    b[6] = (b[6] & 0x0f) | 0x80;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = hex::encode(&b);
     format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
@@ -504,7 +554,7 @@ mod tests {
                        "checksum": {"sha256": A}, "path": "files/amd64/kubeadm", "archive": "none"}],
             "manifests": [],
             "images": [{"reference": "registry.k8s.io/pause:3.10", "platforms": ["linux/amd64"],
-                        "digest": format!("sha256:{B}"), "manifests": {"linux/amd64": format!("sha256:{E}")}}],
+                        "digest": format!("sha256:{B}"), "platformManifests": {"linux/amd64": format!("sha256:{E}")}}],
             "charts": [],
             "osRepos": [{"release": "debian-bookworm", "distro": "debian", "codename": "bookworm",
                          "component": "main", "arch": "amd64", "mirror": "http://deb.debian.org/debian",
@@ -546,10 +596,10 @@ mod tests {
             let text = doc.to_string();
             assert!(!text.contains("sbom.spdx.json") && !text.contains("sbom.cdx.json"), "{text}");
             for purl in [
-                "pkg:generic/kubeadm@v1.37.2?arch=amd64&download_url=https%3A%2F%2Fdl.k8s.io%2Frelease%2Fv1.37.2%2Fbin%2Flinux%2Famd64%2Fkubeadm",
-                "pkg:oci/pause@sha256%3Abbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb?repository_url=registry.k8s.io%2Fpause&tag=3.10",
+                "pkg:generic/kubeadm@v1.37.2?arch=amd64&download_url=https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubeadm",
+                "pkg:oci/pause@sha256%3Abbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb?repository_url=registry.k8s.io/pause&tag=3.10",
                 "pkg:deb/debian/conntrack@1%3A1.4.7-1?arch=amd64&distro=debian-bookworm",
-                "pkg:oci/pause@sha256%3Aeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee?arch=amd64&os=linux&repository_url=registry.k8s.io%2Fpause",
+                "pkg:oci/pause@sha256%3Aeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee?arch=amd64&os=linux&repository_url=registry.k8s.io/pause",
             ] {
                 assert!(text.contains(purl), "{format:?}: no {purl} in {text}");
             }
@@ -557,15 +607,15 @@ mod tests {
         let spdx: Value = serde_json::from_slice(&write(&m, Format::Spdx)).unwrap_or_default();
         assert_eq!(spdx["spdxVersion"], "SPDX-2.3");
         assert_eq!(spdx["creationInfo"]["created"], CREATED);
-        // The bundle, then kubeadm, the image and its amd64 manifest,
-        // conntrack, the blob and the layout's index.
-        assert_eq!(spdx["packages"].as_array().map(Vec::len), Some(7));
+        // The bundle, then kubeadm, the image (its index: the blob) and its
+        // amd64 manifest, conntrack, and the layout's index.
+        assert_eq!(spdx["packages"].as_array().map(Vec::len), Some(6));
         let count = |t: &str| {
             spdx["relationships"]
                 .as_array()
                 .map(|r| r.iter().filter(|x| x["relationshipType"] == t).count())
         };
-        assert_eq!(count("CONTAINS"), Some(5));
+        assert_eq!(count("CONTAINS"), Some(4));
         assert_eq!(count("VARIANT_OF"), Some(1));
         let cdx: Value = serde_json::from_slice(&write(&m, Format::CycloneDx)).unwrap_or_default();
         assert_eq!(cdx["specVersion"], "1.6");
@@ -574,11 +624,38 @@ mod tests {
         let uuid = serial.strip_prefix("urn:uuid:").unwrap_or_default();
         let groups: Vec<usize> = uuid.split('-').map(str::len).collect();
         assert_eq!(groups, [8, 4, 4, 4, 12], "{serial}");
-        assert_eq!(&uuid[14..15], "5", "{serial}");
+        assert_eq!(&uuid[14..15], "8", "{serial}");
+        // Written before the bills were listed, or after: the same bytes.
+        let mut unlisted = m.clone();
+        unlisted.members.retain(|x| !x.path.starts_with("sbom."));
+        for format in FORMATS {
+            assert_eq!(write(&unlisted, format), write(&m, format), "{format:?}");
+        }
         // Another lock, another identity.
         let mut other = m.clone();
         other.lock.kubernetes_version = "v1.37.3".into();
         let other: Value = serde_json::from_slice(&write(&other, Format::CycloneDx)).unwrap_or_default();
         assert_ne!(other["serialNumber"], cdx["serialNumber"]);
+    }
+
+    /// SPDX's tools take a download location only as an http(s) URL of a
+    /// named host: a mirror by address or anything else is NOASSERTION.
+    #[test]
+    fn download_locations_spdx_accepts() {
+        assert_eq!(spdx_location("https://dl.k8s.io/x/y"), "https://dl.k8s.io/x/y");
+        assert_eq!(
+            spdx_location("http://charts.lab.invalid:8080/x"),
+            "http://charts.lab.invalid:8080/x"
+        );
+        for bad in [
+            "http://198.18.0.1:8080/debian",
+            "oci://ghcr.io/x",
+            "",
+            "https://localhost/x",
+            "https://x.k8s/",
+        ] {
+            assert_eq!(spdx_location(bad), "NOASSERTION", "{bad}");
+        }
+        assert_eq!(crate::pack::MTIME, 1_577_836_800, "CREATED is 2020-01-01T00:00:00Z");
     }
 }

@@ -53,7 +53,7 @@ fn unpacked(root: &Path, tests: bool, images: &[&str]) {
             platforms: vec!["linux/amd64".into()],
             digest: None,
             upstream_digest: None,
-            manifests: Default::default(),
+            platform_manifests: Default::default(),
             from_manifest: None,
         });
     }

@@ -46,7 +46,7 @@ fn bom(k8s: &str, etcd: &str) -> Bom {
         platforms: vec!["linux/amd64".into(), "linux/arm64".into()],
         digest: Some(format!("sha256:{}", "11".repeat(32))),
         upstream_digest: None,
-        manifests: Default::default(),
+        platform_manifests: Default::default(),
         from_manifest: None,
     };
     Bom {

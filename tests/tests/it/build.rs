@@ -249,6 +249,18 @@ fn bills_of_materials(bundle: &std::path::Path, x: &std::path::Path, m: &serde_j
             let (path, sha) = (member["path"].as_str().unwrap(), member["sha256"].as_str().unwrap());
             assert!(path.starts_with("sbom.") || doc.contains(sha), "{file}: {path} ({sha}) missing");
         }
+        // Each image's platform manifests, as the lock pins them.
+        let platforms: Vec<&str> = m["lock"]["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| i["platformManifests"].as_object())
+            .flat_map(|p| p.values().filter_map(|d| d.as_str()?.strip_prefix("sha256:")))
+            .collect();
+        assert!(!platforms.is_empty(), "no image index in the lab bundle");
+        for d in platforms {
+            assert!(doc.contains(d), "{file}: platform manifest {d} missing");
+        }
         let check = if format == "spdx" {
             Command::new(venv.join("bin/pyspdxtools")).arg("-i").arg(x.join(file)).output()
         } else {
