@@ -574,7 +574,7 @@ impl Session {
             super::owner::Taking {
                 name: &self.cluster.metadata.name,
                 how: &self.settings.engine.owner,
-                installed: self.last_record(false).unwrap_or(None).is_some(),
+                installed: self.last_record(true).unwrap_or(None).is_some(),
                 stop: e.stop.clone(),
                 stop_on_loss: kind != ACTS_ON,
             },

@@ -159,12 +159,13 @@ pub fn the_install_wrote_the_cluster_into_itself(
 /// replica takes the Lease and decides the next change; `kubectl delete`
 /// of the Cluster resets nothing, and the object created again is as
 /// applied; stopped with SIGTERM, the last replica hands the Lease back.
-/// One owner at a time: `apply` (`day2`, run with extra flags) is refused
-/// while a replica leads, naming it, and nothing is applied; once the
-/// Lease is handed back it takes it while it runs and hands it back.
+/// One owner at a time: `apply` (`day2`: a verb with extra flags) is
+/// refused while a replica leads, naming it, and nothing is applied; once
+/// the Lease is handed back an install takes it while it runs and hands it
+/// back.
 /// Prints the figures: apply to decision, failover, and each replica's
 /// peak RSS (goal under 64 MB).
-pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&[&str]) -> std::process::Command) {
+pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&str, &[&str]) -> std::process::Command) {
     let k = |args: &str| lab.ssh_ok("lab1", &format!("kubectl --kubeconfig /etc/kubernetes/admin.conf {args}"));
     let the = format!("-n {NAMESPACE} clusters.kubexm.io lab");
     let jsonpath = |p: &str| k(&format!("get {the} -o jsonpath='{p}'"));
@@ -211,7 +212,7 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&[
     until("the status follows the nodes", 30, &|| condition("Ready", "reason") == "NodesReady");
     // The CLI's day-2 operation is refused while the controller leads.
     let t0 = std::time::Instant::now();
-    let refused = day2(&[]).output().unwrap();
+    let refused = day2("apply", &[]).output().unwrap();
     let err = kubexm_e2e::text(&refused.stderr);
     assert_eq!(refused.status.code(), Some(7), "{err}");
     assert!(
@@ -327,13 +328,14 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&[
     eprintln!("controller-manager log (the last replica):\n{}", last.stderr_tail());
     assert!(!last.stderr_tail().contains("panicked"), "{}", last.stderr_tail());
 
-    // Nobody leads: apply takes the Lease while it runs, and hands it back.
-    let running = day2(&[])
+    // Nobody leads: an install (of its operator phase alone) takes the Lease
+    // while it runs, before any phase, and hands it back.
+    let running = day2("install", &["--phases", "operator"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    until("apply holds the Lease", 60, &|| holder().starts_with("kubexm-install on "));
+    until("the install holds the Lease", 60, &|| holder().starts_with("kubexm-install on "));
     let ran = running.wait_with_output().unwrap();
     assert!(ran.status.success(), "{}", kubexm_e2e::text(&ran.stderr));
     assert!(holder().is_empty(), "the Lease was not handed back: {}", holder());

@@ -310,18 +310,8 @@ fn upgrade_from_v1_36_keeps_a_deployment_answering_and_a_killed_run_converges() 
     }
     // Issue 31's Cluster resource on this cluster's API server.
     crate::operator::cluster_resource_on_a_real_api_server(&lab, &new, dir.path());
-    let apply = |extra: &[&str]| {
-        served(
-            Command::new(bin("kubexm-install")),
-            &["apply"],
-            &lab,
-            &new,
-            &b_new,
-            dir.path(),
-            extra,
-        )
-    };
-    crate::operator::controller_reconciles_the_cluster(&lab, dir.path(), &apply);
+    let day2 = |verb: &str, extra: &[&str]| served(Command::new(bin("kubexm-install")), &[verb], &lab, &new, &b_new, dir.path(), extra);
+    crate::operator::controller_reconciles_the_cluster(&lab, dir.path(), &day2);
 }
 
 /// (node, started, ended, log) of every step of the last `upgrade` job, in order.
