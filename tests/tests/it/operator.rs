@@ -161,8 +161,7 @@ pub fn the_install_wrote_the_cluster_into_itself(
 /// applied; stopped with SIGTERM, the last replica hands the Lease back.
 /// One owner at a time: `apply` (`day2`: a verb with extra flags) is
 /// refused while a replica leads, naming it, and nothing is applied; once
-/// the Lease is handed back an install takes it while it runs and hands it
-/// back.
+/// the Lease is handed back it takes it while it runs and hands it back.
 /// Prints the figures: apply to decision, failover, and each replica's
 /// peak RSS (goal under 64 MB).
 pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&str, &[&str]) -> std::process::Command) {
@@ -328,15 +327,20 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&s
     eprintln!("controller-manager log (the last replica):\n{}", last.stderr_tail());
     assert!(!last.stderr_tail().contains("panicked"), "{}", last.stderr_tail());
 
-    // Nobody leads: an install (of its operator phase alone) takes the Lease
-    // while it runs, before any phase, and hands it back.
-    let running = day2("install", &["--phases", "operator"])
+    // Nobody leads: apply takes the Lease while it runs, and hands it back.
+    let mut running = day2("apply", &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    until("the install holds the Lease", 60, &|| holder().starts_with("kubexm-install on "));
+    let seen = (0..240).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        holder().starts_with("kubexm-install on ") || running.try_wait().ok().flatten().is_some()
+    });
+    let still = running.try_wait().ok().flatten().is_none();
     let ran = running.wait_with_output().unwrap();
-    assert!(ran.status.success(), "{}", kubexm_e2e::text(&ran.stderr));
+    let said = format!("{}{}", kubexm_e2e::text(&ran.stdout), kubexm_e2e::text(&ran.stderr));
+    assert!(seen && still, "apply was not seen holding the Lease while it ran:\n{said}");
+    assert!(ran.status.success(), "{said}");
     assert!(holder().is_empty(), "the Lease was not handed back: {}", holder());
 }
