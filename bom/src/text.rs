@@ -35,6 +35,20 @@ pub fn block(s: &str) -> Cow<'_, str> {
     clean(s, true)
 }
 
+/// `s` percent-encoded: every byte but ASCII letters, digits and those in
+/// `keep` written as `%XX` (a URL's query value, a package URL's part).
+pub fn percent(s: &str, keep: &[u8]) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || keep.contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

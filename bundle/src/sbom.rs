@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use kubexm_bom::{ChartSource, Checksum};
+use kubexm_bom::{ChartItem, ChartSource, Checksum, FileItem, ImageItem, ManifestItem, OsRepoItem};
 
 use crate::manifest::BundleManifest;
 
@@ -118,25 +118,13 @@ const CREATED: &str = "2020-01-01T00:00:00Z";
 /// Percent-encodes `s` for a package URL's name or version (`:` and `/`
 /// too: `sha256%3A...`, as the oci type's own example writes a digest).
 fn pct(s: &str) -> String {
-    pct_but(s, b"")
+    kubexm_bom::text::percent(s, b"-._~")
 }
 
 /// Percent-encodes `s` for a package URL's qualifier value (`:` and `/`
 /// kept: `repository_url=registry.k8s.io/pause`).
 fn pct_value(s: &str) -> String {
-    pct_but(s, b":/")
-}
-
-fn pct_but(s: &str, keep: &[u8]) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || keep.contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    kubexm_bom::text::percent(s, b"-._~:/")
 }
 
 /// The items of the bill, in a fixed order: files, manifests, images,
@@ -144,141 +132,11 @@ fn pct_but(s: &str, keep: &[u8]) -> String {
 fn items(m: &BundleManifest) -> Vec<Item> {
     let lock = &m.lock;
     let member_sha = |path: &str| m.members.iter().find(|x| x.path == path).map(|x| x.sha256.clone());
-    let mut out = Vec::new();
-    for f in &lock.files {
-        let (sha, info) = match &f.checksum {
-            Checksum::Sha256(h) => (h.clone(), "sha256 pinned by the kubexm catalog".to_string()),
-            Checksum::Published(url) => (
-                member_sha(&f.path).unwrap_or_default(),
-                format!("sha256 checked against the published checksum file {url}"),
-            ),
-            Checksum::Unknown => (member_sha(&f.path).unwrap_or_default(), "no upstream checksum".into()),
-        };
-        out.push(Item {
-            kind: Kind::File,
-            name: format!("{}-{}", f.component, f.arch),
-            version: f.version.clone(),
-            sha256: sha,
-            purl: format!(
-                "pkg:generic/{}@{}?arch={}&download_url={}",
-                pct(&f.component),
-                pct(&f.version),
-                pct_value(&f.arch),
-                pct_value(&f.url)
-            ),
-            download: f.url.clone(),
-            source_info: info,
-            path: Some(f.path.clone()),
-            variants: Vec::new(),
-        });
-    }
-    for a in &lock.manifests {
-        out.push(Item {
-            kind: Kind::Manifest,
-            name: format!("{}-manifest", a.addon),
-            version: a.version.clone(),
-            sha256: a.sha256.clone().or_else(|| member_sha(&a.path)).unwrap_or_default(),
-            purl: format!("pkg:generic/{}@{}?download_url={}", pct(&a.addon), pct(&a.version), pct(&a.url)),
-            download: a.url.clone(),
-            source_info: "sha256 pinned when the bundle was built".into(),
-            path: Some(a.path.clone()),
-            variants: Vec::new(),
-        });
-    }
-    for i in &lock.images {
-        let r = &i.reference;
-        let digest = i.digest.clone().or_else(|| r.digest.clone()).unwrap_or_default();
-        let last = r.repository.rsplit('/').next().unwrap_or(&r.repository);
-        let mut purl = format!(
-            "pkg:oci/{}@{}?repository_url={}",
-            pct(last),
-            pct(&digest),
-            pct_value(&format!("{}/{}", r.registry, r.repository))
-        );
-        if let Some(t) = &r.tag {
-            purl.push_str(&format!("&tag={}", pct_value(t)));
-        }
-        let repository = pct_value(&format!("{}/{}", r.registry, r.repository));
-        let variants = i
-            .platform_manifests
-            .iter()
-            .map(|(platform, d)| {
-                let (os, arch) = platform.split_once('/').unwrap_or(("linux", platform));
-                let purl = format!(
-                    "pkg:oci/{}@{}?arch={}&os={}&repository_url={repository}",
-                    pct(last),
-                    pct(d),
-                    pct_value(arch),
-                    pct_value(os)
-                );
-                (platform.clone(), d.strip_prefix("sha256:").unwrap_or(d).to_string(), purl)
-            })
-            .collect();
-        let mut info = format!("manifest digest as stored, for {}", i.platforms.join(", "));
-        if let Some(up) = &i.upstream_digest {
-            info.push_str(&format!("; narrowed from the upstream's index {up}"));
-        }
-        let hex = digest.strip_prefix("sha256:").unwrap_or(&digest).to_string();
-        out.push(Item {
-            kind: Kind::Image,
-            name: r.to_string(),
-            version: r.tag.clone().unwrap_or_else(|| digest.clone()),
-            path: Some(crate::layout::blob_path(&hex)),
-            sha256: hex,
-            purl,
-            download: String::new(),
-            source_info: info,
-            variants,
-        });
-    }
-    for c in &lock.charts {
-        let fetched = match &c.source {
-            ChartSource::Repo { repo } => repo,
-            ChartSource::Url { url } => url,
-            ChartSource::Oci { reference } => reference,
-        };
-        let web = c.upstream.starts_with("https://") || c.upstream.starts_with("http://");
-        let mut purl = format!("pkg:generic/{}@{}", pct(&c.name), pct(&c.version));
-        if web {
-            purl.push_str(&format!("?download_url={}", pct_value(&c.upstream)));
-        }
-        out.push(Item {
-            kind: Kind::Chart,
-            name: c.name.clone(),
-            version: c.version.clone(),
-            sha256: c.sha256.clone().or_else(|| member_sha(&c.path)).unwrap_or_default(),
-            purl,
-            download: if web { c.upstream.clone() } else { String::new() },
-            source_info: format!(
-                "a Helm chart from {}, fetched from {fetched}; sha256 pinned when the bundle was built",
-                c.upstream
-            ),
-            path: Some(c.path.clone()),
-            variants: Vec::new(),
-        });
-    }
-    for r in &lock.os_repos {
-        for d in &r.packages {
-            out.push(Item {
-                kind: Kind::Deb,
-                name: d.name.clone(),
-                version: d.version.clone(),
-                sha256: d.sha256.clone(),
-                purl: format!(
-                    "pkg:deb/{}/{}@{}?arch={}&distro={}",
-                    pct(&r.distro),
-                    pct(&d.name),
-                    pct(&d.version),
-                    pct_value(&d.arch),
-                    pct_value(&format!("{}-{}", r.distro, r.codename))
-                ),
-                download: String::new(),
-                source_info: format!("from the Debian archive {} {} {}", r.mirror, r.codename, r.component),
-                path: Some(format!("{}/{}", r.path, d.file)),
-                variants: Vec::new(),
-            });
-        }
-    }
+    let mut out: Vec<Item> = lock.files.iter().map(|f| file_item(f, &member_sha)).collect();
+    out.extend(lock.manifests.iter().map(|a| manifest_item(a, &member_sha)));
+    out.extend(lock.images.iter().map(image_item));
+    out.extend(lock.charts.iter().map(|c| chart_item(c, &member_sha)));
+    out.extend(lock.os_repos.iter().flat_map(deb_items));
     let mut covered: BTreeSet<String> = out.iter().filter_map(|i| i.path.clone()).collect();
     covered.extend(
         out.iter()
@@ -300,6 +158,153 @@ fn items(m: &BundleManifest) -> Vec<Item> {
         });
     }
     out
+}
+
+/// The sha256 bundle.yaml lists for the member at a path.
+type MemberSha<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+/// A binary or archive, for one arch.
+fn file_item(f: &FileItem, member_sha: &MemberSha) -> Item {
+    let (sha, info) = match &f.checksum {
+        Checksum::Sha256(h) => (h.clone(), "sha256 pinned by the kubexm catalog".to_string()),
+        Checksum::Published(url) => (
+            member_sha(&f.path).unwrap_or_default(),
+            format!("sha256 checked against the published checksum file {url}"),
+        ),
+        Checksum::Unknown => (member_sha(&f.path).unwrap_or_default(), "no upstream checksum".into()),
+    };
+    Item {
+        kind: Kind::File,
+        name: format!("{}-{}", f.component, f.arch),
+        version: f.version.clone(),
+        sha256: sha,
+        purl: format!(
+            "pkg:generic/{}@{}?arch={}&download_url={}",
+            pct(&f.component),
+            pct(&f.version),
+            pct_value(&f.arch),
+            pct_value(&f.url)
+        ),
+        download: f.url.clone(),
+        source_info: info,
+        path: Some(f.path.clone()),
+        variants: Vec::new(),
+    }
+}
+
+/// An addon's upstream manifest.
+fn manifest_item(a: &ManifestItem, member_sha: &MemberSha) -> Item {
+    Item {
+        kind: Kind::Manifest,
+        name: format!("{}-manifest", a.addon),
+        version: a.version.clone(),
+        sha256: a.sha256.clone().or_else(|| member_sha(&a.path)).unwrap_or_default(),
+        purl: format!(
+            "pkg:generic/{}@{}?download_url={}",
+            pct(&a.addon),
+            pct(&a.version),
+            pct_value(&a.url)
+        ),
+        download: a.url.clone(),
+        source_info: "sha256 pinned when the bundle was built".into(),
+        path: Some(a.path.clone()),
+        variants: Vec::new(),
+    }
+}
+
+/// An image: its manifest or index as stored (its blob), and an index's
+/// platform manifests as its variants.
+fn image_item(i: &ImageItem) -> Item {
+    let r = &i.reference;
+    let digest = i.digest.clone().or_else(|| r.digest.clone()).unwrap_or_default();
+    let last = r.repository.rsplit('/').next().unwrap_or(&r.repository);
+    let repository = pct_value(&format!("{}/{}", r.registry, r.repository));
+    let mut purl = format!("pkg:oci/{}@{}?repository_url={repository}", pct(last), pct(&digest));
+    if let Some(t) = &r.tag {
+        purl.push_str(&format!("&tag={}", pct_value(t)));
+    }
+    let variants = i
+        .platform_manifests
+        .iter()
+        .map(|(platform, d)| {
+            let (os, arch) = platform.split_once('/').unwrap_or(("linux", platform));
+            let purl = format!(
+                "pkg:oci/{}@{}?arch={}&os={}&repository_url={repository}",
+                pct(last),
+                pct(d),
+                pct_value(arch),
+                pct_value(os)
+            );
+            (platform.clone(), d.strip_prefix("sha256:").unwrap_or(d).to_string(), purl)
+        })
+        .collect();
+    let mut info = format!("manifest digest as stored, for {}", i.platforms.join(", "));
+    if let Some(up) = &i.upstream_digest {
+        info.push_str(&format!("; narrowed from the upstream's index {up}"));
+    }
+    let hex = digest.strip_prefix("sha256:").unwrap_or(&digest).to_string();
+    Item {
+        kind: Kind::Image,
+        name: r.to_string(),
+        version: r.tag.clone().unwrap_or_else(|| digest.clone()),
+        path: Some(crate::layout::blob_path(&hex)),
+        sha256: hex,
+        purl,
+        download: String::new(),
+        source_info: info,
+        variants,
+    }
+}
+
+/// A Helm chart; its upstream is its download location only when it is a
+/// web address (an OCI reference or repository name is not one).
+fn chart_item(c: &ChartItem, member_sha: &MemberSha) -> Item {
+    let fetched = match &c.source {
+        ChartSource::Repo { repo } => repo,
+        ChartSource::Url { url } => url,
+        ChartSource::Oci { reference } => reference,
+    };
+    let web = c.upstream.starts_with("https://") || c.upstream.starts_with("http://");
+    let mut purl = format!("pkg:generic/{}@{}", pct(&c.name), pct(&c.version));
+    if web {
+        purl.push_str(&format!("?download_url={}", pct_value(&c.upstream)));
+    }
+    Item {
+        kind: Kind::Chart,
+        name: c.name.clone(),
+        version: c.version.clone(),
+        sha256: c.sha256.clone().or_else(|| member_sha(&c.path)).unwrap_or_default(),
+        purl,
+        download: if web { c.upstream.clone() } else { String::new() },
+        source_info: format!(
+            "a Helm chart from {}, fetched from {fetched}; sha256 pinned when the bundle was built",
+            c.upstream
+        ),
+        path: Some(c.path.clone()),
+        variants: Vec::new(),
+    }
+}
+
+/// The Debian packages of one repository.
+fn deb_items(r: &OsRepoItem) -> impl Iterator<Item = Item> + '_ {
+    r.packages.iter().map(move |d| Item {
+        kind: Kind::Deb,
+        name: d.name.clone(),
+        version: d.version.clone(),
+        sha256: d.sha256.clone(),
+        purl: format!(
+            "pkg:deb/{}/{}@{}?arch={}&distro={}",
+            pct(&r.distro),
+            pct(&d.name),
+            pct(&d.version),
+            pct_value(&d.arch),
+            pct_value(&format!("{}-{}", r.distro, r.codename))
+        ),
+        download: String::new(),
+        source_info: format!("from the Debian archive {} {} {}", r.mirror, r.codename, r.component),
+        path: Some(format!("{}/{}", r.path, d.file)),
+        variants: Vec::new(),
+    })
 }
 
 /// The SPDX 2.3 document.

@@ -64,6 +64,13 @@ impl LeaseConfig {
     }
 }
 
+/// This machine's name (for an identity in the Lease), escaped; empty if
+/// it cannot be read.
+pub fn this_machine() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    text::line(host.trim()).into_owned()
+}
+
 /// The client configuration the kubeconfig at `path` gives, or why not.
 pub async fn kubeconfig(path: &std::path::Path) -> Result<kube::Config, String> {
     let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;

@@ -359,14 +359,7 @@ async fn read_events(resp: reqwest::Response, after: &mut i64, line: &mut impl F
 /// `names` comma-separated for a query: host names are DNS labels once
 /// validated; anything else is percent-escaped.
 fn list(names: &[String]) -> String {
-    names
-        .join(",")
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b',' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    kubexm_bom::text::percent(&names.join(","), b"-._,")
 }
 
 /// An upgrade job's options, as `create_upgrade` sends them.

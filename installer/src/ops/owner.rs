@@ -41,8 +41,7 @@ impl Ownership {
 
 /// `program on HOST`, this machine's name.
 fn on_this_machine(program: &str) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{program} on {}", kubexm_bom::text::line(host.trim()))
+    format!("{program} on {}", kubexm_lease::this_machine())
 }
 
 /// Whether `holder` is gone for certain, to `me`: a `kubexm-install` of

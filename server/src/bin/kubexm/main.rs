@@ -176,10 +176,7 @@ async fn interrupted() {
 async fn controller_manager(a: ControllerManagerArgs) -> anyhow::Result<()> {
     let identity = match a.identity.or_else(|| std::env::var("POD_NAME").ok().filter(|v| !v.is_empty())) {
         Some(i) => i,
-        None => {
-            let host = fs_err::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            format!("{}-{}", host.trim(), std::process::id())
-        }
+        None => format!("{}-{}", kubexm_operator::lease::this_machine(), std::process::id()),
     };
     let o = kubexm_operator::Options {
         kubeconfig: a.kubeconfig,
