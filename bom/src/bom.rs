@@ -94,6 +94,12 @@ pub struct FileItem {
     /// Where it is fetched from: `url` after mirror rewriting.
     pub source: String,
     pub checksum: Checksum,
+    /// The upstream's published checksum file its sha256 was checked
+    /// against, as published (before mirror rewriting); `None`: the catalog
+    /// or the config pins the sha256. Kept after the build pins it, for the
+    /// bills of materials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum_url: Option<String>,
     /// Path inside the bundle.
     pub path: String,
     pub archive: ArchiveKind,

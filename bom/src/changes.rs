@@ -652,6 +652,7 @@ mod tests {
             url: String::new(),
             source: String::new(),
             checksum: crate::Checksum::Sha256(sha.into()),
+            checksum_url: None,
             path: String::new(),
             archive: crate::catalog::ArchiveKind::None,
             install: vec![],

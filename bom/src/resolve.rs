@@ -122,6 +122,7 @@ fn files(spec: &Spec, catalog: &Catalog, mirrors: &Mirrors, arches: &[String]) -
             source: mirrors.rewrite_url(&f.url),
             url: f.url.clone(),
             checksum: Checksum::Sha256(f.sha256.to_lowercase()),
+            checksum_url: None,
             archive: crate::catalog::ArchiveKind::None,
             install: Vec::new(),
         });
@@ -148,10 +149,13 @@ fn component_files(
     let mut files = Vec::new();
     for arch in arches {
         let url = render(&comp.url, version, arch);
-        let checksum = match (digests.get(arch), &comp.checksum_url) {
-            (Some(d), _) => Checksum::Sha256(d.clone()),
-            (None, Some(u)) => Checksum::Published(mirrors.rewrite_url(&render(u, version, arch))),
-            (None, None) => Checksum::Unknown,
+        let (checksum, checksum_url) = match (digests.get(arch), &comp.checksum_url) {
+            (Some(d), _) => (Checksum::Sha256(d.clone()), None),
+            (None, Some(u)) => {
+                let published = render(u, version, arch);
+                (Checksum::Published(mirrors.rewrite_url(&published)), Some(published))
+            }
+            (None, None) => (Checksum::Unknown, None),
         };
         files.push(FileItem {
             component: name.to_string(),
@@ -161,6 +165,7 @@ fn component_files(
             source: mirrors.rewrite_url(&url),
             url,
             checksum,
+            checksum_url,
             archive: comp.archive,
             install: comp
                 .install

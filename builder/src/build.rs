@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -43,6 +43,11 @@ pub struct BuildOptions {
     pub strict_mirrors: bool,
     pub cache_dir: PathBuf,
     pub jobs: usize,
+    /// Build a differential bundle against this full bundle, verified first
+    /// with `pubkey`.
+    pub base: Option<PathBuf>,
+    /// The base's minisign public key (required with `base`).
+    pub pubkey: Option<PathBuf>,
 }
 
 /// What a build did, for people (`text`) and tools (`-o json`).
@@ -60,6 +65,12 @@ pub struct BuildSummary {
     pub images: usize,
     pub blobs: usize,
     pub charts: usize,
+    /// A differential bundle's base (`sha256:<hex>` of its bundle.yaml).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// Members (and their bytes) a differential bundle takes from its base.
+    pub from_base_members: usize,
+    pub from_base_bytes: u64,
     /// Requests sent to upstreams (files, manifests, chart indexes); 0 on a warm cache.
     pub upstream_requests: u64,
     /// Bytes downloaded from upstreams and registries.
@@ -73,6 +84,8 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
     let catalog = crate::catalog(&opts.catalogs)?;
     let cluster = crate::validate(&opts.config, &catalog)?;
     let config_bytes = fs_err::read(&opts.config)?;
+    // Before anything is fetched: building from an unverifiable base is refused.
+    let base = opts.base.as_deref().map(|b| verified_base(b, opts.pubkey.as_deref())).transpose()?;
     let (cli_mirrors, mirrors) = mirrors_of(opts, &cluster)?;
     let mut bom = kubexm_bom::resolve::resolve(&cluster, &catalog, &cli_mirrors)?;
     if opts.strict_mirrors {
@@ -115,6 +128,7 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
         config_digest: format!("sha256:{}", sha256_hex(&config_bytes)),
         lock: bom.clone(),
         catalog: Some(catalog.locked_for(&cluster, &bom)),
+        base: None,
         members: kubexm_bundle::pack::listing(&members),
     };
     // The bills of materials, from bundle.yaml as it lists every other member.
@@ -129,6 +143,11 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
     }
     members.sort_by(|a, b| a.path.cmp(&b.path));
     manifest.members = kubexm_bundle::pack::listing(&members);
+    if let Some(b) = &base {
+        kubexm_bundle::diff::make_differential(&mut manifest, &b.manifest, &b.digest).map_err(|e| anyhow::anyhow!(e))?;
+        let taken: std::collections::HashSet<&str> = manifest.members.iter().filter(|m| m.from_base).map(|m| m.path.as_str()).collect();
+        members.retain(|m| !taken.contains(m.path.as_str()));
+    }
     let yaml_sha = sha256_hex(
         manifest
             .to_yaml()
@@ -154,6 +173,9 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
         images: bom.images.len(),
         blobs: blob_count,
         charts: bom.charts.len(),
+        base: base.map(|b| b.digest),
+        from_base_members: manifest.members.len() - members.len(),
+        from_base_bytes: manifest.total_size() - content,
         upstream_requests: http.requests(),
         downloaded_bytes: downloaded.load(Ordering::Relaxed),
         seconds: start.elapsed().as_secs_f64(),
@@ -254,6 +276,29 @@ impl Members<'_> {
         };
         self.by_path.insert(path, member);
     }
+}
+
+/// The base of a differential build, checked against its signature with
+/// `pubkey` (an unsigned base is never accepted); a differential base is
+/// refused as not supported yet.
+fn verified_base(base: &Path, pubkey: Option<&Path>) -> anyhow::Result<crate::Checked> {
+    let Some(pubkey) = pubkey else {
+        return Err(crate::error::build_err(
+            crate::error::BuildError::Usage,
+            anyhow::anyhow!(
+                "--base {} needs --pubkey FILE: a base is always verified against its signature",
+                base.display()
+            ),
+        ));
+    };
+    let checked = crate::verify(base, pubkey)?;
+    if let Some(of) = &checked.manifest.base {
+        return Err(crate::diff_err(kubexm_bundle::diff::DiffError::Chain {
+            base: base.display().to_string(),
+            of: of.digest.clone(),
+        }));
+    }
+    Ok(checked)
 }
 
 /// Signs the written bundle with `--key`, its trusted comment naming

@@ -20,6 +20,9 @@ pub enum BuildError {
     /// A digest or signature did not match.
     #[error("{0:#}")]
     Verify(anyhow::Error),
+    /// Asks for something this release does not implement yet.
+    #[error("{0:#}")]
+    Unsupported(anyhow::Error),
 }
 
 /// `e` as a build failure of `kind`, ready for `?`.

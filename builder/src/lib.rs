@@ -57,9 +57,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(kubexm_bundle::files::write_atomic(path, bytes)?)
 }
 
-/// Checks a bundle's signature and every member in one pass; returns the manifest and
-/// the signature's trusted comment.
-pub fn verify(bundle: &Path, pubkey: &Path) -> anyhow::Result<(kubexm_bundle::manifest::BundleManifest, String)> {
+/// A bundle checked against its signature, every member read.
+#[derive(Debug)]
+pub struct Checked {
+    pub manifest: kubexm_bundle::manifest::BundleManifest,
+    /// `sha256:<hex>` of its `bundle.yaml`.
+    pub digest: String,
+    /// The signature's trusted comment.
+    pub comment: String,
+}
+
+/// Checks a bundle's signature and every member it carries in one pass.
+pub fn verify(bundle: &Path, pubkey: &Path) -> anyhow::Result<Checked> {
     let sig = sign::signature_path(bundle);
     if !sig.exists() {
         return Err(crate::error::build_err(
@@ -71,7 +80,33 @@ pub fn verify(bundle: &Path, pubkey: &Path) -> anyhow::Result<(kubexm_bundle::ma
     let check = kubexm_bundle::verify::SignatureCheck::load(&sig, pubkey).map_err(verify_err)?;
     // One open, one pass: the members checked are the bytes the signature covers.
     let read = kubexm_bundle::verify::read_bundle(bundle, Some(&check), &mut kubexm_bundle::verify::Discard).map_err(verify_err)?;
-    Ok((read.manifest, read.comment.unwrap_or_default()))
+    Ok(Checked {
+        digest: format!("sha256:{}", kubexm_bundle::digest::sha256_hex(read.text.as_bytes())),
+        manifest: read.manifest,
+        comment: read.comment.unwrap_or_default(),
+    })
+}
+
+/// [`verify`] of a differential bundle and of its `base` (both with
+/// `pubkey`), then the chain between them: the base is the full bundle
+/// the differential names and holds every member it takes from it.
+pub fn verify_pair(bundle: &Path, base: &Path, pubkey: &Path) -> anyhow::Result<(Checked, Checked)> {
+    let diff = verify(bundle, pubkey)?;
+    let full = verify(base, pubkey)?;
+    let (d, b) = (bundle.display().to_string(), base.display().to_string());
+    kubexm_bundle::diff::check_base(&diff.manifest, &d, &full.manifest, &full.digest, &b).map_err(diff_err)?;
+    Ok((diff, full))
+}
+
+/// A base that does not fit, as a build failure: a chain is not supported
+/// yet, anything else fails verification.
+pub fn diff_err(e: kubexm_bundle::diff::DiffError) -> anyhow::Error {
+    let kind = if e.is_unsupported() {
+        crate::error::BuildError::Unsupported
+    } else {
+        crate::error::BuildError::Verify
+    };
+    crate::error::build_err(kind, e)
 }
 
 /// Reads a bundle's manifest without unpacking anything.
@@ -136,6 +171,19 @@ pub fn describe(m: &kubexm_bundle::manifest::BundleManifest) -> String {
         m.members.len() + 1,
         m.total_size()
     );
+    if let Some(b) = &m.base {
+        let carried = m.carried().count();
+        let _ = writeln!(
+            out,
+            "differential bundle of base {} ({}): it carries {} members ({} bytes); {} members ({} bytes) are taken from the base",
+            b.digest,
+            b.created_by,
+            carried + 1,
+            m.carried_size(),
+            m.members.len() - carried,
+            m.total_size() - m.carried_size()
+        );
+    }
     for arch in lock.arches.iter().map(String::as_str).chain(["any"]) {
         let files: Vec<_> = lock.files.iter().filter(|f| f.arch == arch).collect();
         if files.is_empty() {

@@ -1,7 +1,7 @@
 //! `kubexm-bundle`: the online side of kubexm. Thin: flags in, one library
 //! call, output or an error with its documented exit code.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -60,6 +60,13 @@ enum Command {
         /// Parallel downloads.
         #[arg(long, default_value_t = 8)]
         jobs: usize,
+        /// Write a differential bundle: only the members this full bundle lacks. It is
+        /// verified first with --pubkey; installs need it beside the new one.
+        #[arg(long, value_name = "FILE", requires = "pubkey")]
+        base: Option<PathBuf>,
+        /// The minisign public key --base is verified with.
+        #[arg(long, value_name = "FILE", requires = "base")]
+        pubkey: Option<PathBuf>,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
@@ -83,6 +90,10 @@ enum Command {
         /// The minisign public key.
         #[arg(long, value_name = "FILE")]
         pubkey: PathBuf,
+        /// A differential bundle's base: verify it too, and that it is the base the
+        /// differential names and holds every member taken from it.
+        #[arg(long, value_name = "FILE")]
+        base: Option<PathBuf>,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
@@ -145,6 +156,7 @@ fn exit_class(cause: &(dyn std::error::Error + 'static)) -> Option<kubexm_cli::C
         BuildError::Io(_) => Class::Io,
         BuildError::Fetch(_) => Class::Fetch,
         BuildError::Verify(_) => Class::Verify,
+        BuildError::Unsupported(_) => Class::Unsupported,
     })
 }
 
@@ -172,6 +184,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             strict_mirrors,
             cache_dir,
             jobs,
+            base,
+            pubkey,
             output,
         } => {
             let opts = kubexm_builder::build::BuildOptions {
@@ -183,6 +197,8 @@ fn run(command: Command) -> anyhow::Result<()> {
                 strict_mirrors,
                 cache_dir: cache_dir.unwrap_or_else(kubexm_builder::cache::Cache::default_dir),
                 jobs,
+                base,
+                pubkey,
             };
             print_built(&kubexm_builder::build::build(&opts)?, output)
         }
@@ -206,22 +222,12 @@ fn run(command: Command) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Verify { bundle, pubkey, output } => {
-            let (m, comment) = kubexm_builder::verify(&bundle, &pubkey)?;
-            match output {
-                Output::Json => println!(
-                    "{}",
-                    serde_json::json!({"valid": true, "bundle": bundle, "trustedComment": comment, "members": m.members.len() + 1, "contentBytes": m.total_size()})
-                ),
-                _ => println!(
-                    "{}: signature good ({comment}); {} members verified, {} bytes",
-                    bundle.display(),
-                    m.members.len() + 1,
-                    m.total_size()
-                ),
-            }
-            Ok(())
-        }
+        Command::Verify {
+            bundle,
+            pubkey,
+            base,
+            output,
+        } => print_verified(&bundle, &pubkey, base.as_deref(), output),
         Command::Inspect { bundle, output, sbom } => {
             let m = kubexm_builder::inspect(&bundle)?;
             if let Some(format) = sbom {
@@ -294,6 +300,48 @@ fn print_validated(file: &std::path::Path, result: anyhow::Result<kubexm_bom::co
     }
 }
 
+/// `verify`: the bundle (and a differential's base) checked; what it prints.
+fn print_verified(bundle: &Path, pubkey: &Path, base: Option<&Path>, output: Output) -> anyhow::Result<()> {
+    let (c, base) = match base {
+        Some(b) => {
+            let (c, full) = kubexm_builder::verify_pair(bundle, b, pubkey)?;
+            (c, Some(full))
+        }
+        None => (kubexm_builder::verify(bundle, pubkey)?, None),
+    };
+    let m = &c.manifest;
+    let carried = m.carried().count() + 1;
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::json!({"valid": true, "bundle": bundle, "trustedComment": c.comment, "members": carried,
+                "contentBytes": m.carried_size(), "base": m.base.as_ref().map(|b| &b.digest), "baseVerified": base.is_some()})
+        ),
+        _ => {
+            println!(
+                "{}: signature good ({}); {carried} members verified, {} bytes",
+                bundle.display(),
+                c.comment,
+                m.carried_size()
+            );
+            match (&m.base, base) {
+                (Some(b), Some(_)) => println!(
+                    "differential bundle of base {}: the base's signature is good and it holds the {} members ({} bytes) taken from it",
+                    b.digest,
+                    m.members.len() + 1 - carried,
+                    m.total_size() - m.carried_size()
+                ),
+                (Some(b), None) => println!(
+                    "differential bundle of base {}: pass --base FILE to verify the base and the chain too",
+                    b.digest
+                ),
+                (None, _) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What `build` prints: its summary (JSON, or lines for people).
 fn print_built(s: &kubexm_builder::build::BuildSummary, output: Output) -> anyhow::Result<()> {
     match output {
@@ -311,6 +359,12 @@ fn print_built(s: &kubexm_builder::build::BuildSummary, output: Output) -> anyho
                 s.content_bytes,
                 s.seconds
             );
+            if let Some(base) = &s.base {
+                println!(
+                    "differential bundle of base {base}: {} more members ({} bytes) are taken from the base",
+                    s.from_base_members, s.from_base_bytes
+                );
+            }
             match &s.signature {
                 Some(sig) => println!("signed: {}", sig.display()),
                 None => println!("not signed: pass --key to sign (kubexm-install refuses unsigned bundles unless told otherwise)"),

@@ -10,6 +10,7 @@
 //! The builder writes bundles with [`pack`]; the installer and
 //! `kubexm-bundle verify` read them with [`verify`].
 
+pub mod diff;
 pub mod digest;
 pub mod files;
 pub mod layout;

@@ -29,8 +29,28 @@ pub struct BundleManifest {
     /// needs no catalog of its own. Bundles built before it existed lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog: Option<kubexm_bom::catalog::Catalog>,
-    /// Every other member, in archive order.
+    /// A differential bundle's base: the full bundle that carries the
+    /// members marked `fromBase` (see [`crate::diff`]). `None`: a full bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<Base>,
+    /// Every other member of the full content, in archive order; a
+    /// differential bundle's archive holds those not marked `fromBase`.
     pub members: Vec<Member>,
+}
+
+/// The full bundle a differential one was built against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Base {
+    /// `sha256:<hex>` of the base's `bundle.yaml`: its id, the directory it
+    /// unpacks to.
+    pub digest: String,
+    /// The base's `createdBy`, for people.
+    pub created_by: String,
+    /// `sha256:<hex>` of the full bundle's `bundle.yaml` this one stands
+    /// for (this one's without `base` and the marks): its content's id,
+    /// checked by every reader that computes it again.
+    pub content_digest: String,
 }
 
 /// One archive member, as the manifest promises it.
@@ -40,6 +60,9 @@ pub struct Member {
     pub path: String,
     pub size: u64,
     pub sha256: String,
+    /// In the base bundle, not in this (differential) bundle's archive.
+    #[serde(default, rename = "fromBase", skip_serializing_if = "std::ops::Not::not")]
+    pub from_base: bool,
 }
 
 impl BundleManifest {
@@ -56,12 +79,39 @@ impl BundleManifest {
                 m.api_version, m.kind
             ));
         }
+        match &m.base {
+            None if m.members.iter().any(|x| x.from_base) => {
+                return Err("members are marked fromBase but no base is named".into());
+            }
+            Some(b) if !crate::diff::is_digest(&b.digest) || !crate::diff::is_digest(&b.content_digest) => {
+                return Err(format!(
+                    "base.digest {:?} or base.contentDigest {:?} is not sha256:<64 hex digits>",
+                    b.digest, b.content_digest
+                ));
+            }
+            _ => {}
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = m.members.iter().find(|x| !seen.insert(x.path.as_str())) {
+            return Err(format!("member {} is listed twice", twice.path));
+        }
         Ok(m)
     }
 
-    /// Total size of all members (saturating: the sizes are read from the
-    /// archive before any signature is checked).
+    /// Total size of all members of the full content (saturating: the
+    /// sizes are read from the archive before any signature is checked).
     pub fn total_size(&self) -> u64 {
         self.members.iter().fold(0u64, |n, m| n.saturating_add(m.size))
+    }
+
+    /// The members the archive holds (all of them, but for a differential
+    /// bundle's `fromBase` ones).
+    pub fn carried(&self) -> impl Iterator<Item = &Member> {
+        self.members.iter().filter(|m| !m.from_base)
+    }
+
+    /// Total size of the members the archive holds (saturating).
+    pub fn carried_size(&self) -> u64 {
+        self.carried().fold(0u64, |n, m| n.saturating_add(m.size))
     }
 }

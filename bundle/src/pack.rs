@@ -145,6 +145,7 @@ pub fn listing(members: &[PackMember]) -> Vec<Member> {
             path: m.path.clone(),
             size: m.size,
             sha256: m.sha256.clone(),
+            from_base: false,
         })
         .collect()
 }

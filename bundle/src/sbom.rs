@@ -165,13 +165,16 @@ type MemberSha<'a> = dyn Fn(&str) -> Option<String> + 'a;
 
 /// A binary or archive, for one arch.
 fn file_item(f: &FileItem, member_sha: &MemberSha) -> Item {
-    let (sha, info) = match &f.checksum {
-        Checksum::Sha256(h) => (h.clone(), "sha256 pinned by the kubexm catalog".to_string()),
-        Checksum::Published(url) => (
+    let published = |url: &str| format!("sha256 checked against the upstream's published checksum file {url}");
+    let (sha, info) = match (&f.checksum, &f.checksum_url) {
+        (Checksum::Sha256(h), Some(url)) => (h.clone(), published(url)),
+        (Checksum::Sha256(h), None) if f.version == "extra" => (h.clone(), "sha256 pinned by the cluster config".to_string()),
+        (Checksum::Sha256(h), None) => (h.clone(), "sha256 pinned by the kubexm catalog".to_string()),
+        (Checksum::Published(url), _) => (
             member_sha(&f.path).unwrap_or_default(),
-            format!("sha256 checked against the published checksum file {url}"),
+            published(f.checksum_url.as_deref().unwrap_or(url)),
         ),
-        Checksum::Unknown => (member_sha(&f.path).unwrap_or_default(), "no upstream checksum".into()),
+        (Checksum::Unknown, _) => (member_sha(&f.path).unwrap_or_default(), "no upstream checksum".into()),
     };
     Item {
         kind: Kind::File,
@@ -542,6 +545,7 @@ mod tests {
             path: path.into(),
             size: 1,
             sha256: sha256.into(),
+            from_base: false,
         };
         let mut m = crate::testing::manifest(vec![
             member("files/amd64/kubeadm", A),
@@ -556,7 +560,8 @@ mod tests {
             "files": [{"component": "kubeadm", "version": "v1.37.2", "arch": "amd64",
                        "url": "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubeadm",
                        "source": "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubeadm",
-                       "checksum": {"sha256": A}, "path": "files/amd64/kubeadm", "archive": "none"}],
+                       "checksum": {"sha256": A}, "path": "files/amd64/kubeadm", "archive": "none",
+                       "checksumUrl": "https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubeadm.sha256"}],
             "manifests": [],
             "images": [{"reference": "registry.k8s.io/pause:3.10", "platforms": ["linux/amd64"],
                         "digest": format!("sha256:{B}"), "platformManifests": {"linux/amd64": format!("sha256:{E}")}}],
@@ -595,6 +600,12 @@ mod tests {
             assert_eq!(bytes, write(&m, format), "{format:?} is not deterministic");
             let doc: Value = serde_json::from_slice(&bytes).unwrap_or_default();
             let seen = sha256s(&doc);
+            // The upstream's checksum source, as published (never a mirror's).
+            assert!(
+                doc.to_string()
+                    .contains("published checksum file https://dl.k8s.io/release/v1.37.2/bin/linux/amd64/kubeadm.sha256"),
+                "{format:?}: the checksum source is missing"
+            );
             for sha in [A, B, C, D, E] {
                 assert!(seen.contains(sha), "{format:?}: {sha} missing");
             }

@@ -39,6 +39,7 @@ pub fn manifest(members: Vec<Member>) -> BundleManifest {
         created_by: "test".into(),
         config_digest: "sha256:00".into(),
         catalog: None,
+        base: None,
         lock,
         members,
     }

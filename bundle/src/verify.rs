@@ -201,6 +201,19 @@ impl Sink for Discard {
     }
 }
 
+/// Reads `bundle.yaml` and skips the members: they are not decompressed,
+/// and a signature still covers every byte.
+pub struct ManifestOnly;
+
+impl Sink for ManifestOnly {
+    fn start(&mut self, _: &str) -> io::Result<bool> {
+        Ok(false)
+    }
+    fn member(&mut self, _: &str, _: u64, _: &mut dyn Read) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// What one pass over a bundle established.
 #[derive(Debug)]
 pub struct Verified {
@@ -418,12 +431,8 @@ fn parse(
     if !sink.start(&text).map_err(|e| fmt(e.to_string()))? {
         return Ok((manifest, text, false));
     }
-    sink.declared(manifest.total_size()).map_err(|e| fmt(e.to_string()))?;
-    let mut expected: HashMap<&str, (u64, &str)> = manifest
-        .members
-        .iter()
-        .map(|m| (m.path.as_str(), (m.size, m.sha256.as_str())))
-        .collect();
+    sink.declared(manifest.carried_size()).map_err(|e| fmt(e.to_string()))?;
+    let mut expected: HashMap<&str, (u64, &str)> = manifest.carried().map(|m| (m.path.as_str(), (m.size, m.sha256.as_str()))).collect();
     for entry in entries {
         let mut entry = entry.map_err(|e| fmt(format!("reading the archive: {e}")))?;
         let path = entry_path(&entry).map_err(&fmt)?;
@@ -467,7 +476,7 @@ fn parse(
 /// The decompressed bytes the members `manifest` lists take in the archive:
 /// each one's data, header, long-name header and padding, plus [`RESERVE`].
 fn declared_bytes(manifest: &BundleManifest) -> u64 {
-    manifest.members.iter().fold(RESERVE, |n, m| {
+    manifest.carried().fold(RESERVE, |n, m| {
         n.saturating_add(m.size)
             .saturating_add(4 * BLOCK)
             .saturating_add(m.path.len() as u64)
@@ -482,22 +491,34 @@ pub fn check_members(bundle: &Path, sink: &mut dyn Sink) -> Result<BundleManifes
 
 /// Reads only `bundle.yaml` (no signature check, nothing decompressed past it).
 pub fn read_manifest(bundle: &Path) -> Result<BundleManifest, VerifyError> {
-    read_manifest_digest(bundle).map(|(m, _)| m)
+    read_bundle(bundle, None, &mut ManifestOnly).map(|v| v.manifest)
 }
 
-/// A bundle's manifest and its digest (`sha256:<hex>` of `bundle.yaml`,
-/// the id it is unpacked and held under), nothing unpacked.
-pub fn read_manifest_digest(bundle: &Path) -> Result<(BundleManifest, String), VerifyError> {
-    struct ManifestOnly;
-    impl Sink for ManifestOnly {
-        fn start(&mut self, _: &str) -> io::Result<bool> {
-            Ok(false)
-        }
-        fn member(&mut self, _: &str, _: u64, _: &mut dyn Read) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    read_bundle(bundle, None, &mut ManifestOnly).map(|v| (v.manifest, format!("sha256:{}", crate::digest::sha256_hex(v.text.as_bytes()))))
+/// What [`read_head`] reads of a bundle.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub manifest: BundleManifest,
+    /// `sha256:<hex>` of its own `bundle.yaml`: the bundle file's identity
+    /// (what a worker holds it under and a job names).
+    pub digest: String,
+    /// The content's id ([`crate::diff::content_digest`]): the same as
+    /// `digest` for a full bundle, the full bundle's for a differential one;
+    /// the directory it unpacks to and what an install records.
+    pub content_digest: String,
+}
+
+/// A bundle's manifest and digests, nothing unpacked (no signature check).
+pub fn read_head(bundle: &Path) -> Result<Head, VerifyError> {
+    let v = read_bundle(bundle, None, &mut ManifestOnly)?;
+    let content_digest = crate::diff::content_digest(&v.manifest, &v.text).map_err(|why| VerifyError::Format {
+        bundle: bundle.display().to_string(),
+        why,
+    })?;
+    Ok(Head {
+        digest: format!("sha256:{}", crate::digest::sha256_hex(v.text.as_bytes())),
+        manifest: v.manifest,
+        content_digest,
+    })
 }
 
 /// A member's path, refused unless it is relative and stays inside the bundle.

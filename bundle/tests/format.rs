@@ -83,6 +83,7 @@ fn yaml_for(entries: &[(&str, &[u8])]) -> String {
                 path: p.to_string(),
                 size: d.len() as u64,
                 sha256: sha256_hex(d),
+                from_base: false,
             })
             .collect(),
     )

@@ -189,6 +189,9 @@ pub struct Context<'a> {
     /// the registry host; `None`: an apply from the bundle unpacked here
     /// (the registry host must have it unpacked too).
     pub bundle: Option<&'a Path>,
+    /// A differential bundle's base file (with its signature beside it) and
+    /// digest, for a registry host that does not have it unpacked.
+    pub base: Option<(&'a Path, &'a str)>,
     /// cluster.yaml's spec as written (before defaults), for the Cluster
     /// object; `None`: the completed one is used.
     pub written: Option<kubexm_bom::config::model::Spec>,

@@ -37,6 +37,7 @@ fn unpacked(root: &Path, tests: bool, images: &[&str]) {
             source: url.clone(),
             url,
             checksum: Checksum::Sha256("00".repeat(32)),
+            checksum_url: None,
             archive: kubexm_bom::catalog::ArchiveKind::None,
             install: vec![],
         }

@@ -128,6 +128,7 @@ fn crafted_archives_are_refused_and_nothing_lands_outside() {
             path: p.into(),
             size: d.len() as u64,
             sha256: sha256_hex(d),
+            from_base: false,
         }])
         .to_yaml()
         .unwrap()
@@ -386,6 +387,7 @@ fn lying_yaml(path: &str, size: u64) -> String {
         path: path.into(),
         size,
         sha256: "0".repeat(64),
+        from_base: false,
     }])
     .to_yaml()
     .unwrap()

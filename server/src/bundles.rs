@@ -5,11 +5,13 @@
 //! with its signature beside it; API jobs name a bundle by that digest,
 //! and the worker checks, while unpacking, that the bundle is that one. A bundle's digest is the sha256 of its
 //! signed `bundle.yaml`, which lists the sha256 of every member: the same
-//! digest the installer prints when it checks the signature.
+//! digest the installer prints when it checks the signature. A differential
+//! bundle is held only beside its base (added first), and a job that names
+//! it unpacks the base too.
 
 use std::path::{Path, PathBuf};
 
-use kubexm_bundle::verify::{self, SignatureCheck, Sink};
+use kubexm_bundle::verify::{self, SignatureCheck};
 
 /// Where a worker keeps its bundles unless told otherwise.
 pub const BUNDLES_DIR: &str = "/var/lib/kubexm/bundles";
@@ -28,6 +30,13 @@ pub enum BundleError {
     BadDigest { digest: String },
     #[error("no bundle {digest} in {dir}: add it on this machine with `kubexm bundle add FILE --pubkey KEY`")]
     Unknown { digest: String, dir: String },
+    #[error(
+        "{bundle} is a differential bundle of base {digest}, which is not held in {dir}: add the base first (`kubexm bundle add BASE --pubkey KEY`)"
+    )]
+    NoBase { bundle: String, digest: String, dir: String },
+    /// A differential bundle and the held base it names do not fit.
+    #[error(transparent)]
+    Base(#[from] kubexm_bundle::diff::DiffError),
 }
 
 /// A bundle held.
@@ -39,19 +48,6 @@ pub struct Held {
     /// The cluster name and Kubernetes version it was built for.
     pub cluster: String,
     pub kubernetes: String,
-}
-
-/// Reads only `bundle.yaml` (the rest of the file is hashed for the
-/// signature, not unpacked).
-struct ManifestOnly;
-
-impl Sink for ManifestOnly {
-    fn start(&mut self, _: &str) -> std::io::Result<bool> {
-        Ok(false)
-    }
-    fn member(&mut self, _: &str, _: u64, _: &mut dyn std::io::Read) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
@@ -82,7 +78,9 @@ pub fn add(file: &Path, pubkey: &Path, dir: &Path) -> Result<Held, BundleError> 
             fs_err::set_permissions(to, std::fs::Permissions::from_mode(0o644)).map_err(io(to))?;
         }
         let check = SignatureCheck::load(&tmp_sig, pubkey)?;
-        Ok::<_, BundleError>(verify::read_bundle(&tmp_bundle, Some(&check), &mut ManifestOnly)?)
+        let v = verify::read_bundle(&tmp_bundle, Some(&check), &mut verify::ManifestOnly)?;
+        base_of(dir, file, &v.manifest)?;
+        Ok::<_, BundleError>(v)
     })();
     let v = match copied {
         Ok(v) => v,
@@ -123,6 +121,27 @@ pub fn find(dir: &Path, digest: &str) -> Result<PathBuf, BundleError> {
             dir: dir.display().to_string(),
         })
     }
+}
+
+/// The held base of the differential bundle `file` (whose `bundle.yaml`
+/// is `m`), checked to fit it; `None` for a full bundle. A differential is
+/// held only beside its base: add the base first.
+pub fn base_of(dir: &Path, file: &Path, m: &kubexm_bundle::manifest::BundleManifest) -> Result<Option<PathBuf>, BundleError> {
+    let Some(want) = &m.base else { return Ok(None) };
+    let base = find(dir, &want.digest).map_err(|_| BundleError::NoBase {
+        bundle: file.display().to_string(),
+        digest: want.digest.clone(),
+        dir: dir.display().to_string(),
+    })?;
+    let head = verify::read_head(&base)?;
+    kubexm_bundle::diff::check_base(
+        m,
+        &file.display().to_string(),
+        &head.manifest,
+        &head.digest,
+        &base.display().to_string(),
+    )?;
+    Ok(Some(base))
 }
 
 /// The digests of the bundles in `dir`, sorted.

@@ -64,7 +64,8 @@ async fn bundle_job(db: &JobDb, file: &Path, local: Local, make: impl FnOnce(Str
     };
     let (opened, cluster) =
         kubexm_installer::ops::session::validate(&kubexm_installer::ops::session::Config::File(file.to_path_buf()), bundle)?;
-    let request = make(opened.digest);
+    // The file's own digest: what the worker checks the bundle it unpacks against.
+    let request = make(opened.file_digest);
     store_operators(db, file, &cluster, &request, Some(&local)).await
 }
 

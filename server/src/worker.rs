@@ -71,6 +71,7 @@ impl WorkerInstall {
             } else {
                 self.pubkey.clone()
             },
+            base: None,
             advertise,
             serve_port: local.serve_port.unwrap_or(self.serve_port),
             kubeconfig: local.kubeconfig.clone(),
@@ -475,8 +476,9 @@ fn open(
     };
     let mut settings = o.install.settings(job.id, &request, &local, engine)?;
     let bundle = request.bundle().map(|d| o.install.bundle(job.id, d, &local)).transpose()?;
-    if bundle.is_some() {
+    if let Some(b) = &bundle {
         settings.installer = Some(installer_binary()?);
+        settings.base = held_base(&o.install.bundles, b, &settings)?;
     }
     let config = ops::session::Config::Text {
         name: job.config_name.clone(),
@@ -484,6 +486,26 @@ fn open(
     };
     let session = ops::session::Session::open(&config, bundle.as_deref(), None, settings)?;
     Ok((session, request))
+}
+
+/// A differential bundle's base, when `bundle` is one held in `dir`,
+/// checked to fit it: the install verifies and unpacks it with the bundle,
+/// and gives its file to the registry host (which verifies it again: the
+/// worker needs its --pubkey for that).
+fn held_base(dir: &std::path::Path, bundle: &std::path::Path, settings: &ops::session::Settings) -> anyhow::Result<Option<PathBuf>> {
+    let m = kubexm_bundle::verify::read_manifest(bundle)?;
+    let Some(base) = crate::bundles::base_of(dir, bundle, &m)? else {
+        return Ok(None);
+    };
+    if settings.pubkey.is_none() {
+        anyhow::bail!(
+            "{} is a differential bundle: the registry host verifies its base {} with the bundles' public key, \
+             and this worker has none; start it with --pubkey FILE",
+            bundle.display(),
+            base.display()
+        );
+    }
+    Ok(Some(base))
 }
 
 /// The kubexm-install binary beside this one: an install puts it on the

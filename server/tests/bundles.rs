@@ -55,6 +55,7 @@ fn a_held_bundle_is_a_checked_copy_and_an_install_refuses_any_other() {
         },
         root: d.join("root"),
         pubkey: Some(pub2),
+        base: None,
         advertise: Some("127.0.0.1".parse().unwrap()),
         serve_port: 0,
         kubeconfig: None,
@@ -68,4 +69,51 @@ fn a_held_bundle_is_a_checked_copy_and_an_install_refuses_any_other() {
     let e = format!("{:#}", kubexm_installer::ops::install::install(&session, &opts).unwrap_err());
     assert!(e.contains("is not the bundle this job asked for") && e.contains(&digest), "{e}");
     assert!(!d.join("root/pki").exists(), "PKI was made for a refused bundle");
+}
+
+/// Issue 33: `kubexm bundle add` holds a differential bundle only beside
+/// its base, checked against it.
+#[test]
+fn a_differential_bundle_is_held_only_beside_its_base() {
+    use kubexm_bundle::pack::{PackMember, Source, listing, pack};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (secret, public) = (d.join("k.key"), d.join("k.pub"));
+    kubexm_builder::sign::keygen(&secret, &public, true, false).unwrap();
+    let signed = |name: &str, content: &[(&str, &[u8])], base: Option<&kubexm_bundle::manifest::BundleManifest>| {
+        let mut members: Vec<PackMember> = content
+            .iter()
+            .map(|(p, x)| PackMember {
+                path: p.to_string(),
+                size: x.len() as u64,
+                sha256: kubexm_bundle::digest::sha256_hex(x),
+                source: Source::Bytes(x.to_vec()),
+            })
+            .collect();
+        let mut m = kubexm_bundle::testing::manifest(listing(&members));
+        if let Some(b) = base {
+            let digest = format!("sha256:{}", kubexm_bundle::digest::sha256_hex(b.to_yaml().unwrap().as_bytes()));
+            kubexm_bundle::diff::make_differential(&mut m, b, &digest).unwrap();
+            members.retain(|x| m.carried().any(|c| c.path == x.path));
+        }
+        let path = d.join(name);
+        pack(&path, &m, &members, 1, &|_| {}).unwrap();
+        kubexm_builder::sign::sign(&path, &secret, "test").unwrap();
+        (path, m)
+    };
+    let (base, base_m) = signed("old.tar.zst", &[("files/a", b"a")], None);
+    let (diff, _) = signed("new.tar.zst", &[("files/a", b"a"), ("files/b", b"b")], Some(&base_m));
+    let held = d.join("held");
+    let e = kubexm_server::bundles::add(&diff, &public, &held).unwrap_err();
+    assert!(matches!(e, kubexm_server::bundles::BundleError::NoBase { .. }), "{e}");
+    assert!(e.to_string().contains("add the base first"), "{e}");
+    assert_eq!(
+        kubexm_server::bundles::list(&held).unwrap(),
+        Vec::<String>::new(),
+        "a refused bundle was kept"
+    );
+    let b = kubexm_server::bundles::add(&base, &public, &held).unwrap();
+    let x = kubexm_server::bundles::add(&diff, &public, &held).unwrap();
+    let m = kubexm_bundle::verify::read_manifest(&x.path).unwrap();
+    assert_eq!(kubexm_server::bundles::base_of(&held, &x.path, &m).unwrap(), Some(b.path));
 }

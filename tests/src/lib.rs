@@ -397,6 +397,11 @@ fn remove_bundles_of_ended_processes() {
 /// Signed bundles built in this process, by the text of their config.
 static BUNDLES: Mutex<Vec<(String, LabBundle)>> = Mutex::new(Vec::new());
 
+/// The builder cache the tests' bundles share (one per test process).
+pub fn bundle_cache() -> PathBuf {
+    std::env::temp_dir().join(format!("kubexm-e2e-bundle-cache-{}", std::process::id()))
+}
+
 /// The lab cluster's bundle, built once per test process and lab shape (the
 /// fixture is the same for every lab; the roles, hence the OS packages, are not).
 pub fn lab_bundle(lab: &Lab) -> LabBundle {
@@ -423,16 +428,11 @@ pub fn signed_bundle(lab: &Lab, config: &Path) -> LabBundle {
         .expect("running kubexm-bundle keygen");
     assert!(kg.status.success(), "keygen: {}", String::from_utf8_lossy(&kg.stderr));
     let bundle = dir.join("lab.tar.zst");
-    let out = build_command(
-        lab,
-        config,
-        &std::env::temp_dir().join(format!("kubexm-e2e-bundle-cache-{}", std::process::id())),
-        &bundle,
-    )
-    .arg("--key")
-    .arg(&key)
-    .output()
-    .expect("running kubexm-bundle build");
+    let out = build_command(lab, config, &bundle_cache(), &bundle)
+        .arg("--key")
+        .arg(&key)
+        .output()
+        .expect("running kubexm-bundle build");
     assert!(
         out.status.success(),
         "building the bundle of {}: {}",

@@ -28,6 +28,7 @@ fn bom(k8s: &str, etcd: &str) -> Bom {
         url: format!("https://example.invalid/{component}-{version}-{arch}"),
         source: format!("https://example.invalid/{component}-{version}-{arch}"),
         checksum: Checksum::Sha256("00".repeat(32)),
+        checksum_url: None,
         path: format!("files/{component}-{version}-{arch}"),
         archive: ArchiveKind::None,
         install: vec![],

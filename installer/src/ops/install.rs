@@ -191,6 +191,11 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     // The context, built once; a real run fills in the arches from facts.
     let mut ctx = Context {
         bundle: (!bundle.unpacked).then_some(bundle.path.as_path()),
+        base: settings
+            .base
+            .as_deref()
+            .filter(|_| !bundle.unpacked)
+            .zip(bundle.manifest.base.as_ref().map(|b| b.digest.as_str())),
         digest: Some(bundle.digest.as_str()),
         written: written(session),
         operation: operation(args),
@@ -460,12 +465,17 @@ fn read_verified(session: &Session, args: &InstallOptions, opened: &OpenBundle) 
     // A dry run verifies the bundle and plans from it in memory: it writes
     // nothing anywhere (no unpack, no PKI, no state); values made at apply
     // time print as <generated>.
-    let (manifest, bundle_dir, members) = if args.dry_run {
-        let p = unpack::read_for_plan(bundle, &t, root).map_err(unpack::UnpackError::classified)?;
-        (p.manifest, p.dir, Some(p.members))
+    // A differential bundle's base (`--base`, or held beside it by a worker).
+    let base = session.settings().base.as_deref().filter(|_| early.base.is_some());
+    let (manifest, bundle_dir, members, digest) = if args.dry_run {
+        let p = unpack::read_for_plan(bundle, base, &t, root).map_err(unpack::UnpackError::classified)?;
+        (p.manifest, p.dir, Some(p.members), p.digest)
     } else {
+        if let Some(base) = base {
+            unpack::unpack_base(bundle, base, &t, root).map_err(unpack::UnpackError::classified)?;
+        }
         let u = unpack::unpack(bundle, &t, root).map_err(unpack::UnpackError::classified)?;
-        (u.manifest, u.dir, None)
+        (u.manifest, u.dir, None, u.digest)
     };
     if &manifest != early {
         return Err(op(
@@ -473,18 +483,16 @@ fn read_verified(session: &Session, args: &InstallOptions, opened: &OpenBundle) 
             anyhow::anyhow!("{}: the bundle changed while it was read; run again", bundle.display()),
         ));
     }
-    if let Some(want) = &args.expect_digest {
-        let got = bundle_dir.file_name().map(|n| format!("sha256:{}", n.to_string_lossy()));
-        if got.as_deref() != Some(want.as_str()) {
-            return Err(op(
-                OpError::Verify,
-                anyhow::anyhow!(
-                    "{} is not the bundle this job asked for: its signed bundle.yaml is {}, the job's {want}. The held file was replaced; nothing was installed. Add the bundle again with `kubexm bundle add`",
-                    bundle.display(),
-                    got.unwrap_or_default()
-                ),
-            ));
-        }
+    if let Some(want) = &args.expect_digest
+        && digest != *want
+    {
+        return Err(op(
+            OpError::Verify,
+            anyhow::anyhow!(
+                "{} is not the bundle this job asked for: its signed bundle.yaml is {digest}, the job's {want}. The held file was replaced; nothing was installed. Add the bundle again with `kubexm bundle add`",
+                bundle.display(),
+            ),
+        ));
     }
     Ok((manifest, bundle_dir, members))
 }

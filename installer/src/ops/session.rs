@@ -74,6 +74,8 @@ pub struct Settings {
     /// The bundle's public key; `None`: installed without a signature check
     /// (`--allow-unsigned`, or a bundle `kubexm bundle add` checked).
     pub pubkey: Option<PathBuf>,
+    /// A differential bundle's base file (`--base`), for the registry host.
+    pub base: Option<PathBuf>,
     /// The address hosts reach this machine at, for the file server.
     pub advertise: Option<std::net::IpAddr>,
     pub serve_port: u16,
@@ -91,6 +93,7 @@ impl Settings {
             engine,
             root: crate::paths::ROOT.into(),
             pubkey: None,
+            base: None,
             advertise: None,
             serve_port: crate::paths::SERVE_PORT,
             kubeconfig: None,
@@ -105,8 +108,13 @@ impl Settings {
 pub struct OpenBundle {
     pub path: PathBuf,
     pub manifest: BundleManifest,
-    /// `sha256:<hex>` of its `bundle.yaml`.
+    /// The content's id (`sha256:<hex>` of its `bundle.yaml`, or for a
+    /// differential bundle of the full bundle's it stands for): the
+    /// directory it unpacks to, what the record and the Cluster status name.
     pub digest: String,
+    /// `sha256:<hex>` of the file's own `bundle.yaml`: what a job names and
+    /// checks (the same as `digest` but for a differential bundle).
+    pub file_digest: String,
     pub catalog: Catalog,
     /// `path` is the bundle's directory, unpacked (and verified) by an
     /// earlier install: there is no file to verify or upload.
@@ -157,27 +165,28 @@ const ACTS_ON: &str = "etcd-restore";
 /// job that will run one, checks first. The config's own errors come first
 /// even without a readable bundle (only its versions need the catalog).
 pub fn validate(config: &Config, bundle: &Path) -> anyhow::Result<(OpenBundle, Cluster)> {
-    let (manifest, digest) = match kubexm_bundle::verify::read_manifest_digest(bundle) {
-        Ok(m) => m,
+    let head = match kubexm_bundle::verify::read_head(bundle) {
+        Ok(h) => h,
         Err(e) => {
             config.load_hosts()?;
             return Err(crate::unpack::UnpackError::from(e).classified());
         }
     };
-    let catalog = super::lock_catalog(&manifest, bundle)?;
+    let catalog = super::lock_catalog(&head.manifest, bundle)?;
     let cluster = config.load(&catalog)?;
     let opened = OpenBundle {
         path: bundle.to_path_buf(),
-        manifest,
-        digest,
+        manifest: head.manifest,
+        digest: head.content_digest,
+        file_digest: head.digest,
         catalog,
         unpacked: false,
     };
     Ok((opened, cluster))
 }
 
-/// The bundle `digest` (`sha256:<hex>` of its `bundle.yaml`) as an earlier
-/// install unpacked it under `root`, and `config` checked against its
+/// The bundle `digest` (its content's id: `sha256:<hex>` of the full
+/// `bundle.yaml` an earlier install wrote in its directory) as that install unpacked it under `root`, and `config` checked against its
 /// catalog; `None` when it is not there (never unpacked, or not finished).
 pub fn unpacked(config: &Config, root: &Path, digest: &str) -> anyhow::Result<Option<(OpenBundle, Cluster)>> {
     let Some(hex) = digest
@@ -208,6 +217,7 @@ pub fn unpacked(config: &Config, root: &Path, digest: &str) -> anyhow::Result<Op
         path: dir,
         manifest,
         digest: digest.to_string(),
+        file_digest: digest.to_string(),
         catalog,
         unpacked: true,
     };
@@ -737,6 +747,7 @@ mod tests {
             engine,
             root: dir.path().join("root"),
             pubkey: None,
+            base: None,
             advertise: None,
             serve_port: 0,
             kubeconfig: None,

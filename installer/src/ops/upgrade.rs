@@ -61,7 +61,7 @@ pub fn open(
     let mut target = None;
     let mut hops = Vec::new();
     for b in bundles {
-        let (manifest, _) = kubexm_bundle::verify::read_manifest_digest(b).map_err(|e| crate::unpack::UnpackError::from(e).classified())?;
+        let manifest = kubexm_bundle::verify::read_manifest(b).map_err(|e| crate::unpack::UnpackError::from(e).classified())?;
         let same = match (&parsed, upgrade::Version::parse(&manifest.lock.kubernetes_version)) {
             (Some(a), Some(b)) => *a == b,
             _ => manifest.lock.kubernetes_version == wanted,

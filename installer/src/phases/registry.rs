@@ -144,10 +144,42 @@ fn bundle_steps(i: &Context, unpacked: &str, remote: &str, id: &str) -> anyhow::
         }))
     };
     let mut steps = vec![upload("bundle", bundle, remote)?];
+    let sig = |b: &Path| std::path::PathBuf::from(format!("{}.minisig", b.display()));
+    // A differential bundle's base goes beside it (always signed: an
+    // install refuses --base under --allow-unsigned).
+    // A differential bundle's base goes beside it unless the host has it
+    // unpacked (always signed: an install refuses --base under --allow-unsigned).
+    let mut base_arg = String::new();
+    let mut base_rm = String::new();
+    if let (Some((base, digest)), Some(_)) = (i.base, i.pubkey) {
+        let name = base.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let remote_base = format!("{REMOTE_BUNDLE}/base-{name}");
+        let b = q(&remote_base);
+        let held = format!(
+            "test -f {}",
+            q(&format!(
+                "{HOST_BUNDLES}/{}/{}",
+                kubexm_bundle::diff::hex(digest),
+                crate::unpack::COMPLETE
+            ))
+        );
+        let skip = format!("{unpacked} || {held}");
+        let uploads = [
+            ("bundle-base", base.to_path_buf(), remote_base.clone()),
+            ("bundle-base-signature", sig(base), format!("{remote_base}.minisig")),
+        ];
+        for (name, local, dest) in uploads {
+            steps.push(Arc::new(Unless {
+                check: skip.clone(),
+                inner: Arc::new(Upload::new(name, &local, &dest, 0o644)?),
+            }));
+        }
+        base_arg = format!(" $({held} || echo --base {b})");
+        base_rm = format!(" {b} {b}.minisig");
+    }
     let trust = match i.pubkey {
         Some(k) => {
-            let sig = std::path::PathBuf::from(format!("{}.minisig", bundle.display()));
-            steps.push(upload("bundle-signature", &sig, &format!("{remote}.minisig"))?);
+            steps.push(upload("bundle-signature", &sig(bundle), &format!("{remote}.minisig"))?);
             steps.push(upload("bundle-pubkey", k, &format!("{REMOTE_BUNDLE}/bundle.pub"))?);
             format!("--pubkey {REMOTE_BUNDLE}/bundle.pub")
         }
@@ -157,7 +189,7 @@ fn bundle_steps(i: &Context, unpacked: &str, remote: &str, id: &str) -> anyhow::
         "bundle-unpack",
         Some(unpacked),
         &format!(
-            "{HOST_INSTALLER} unpack --bundle {r} {trust} --root {ROOT} 2>&1 && rm -f {r} {r}.minisig",
+            "{HOST_INSTALLER} unpack --bundle {r}{base_arg} {trust} --root {ROOT} 2>&1 && rm -f {r} {r}.minisig{base_rm}",
             r = q(remote)
         ),
     )));

@@ -342,6 +342,7 @@ mod tests {
             arches: cluster.spec.hosts.iter().map(|h| (h.name.clone(), "amd64".to_string())).collect(),
             phases,
             bundle: None,
+            base: None,
             digest: None,
             written: None,
             operation: "upgrade",

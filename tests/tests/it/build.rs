@@ -223,6 +223,183 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
         std::fs::read(&bundle).unwrap() == std::fs::read(b.path("k2.tar.zst")).unwrap(),
         "two builds from the same cache differ"
     );
+    differential_bundle(&lab, &b, &bundle, &key, &public, again["seconds"].as_f64().unwrap());
+}
+
+/// Issue 33: the lab's bundle as the base, and the same config with one
+/// more image as the new content. The differential carries exactly what
+/// the base lacks, and unpacks with its base into what the full new bundle
+/// unpacks to; it describes the full content; it is deterministic too.
+/// `warm_full`: a full build's seconds from the warm cache (the base's).
+fn differential_bundle(lab: &Lab, b: &Build, base: &Path, key: &Path, public: &Path, warm_full: f64) {
+    let config = b.path("more.yaml");
+    let text_in = std::fs::read_to_string(&lab.desc.cluster)
+        .unwrap()
+        .replace("  bundle:\n", "  bundle:\n    extraImages: [docker.io/library/nginx:1.27-lab]\n");
+    std::fs::write(&config, text_in).unwrap();
+    let k = ["--key", key.to_str().unwrap(), "-o", "json"];
+    let built = |name: &str, extra: &[&str]| -> serde_json::Value {
+        let args: Vec<&str> = k.iter().chain(extra).copied().collect();
+        serde_json::from_str(&ok(b.run(lab, &config, name, &args), name)).unwrap()
+    };
+    let full = built("new.tar.zst", &[]);
+    let with_base = ["--base", base.to_str().unwrap(), "--pubkey", public.to_str().unwrap()];
+    let diff = built("new-diff.tar.zst", &with_base);
+    let again = built("new-diff2.tar.zst", &with_base);
+    let (full_path, diff_path) = (b.path("new.tar.zst"), b.path("new-diff.tar.zst"));
+    assert!(
+        std::fs::read(&diff_path).unwrap() == std::fs::read(b.path("new-diff2.tar.zst")).unwrap(),
+        "two differential builds from the same inputs differ"
+    );
+    let inspect = |bundle: &Path| -> serde_json::Value {
+        serde_json::from_str(&ok(
+            Command::new(bin("kubexm-bundle"))
+                .args(["inspect", "-o", "json", "--bundle"])
+                .arg(bundle)
+                .output()
+                .unwrap(),
+            "inspect",
+        ))
+        .unwrap()
+    };
+    let (base_m, full_m, diff_m) = (inspect(base), inspect(&full_path), inspect(&diff_path));
+    let pairs = |m: &serde_json::Value| -> std::collections::BTreeSet<(String, String)> {
+        m["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| (x["path"].as_str().unwrap().to_string(), x["sha256"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    // It lists the full content, and carries exactly what the base lacks.
+    assert_eq!(pairs(&diff_m), pairs(&full_m));
+    let carried: std::collections::BTreeSet<String> = diff_m["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["fromBase"] != true)
+        .map(|x| x["path"].as_str().unwrap().to_string())
+        .collect();
+    let lacking: std::collections::BTreeSet<String> = pairs(&full_m).difference(&pairs(&base_m)).map(|(p, _)| p.clone()).collect();
+    assert_eq!(carried, lacking);
+    assert!(carried.iter().any(|p| p.starts_with("images/blobs/")), "{carried:?}");
+    let listed = ok(
+        Command::new("tar").arg("--zstd").arg("-tf").arg(&diff_path).output().unwrap(),
+        "tar -t",
+    );
+    let in_archive: std::collections::BTreeSet<String> = listed.lines().skip(1).map(str::to_string).collect();
+    assert_eq!(
+        in_archive, carried,
+        "the archive holds other members than bundle.yaml says it carries"
+    );
+    let base_digest = format!(
+        "sha256:{}",
+        kubexm_bundle::digest::sha256_hex(
+            &std::process::Command::new("tar")
+                .arg("--zstd")
+                .arg("-xOf")
+                .arg(base)
+                .arg("bundle.yaml")
+                .output()
+                .unwrap()
+                .stdout
+        )
+    );
+    assert_eq!(diff_m["base"]["digest"], base_digest.as_str());
+    assert_eq!(diff["base"], base_digest.as_str());
+    let human = ok(
+        Command::new(bin("kubexm-bundle"))
+            .args(["inspect", "--bundle"])
+            .arg(&diff_path)
+            .output()
+            .unwrap(),
+        "inspect",
+    );
+    assert!(human.contains(&format!("differential bundle of base {base_digest}")), "{human}");
+    // The bills describe the full content: the same as the full bundle's.
+    for format in ["spdx", "cyclonedx"] {
+        let sbom = |bundle: &Path| {
+            ok(
+                Command::new(bin("kubexm-bundle"))
+                    .args(["inspect", "--sbom", format, "--bundle"])
+                    .arg(bundle)
+                    .output()
+                    .unwrap(),
+                "inspect --sbom",
+            )
+        };
+        assert!(
+            sbom(&diff_path) == sbom(&full_path),
+            "{format}: the differential's bill is not the full content's"
+        );
+    }
+    // verify: alone (the base named), and with its base.
+    let alone = ok(verify(&diff_path, public), "verify");
+    assert!(alone.contains("pass --base FILE"), "{alone}");
+    let pair = ok(
+        Command::new(bin("kubexm-bundle"))
+            .args(["verify", "--bundle"])
+            .arg(&diff_path)
+            .arg("--pubkey")
+            .arg(public)
+            .arg("--base")
+            .arg(base)
+            .output()
+            .unwrap(),
+        "verify --base",
+    );
+    assert!(pair.contains("the base's signature is good"), "{pair}");
+    // Unpacked with its base: the full bundle's directory, file for file.
+    let (r1, r2) = (b.path("root-diff"), b.path("root-full"));
+    let refused = kubexm_e2e::unpack_command(&diff_path, public, &r1).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("pass --base FILE"), "{}", text(&refused.stderr));
+    assert!(!r1.exists(), "a refused unpack wrote under its root");
+    let unsigned = Command::new(bin("kubexm-install"))
+        .args(["unpack", "--allow-unsigned", "--bundle"])
+        .arg(&diff_path)
+        .arg("--base")
+        .arg(base)
+        .arg("--root")
+        .arg(&r1)
+        .output()
+        .unwrap();
+    assert_eq!(unsigned.status.code(), Some(2), "{}", text(&unsigned.stderr));
+    assert!(!r1.exists(), "a refused unpack wrote under its root");
+    ok(
+        kubexm_e2e::unpack_command(&diff_path, public, &r1)
+            .arg("--base")
+            .arg(base)
+            .output()
+            .unwrap(),
+        "unpack --base",
+    );
+    ok(kubexm_e2e::unpack_command(&full_path, public, &r2).output().unwrap(), "unpack");
+    let id = full["bundleYamlSha256"].as_str().unwrap();
+    let same = Command::new("diff")
+        .arg("-r")
+        .arg(r1.join("bundles").join(id))
+        .arg(r2.join("bundles").join(id))
+        .output()
+        .unwrap();
+    assert!(
+        same.status.success(),
+        "base + differential unpack differently from the full bundle:\n{}",
+        text(&same.stdout)
+    );
+    // The figures (issue 33): size ratio and build time against a full build, both from a warm cache.
+    let (full_size, diff_size) = (full["bundleSize"].as_f64().unwrap(), diff["bundleSize"].as_f64().unwrap());
+    let figures = format!(
+        "differential bundle (one more image): {diff_size} bytes, {:.4} of the full new bundle ({full_size} bytes); \
+         {} members carried, {} taken from the base; build {:.1} s against {warm_full:.1} s for a full build (warm cache)\n",
+        diff_size / full_size,
+        diff["members"],
+        diff["fromBaseMembers"],
+        again["seconds"].as_f64().unwrap()
+    );
+    eprint!("{figures}");
+    let _ = std::fs::create_dir_all("/var/cache/kubexm-lab/timelines")
+        .and_then(|()| std::fs::write("/var/cache/kubexm-lab/timelines/differential-bundle.txt", &figures));
 }
 
 /// Issue 33: the bundle carries both bills of materials, byte for byte

@@ -43,6 +43,10 @@ pub struct InstallArgs {
     /// Accept a bundle without checking a signature (warns loudly).
     #[arg(long)]
     pub allow_unsigned: bool,
+    /// The base of a differential --bundle (the full bundle it was built against): verified
+    /// with --pubkey and unpacked under --root first. Not needed once it is unpacked there.
+    #[arg(long, value_name = "FILE", requires = "bundle")]
+    pub base: Option<PathBuf>,
     /// The installer's state root (unpacked bundles, PKI).
     #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
     pub root: PathBuf,
@@ -167,6 +171,10 @@ pub struct TrustArgs {
     /// The installer's state root.
     #[arg(long, value_name = "DIR", default_value = kubexm_installer::ROOT)]
     pub root: PathBuf,
+    /// The base of a differential bundle (the full bundle it was built against): verified
+    /// with --pubkey and unpacked under --root first. Not needed once it is unpacked there.
+    #[arg(long, value_name = "FILE")]
+    pub base: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]

@@ -21,13 +21,31 @@ fn main() -> ExitCode {
 }
 
 fn trust(t: &TrustArgs) -> unpack::Trust {
-    match &t.pubkey {
-        Some(k) => unpack::Trust::PublicKey(k.clone()),
-        None => {
-            warn_unsigned();
-            unpack::Trust::Unsigned
-        }
+    if t.pubkey.is_none() {
+        warn_unsigned();
     }
+    trust_of(t)
+}
+
+fn trust_of(t: &TrustArgs) -> unpack::Trust {
+    trust_of_key(&t.pubkey)
+}
+
+fn trust_of_key(pubkey: &Option<std::path::PathBuf>) -> unpack::Trust {
+    match pubkey {
+        Some(k) => unpack::Trust::PublicKey(k.clone()),
+        None => unpack::Trust::Unsigned,
+    }
+}
+
+/// `--base`: the differential `bundle` and its base verified, and the base
+/// unpacked under the root (never under --allow-unsigned).
+fn with_base(bundle: &std::path::Path, t: &TrustArgs) -> anyhow::Result<()> {
+    let Some(base) = &t.base else { return Ok(()) };
+    let trust = trust_of(t);
+    unpack::refuse_unsigned_base(base, &trust)
+        .and_then(|()| unpack::unpack_base(bundle, base, &trust, &t.root))
+        .map_err(unpack::UnpackError::classified)
 }
 
 /// The loud warning every command taking a bundle gives under --allow-unsigned.
@@ -47,6 +65,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let Some(command) = cli.command else { return install(cli.install) };
     match command {
         Command::Unpack { bundle, trust: t, output } => {
+            with_base(&bundle, &t)?;
             let u = ops::unpack(&bundle, &trust(&t), &t.root)?;
             print_unpacked(&bundle, &u, output)
         }
@@ -64,6 +83,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             jobs,
             output,
         } => {
+            with_base(&bundle, &t)?;
             let password = password_stdin.then(read_password).transpose()?;
             let r = ops::mirror::mirror(ops::mirror::MirrorRequest {
                 bundle,
@@ -509,9 +529,26 @@ fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
     if args.trust.pubkey.is_none() {
         warn_unsigned();
     }
+    if let Some(base) = &args.trust.base {
+        unpack::refuse_unsigned_base(base, &trust_of(&args.trust)).map_err(unpack::UnpackError::classified)?;
+        let differential = args
+            .bundle
+            .iter()
+            .any(|b| kubexm_bundle::verify::read_manifest(b).is_ok_and(|m| m.base.is_some()));
+        if !differential {
+            return Err(classified(
+                Class::Usage,
+                anyhow::anyhow!(
+                    "--base {}: none of the bundles given is a differential bundle; leave --base out",
+                    base.display()
+                ),
+            ));
+        }
+    }
     let settings = Settings {
         root: args.trust.root,
         pubkey: args.trust.pubkey,
+        base: args.trust.base,
         advertise: args.served.advertise,
         serve_port: args.served.serve_port,
         kubeconfig: args.served.kubeconfig,
@@ -573,6 +610,10 @@ fn bundle_session(file: std::path::PathBuf, args: InstallArgs) -> anyhow::Result
     if args.pubkey.is_none() {
         warn_unsigned();
     }
+    // The base is verified and unpacked with the bundle, by the operation.
+    if let Some(base) = &args.base {
+        unpack::refuse_unsigned_base(base, &trust_of_key(&args.pubkey)).map_err(unpack::UnpackError::classified)?;
+    }
     Session::open(&Config::File(file), Some(&bundle), None, settings_of(args))
 }
 
@@ -582,6 +623,7 @@ fn settings_of(args: InstallArgs) -> Settings {
         engine: args.engine.settings(),
         root: args.root,
         pubkey: args.pubkey,
+        base: args.base,
         advertise: args.served.advertise,
         serve_port: args.served.serve_port,
         kubeconfig: args.served.kubeconfig,
@@ -659,12 +701,20 @@ fn print_unpacked(bundle: &std::path::Path, u: &kubexm_installer::unpack::Unpack
             "{}",
             serde_json::json!({"dir": u.dir, "fresh": u.fresh, "members": u.manifest.members.len() + 1})
         ),
-        _ if u.fresh => println!(
-            "unpacked {} into {} ({} members verified)",
-            bundle.display(),
-            u.dir.display(),
-            u.manifest.members.len() + 1
-        ),
+        _ if u.fresh => {
+            let carried = u.manifest.carried().count() + 1;
+            let linked = u.manifest.members.len() + 1 - carried;
+            let from_base = if linked > 0 {
+                format!(", {linked} taken from the base unpacked beside it")
+            } else {
+                String::new()
+            };
+            println!(
+                "unpacked {} into {} ({carried} members verified{from_base})",
+                bundle.display(),
+                u.dir.display()
+            )
+        }
         _ => println!("{} is already unpacked in {}; nothing to do", bundle.display(), u.dir.display()),
     }
     Ok(())

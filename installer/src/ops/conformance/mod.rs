@@ -92,10 +92,10 @@ pub fn prepare(o: &ConformanceOptions) -> anyhow::Result<Prepared> {
         kubeconfig: o.kubeconfig.as_deref().map(absolute).transpose()?,
         ..o.clone()
     };
-    known_cluster(&o.state, &o.cluster)?;
+    let recorded = known_cluster(&o.state, &o.cluster)?;
     let bundle = match &o.bundle_dir {
         Some(d) => d.clone(),
-        None => find_bundle(&o.root, &o.cluster)?,
+        None => find_bundle(&o.root, &o.cluster, recorded.as_deref())?,
     };
     let manifest = read_manifest(&bundle)?;
     if manifest.name != o.cluster {
@@ -178,8 +178,8 @@ pub fn prepare(o: &ConformanceOptions) -> anyhow::Result<Prepared> {
 /// Refused unless the cluster's record says its last successful job
 /// installed it (an install or apply, not a reset); a state database of a
 /// kubexm before records: unless it has a successful install since the
-/// last reset.
-fn known_cluster(state: &Path, cluster: &str) -> anyhow::Result<()> {
+/// last reset. Returns the digest of the bundle the record names.
+fn known_cluster(state: &Path, cluster: &str) -> anyhow::Result<Option<String>> {
     let unknown = || {
         op(
             OpError::Usage,
@@ -194,19 +194,28 @@ fn known_cluster(state: &Path, cluster: &str) -> anyhow::Result<()> {
         return Err(unknown());
     }
     let st = State::open(state, vec![])?;
-    let known = match st.last_record(cluster, true)? {
+    let (known, recorded) = match st.last_record(cluster, true)? {
         Some((job, body)) => {
             let r = crate::ops::status::parse_record(cluster, job, &body)?;
-            matches!(r.job.kind.as_str(), "install" | "apply")
+            (matches!(r.job.kind.as_str(), "install" | "apply"), r.bundle)
         }
-        None => st.installed(cluster)?.is_some(),
+        None => (st.installed(cluster)?.is_some(), None),
     };
-    if known { Ok(()) } else { Err(unknown()) }
+    if known { Ok(recorded) } else { Err(unknown()) }
 }
 
-/// The one unpacked bundle built for `cluster` under `<root>/bundles`.
-fn find_bundle(root: &Path, cluster: &str) -> anyhow::Result<PathBuf> {
+/// The unpacked bundle the cluster's record names (`recorded`, its
+/// digest), or else the one unpacked bundle built for `cluster` under
+/// `<root>/bundles` (a differential bundle's base beside it is another).
+fn find_bundle(root: &Path, cluster: &str, recorded: Option<&str>) -> anyhow::Result<PathBuf> {
     let dir = root.join("bundles");
+    if let Some(hex) = recorded.and_then(|d| d.strip_prefix("sha256:"))
+        && hex.len() == 64
+        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        && dir.join(hex).join(crate::unpack::COMPLETE).is_file()
+    {
+        return Ok(dir.join(hex));
+    }
     let mut found = Vec::new();
     if let Ok(entries) = fs_err::read_dir(&dir) {
         for e in entries.flatten() {

@@ -104,7 +104,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 bundles: dir,
             },
         } => {
-            let held = bundles::add(&file, &pubkey, &dir).map_err(|e| classified(Class::Verify, e))?;
+            let held = bundles::add(&file, &pubkey, &dir).map_err(|e| {
+                let class = match &e {
+                    bundles::BundleError::Base(d) if d.is_unsupported() => Class::Unsupported,
+                    _ => Class::Verify,
+                };
+                classified(class, e)
+            })?;
             println!("{}", held.digest);
             eprintln!(
                 "held as {} (cluster {}, Kubernetes {}); jobs name it by this digest",
