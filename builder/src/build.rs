@@ -85,7 +85,11 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
     let cluster = crate::validate(&opts.config, &catalog)?;
     let config_bytes = fs_err::read(&opts.config)?;
     // Before anything is fetched: building from an unverifiable base is refused.
-    let base = opts.base.as_deref().map(|b| verified_base(b, opts.pubkey.as_deref())).transpose()?;
+    let base = opts
+        .base
+        .as_deref()
+        .map(|b| verified_base(b, opts.pubkey.as_deref(), opts.key.as_deref()))
+        .transpose()?;
     let (cli_mirrors, mirrors) = mirrors_of(opts, &cluster)?;
     let mut bom = kubexm_bom::resolve::resolve(&cluster, &catalog, &cli_mirrors)?;
     if opts.strict_mirrors {
@@ -161,6 +165,9 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
     pack_bar.finish_and_clear();
     tracing::info!("wrote {} ({} bytes, {} members)", opts.bundle.display(), size, members.len() + 1);
     let signature = sign_bundle(opts, &manifest.name, &yaml_sha)?;
+    if let (Some(pubkey), Some(_)) = (&opts.pubkey, &base) {
+        same_key(&opts.bundle, pubkey)?;
+    }
     Ok(BuildSummary {
         bundle: opts.bundle.clone(),
         signature,
@@ -281,7 +288,7 @@ impl Members<'_> {
 /// The base of a differential build, checked against its signature with
 /// `pubkey` (an unsigned base is never accepted); a differential base is
 /// refused as not supported yet.
-fn verified_base(base: &Path, pubkey: Option<&Path>) -> anyhow::Result<crate::Checked> {
+fn verified_base(base: &Path, pubkey: Option<&Path>, key: Option<&Path>) -> anyhow::Result<crate::Checked> {
     let Some(pubkey) = pubkey else {
         return Err(crate::error::build_err(
             crate::error::BuildError::Usage,
@@ -291,6 +298,15 @@ fn verified_base(base: &Path, pubkey: Option<&Path>) -> anyhow::Result<crate::Ch
             ),
         ));
     };
+    if key.is_none() {
+        return Err(crate::error::build_err(
+            crate::error::BuildError::Usage,
+            anyhow::anyhow!(
+                "--base {} needs --key FILE: an install verifies a differential bundle and its base with one --pubkey, so both are signed",
+                base.display()
+            ),
+        ));
+    }
     let checked = crate::verify(base, pubkey)?;
     if let Some(of) = &checked.manifest.base {
         return Err(crate::diff_err(kubexm_bundle::diff::DiffError::Chain {
@@ -299,6 +315,27 @@ fn verified_base(base: &Path, pubkey: Option<&Path>) -> anyhow::Result<crate::Ch
         }));
     }
     Ok(checked)
+}
+
+/// Refuses a differential `bundle` that `pubkey` (its base's key) does not
+/// verify, removing it: an install checks both with one key.
+fn same_key(bundle: &Path, pubkey: &Path) -> anyhow::Result<()> {
+    let sig = crate::sign::signature_path(bundle);
+    let verified = kubexm_bundle::verify::SignatureCheck::load(&sig, pubkey).and_then(|c| c.verify_file(bundle));
+    if let Err(e) = verified {
+        let _ = fs_err::remove_file(bundle);
+        let _ = fs_err::remove_file(&sig);
+        return Err(build_err(
+            BuildError::Usage,
+            anyhow::anyhow!(
+                "{} is signed with a key that --pubkey {} (the base's) does not verify ({e}); an install checks a differential \
+                 bundle and its base with one key: sign with the base's --key. Nothing was kept",
+                bundle.display(),
+                pubkey.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Signs the written bundle with `--key`, its trusted comment naming

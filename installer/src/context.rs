@@ -102,6 +102,45 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
     ]
 }
 
+#[cfg(test)]
+impl<'a> Context<'a> {
+    /// A context for unit tests of a plan's steps: `cluster` and its lock,
+    /// every host amd64, a dry-run PKI, no bundle file, an install.
+    pub fn testing(
+        cluster: &'a Cluster,
+        bom: &'a Bom,
+        dir: &'a Path,
+        pki: &'a pki::Pki,
+        installer: &'a Path,
+    ) -> anyhow::Result<Context<'a>> {
+        Ok(Context {
+            cluster,
+            topo: Topology::of(cluster)?,
+            bom,
+            bundle_dir: dir,
+            file_server: "https://10.0.0.100:5443",
+            ca_pem: b"ca",
+            pki,
+            kube: None,
+            members: None,
+            arches: cluster.spec.hosts.iter().map(|h| (h.name.clone(), "amd64".to_string())).collect(),
+            phases: crate::pipelines::install::PHASES,
+            bundle: None,
+            base: None,
+            digest: None,
+            written: None,
+            operation: "install",
+            pubkey: None,
+            installer,
+            kubeadm_api: "kubeadm.k8s.io/v1beta4",
+            kubeconfig: Path::new("/tmp/s.kubeconfig"),
+            server_dry_run: false,
+            etcd_before: None,
+            registry_before: None,
+        })
+    }
+}
+
 impl Context<'_> {
     /// The registry host that serves no more (the registry moved), if any.
     pub fn registry_retired(&self) -> Option<&str> {

@@ -70,6 +70,10 @@ pub enum UnpackError {
         "{bundle} is a differential bundle of base {digest}, which is not unpacked under {root}: pass --base FILE (the full bundle it was built against), or unpack that bundle first"
     )]
     NoBase { bundle: String, digest: String, root: String },
+    #[error(
+        "{bundle} is a differential bundle of base {digest}: pass that base with --base FILE (the registry host unpacks the bundle too and needs it)"
+    )]
+    NeedBase { bundle: String, digest: String },
     #[error("--base {base}: --allow-unsigned never applies to a base; pass --pubkey FILE to verify it")]
     UnsignedBase { base: String },
     #[error("the base {base} has no signature beside it ({sig} is missing): a base is always verified; carry its .minisig with it")]
@@ -91,6 +95,7 @@ impl UnpackError {
             UnpackError::Base(e) if e.is_unsupported() => crate::ops::error::OpError::Unsupported,
             UnpackError::Base(kubexm_bundle::diff::DiffError::NotDifferential { .. })
             | UnpackError::NoBase { .. }
+            | UnpackError::NeedBase { .. }
             | UnpackError::UnsignedBase { .. } => crate::ops::error::OpError::Usage,
             _ => crate::ops::error::OpError::Verify,
         };
@@ -373,10 +378,12 @@ fn link_from_base(diff: &BundleManifest, base: &Path, tmp: &Path) -> Result<(), 
         }
         match std::fs::hard_link(&from, &to) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
+            // Duplicate paths are refused when bundle.yaml is read.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(io_err(&to)(e)),
+            // Across filesystems, or one without hard links: a copy.
+            Err(_) => {
                 fs_err::copy(&from, &to).map_err(io_err(&from))?;
             }
-            Err(e) => return Err(io_err(&to)(e)),
         }
     }
     Ok(())
@@ -401,6 +408,55 @@ pub fn refuse_unsigned_base(base: &Path, trust: &Trust) -> Result<(), UnpackErro
 /// before (held by a worker): a person's `--allow-unsigned` never covers a
 /// base ([`refuse_unsigned_base`]).
 pub fn unpack_base(bundle: &Path, base: &Path, trust: &Trust, root: &Path) -> Result<(), UnpackError> {
+    let Pair {
+        diff,
+        content,
+        base: head,
+        digest,
+    } = check_pair(bundle, base, trust)?;
+    let bundles = root.join("bundles");
+    // Its content (from the full bundle, or an earlier pair) or its base is
+    // here already: nothing to unpack.
+    let unpacked = |d: &str| bundles.join(kubexm_bundle::diff::hex(d)).join(COMPLETE).exists();
+    if unpacked(&content) || unpacked(&digest) {
+        return Ok(());
+    }
+    // Both must fit before the base is written.
+    let need = head
+        .total_size()
+        .saturating_add(diff.carried_size())
+        .saturating_add(2 * FREE_RESERVE);
+    let existing = root.ancestors().find(|p| p.exists()).unwrap_or(root);
+    let free = free_bytes(existing).map_err(io_err(existing))?;
+    if need > free {
+        return Err(UnpackError::Io {
+            path: existing.display().to_string(),
+            source: io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "{} and its base {} need {need} bytes there, {free} are free: free space or unpack under another --root",
+                    bundle.display(),
+                    base.display()
+                ),
+            ),
+        });
+    }
+    unpack(base, trust, root).map(|_| ())
+}
+
+/// A differential bundle and its base, checked to fit.
+struct Pair {
+    diff: BundleManifest,
+    /// The full content's digest.
+    content: String,
+    base: BundleManifest,
+    /// The base's digest.
+    digest: String,
+}
+
+/// Verifies the differential `bundle` (every member) and its `base`
+/// (its signature over every byte), and that the base fits; writes nothing.
+fn check_pair(bundle: &Path, base: &Path, trust: &Trust) -> Result<Pair, UnpackError> {
     let diff_check = signature_check(bundle, trust)?;
     let base_check = base_signature(base, trust)?;
     let diff = verify::read_bundle(bundle, diff_check.as_ref(), &mut verify::Discard)?;
@@ -419,35 +475,32 @@ pub fn unpack_base(bundle: &Path, base: &Path, trust: &Trust, root: &Path) -> Re
         &digest,
         &base.display().to_string(),
     )?;
-    let bundles = root.join("bundles");
-    // Its content (from the full bundle, or an earlier pair) or its base is
-    // here already: nothing to unpack.
-    let unpacked = |d: &str| bundles.join(kubexm_bundle::diff::hex(d)).join(COMPLETE).exists();
-    if unpacked(&content) || unpacked(&digest) {
-        return Ok(());
+    Ok(Pair {
+        diff: diff.manifest,
+        content,
+        base: head.manifest,
+        digest,
+    })
+}
+
+/// What an operation that deploys from `bundle` (its `bundle.yaml` is
+/// `manifest`) needs of `base` (`--base`, or held), checked before any
+/// host is touched: a differential bundle needs its base file (the
+/// registry host unpacks the bundle too), which is verified against it
+/// when `verify` (nothing is written); a full bundle takes none.
+pub fn check_deploy(bundle: &Path, manifest: &BundleManifest, base: Option<&Path>, trust: &Trust, verify: bool) -> Result<(), UnpackError> {
+    match (&manifest.base, base) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(UnpackError::Base(kubexm_bundle::diff::DiffError::NotDifferential {
+            bundle: bundle.display().to_string(),
+        })),
+        (Some(want), None) => Err(UnpackError::NeedBase {
+            bundle: bundle.display().to_string(),
+            digest: want.digest.clone(),
+        }),
+        (Some(_), Some(base)) if verify => check_pair(bundle, base, trust).map(|_| ()),
+        (Some(_), Some(_)) => Ok(()),
     }
-    // Both must fit before the base is written.
-    let need = head
-        .manifest
-        .total_size()
-        .saturating_add(diff.manifest.carried_size())
-        .saturating_add(2 * FREE_RESERVE);
-    let existing = root.ancestors().find(|p| p.exists()).unwrap_or(root);
-    let free = free_bytes(existing).map_err(io_err(existing))?;
-    if need > free {
-        return Err(UnpackError::Io {
-            path: existing.display().to_string(),
-            source: io::Error::new(
-                io::ErrorKind::StorageFull,
-                format!(
-                    "{} and its base {} need {need} bytes there, {free} are free: free space or unpack under another --root",
-                    bundle.display(),
-                    base.display()
-                ),
-            ),
-        });
-    }
-    unpack(base, trust, root).map(|_| ())
 }
 
 /// A base's signature check: always one (a base is never unsigned under

@@ -159,7 +159,6 @@ fn pairs_that_do_not_fit_are_refused_before_anything_is_written() {
     let (chained, _) = signed(p.dir.path(), &p.key, "chained", NEW, Some((&other_m, &digest(&other_m))));
     let e = refused(&p.diff, &chained, &trust, "not supported yet");
     assert!(matches!(&e, UnpackError::Base(d) if d.is_unsupported()));
-    // A differential that takes from its base what the base lacks with that sha256.
     // A differential that takes from its base what the base lacks.
     let (forged, _) = forged_claim(&p, "files/q", b"q");
     refused(&forged, &p.base, &trust, "has no such member");
@@ -185,6 +184,25 @@ fn pairs_that_do_not_fit_are_refused_before_anything_is_written() {
     pack(&tampered, &m, &members, 1, &|_| {}).unwrap();
     std::fs::copy(format!("{}.minisig", p.diff.display()), format!("{}.minisig", tampered.display())).unwrap();
     refused(&tampered, &p.base, &trust, "signature");
+}
+
+/// Issue 33: an install from a differential bundle needs its base file
+/// (the registry host unpacks the bundle too); a full bundle takes none.
+#[test]
+fn a_deploy_needs_the_base_of_a_differential_and_refuses_one_for_a_full_bundle() {
+    let p = pair();
+    let trust = Trust::PublicKey(p.public.clone());
+    let diff_m = kubexm_bundle::verify::read_manifest(&p.diff).unwrap();
+    let e = kubexm_installer::unpack::check_deploy(&p.diff, &diff_m, None, &trust, true).unwrap_err();
+    assert!(
+        matches!(e, UnpackError::NeedBase { .. }) && e.to_string().contains("--base FILE"),
+        "{e}"
+    );
+    kubexm_installer::unpack::check_deploy(&p.diff, &diff_m, Some(&p.base), &trust, true).unwrap();
+    let e = kubexm_installer::unpack::check_deploy(&p.base, &p.base_m, Some(&p.base), &trust, true).unwrap_err();
+    assert!(e.to_string().contains("not a differential one"), "{e}");
+    kubexm_installer::unpack::check_deploy(&p.base, &p.base_m, None, &trust, true).unwrap();
+    assert!(!p.dir.path().join("root").exists());
 }
 
 /// The pack members of `content` that `m` carries.

@@ -500,7 +500,7 @@ fn held_base(dir: &std::path::Path, bundle: &std::path::Path, settings: &ops::se
     if settings.pubkey.is_none() {
         anyhow::bail!(
             "{} is a differential bundle: the registry host verifies its base {} with the bundles' public key, \
-             and this worker has none; start it with --pubkey FILE",
+             and there is none (the worker's --pubkey, or the job's own): a differential bundle is never installed unsigned",
             bundle.display(),
             base.display()
         );

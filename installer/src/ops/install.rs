@@ -465,8 +465,10 @@ fn read_verified(session: &Session, args: &InstallOptions, opened: &OpenBundle) 
     // A dry run verifies the bundle and plans from it in memory: it writes
     // nothing anywhere (no unpack, no PKI, no state); values made at apply
     // time print as <generated>.
-    // A differential bundle's base (`--base`, or held beside it by a worker).
+    // A differential bundle's base (`--base`, or held beside it by a
+    // worker), which the registry host needs too: refused without it.
     let base = session.settings().base.as_deref().filter(|_| early.base.is_some());
+    unpack::check_deploy(bundle, early, base, &t, false).map_err(unpack::UnpackError::classified)?;
     let (manifest, bundle_dir, members, digest) = if args.dry_run {
         let p = unpack::read_for_plan(bundle, base, &t, root).map_err(unpack::UnpackError::classified)?;
         (p.manifest, p.dir, Some(p.members), p.digest)

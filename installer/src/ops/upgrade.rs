@@ -238,6 +238,7 @@ pub fn plan(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeRepo
 /// target's hop with the session, an earlier one with a session of its own
 /// bundle and the config at its version.
 pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeReport> {
+    differentials(session, o)?;
     let mut p = plan(session, o)?;
     if o.dry_run || p.plan.hops.is_empty() {
         return Ok(p);
@@ -266,6 +267,26 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
         |h: &HopDone| format!("{} (job {}, restore point {})", h.to, h.installed.job, h.snapshot.file.display()),
     )?;
     Ok(p)
+}
+
+/// Every differential bundle of the chain and its base (`--base`) verified
+/// and checked to fit, before anything is written or a host touched.
+fn differentials(session: &Session, o: &UpgradeOptions) -> anyhow::Result<()> {
+    let settings = session.settings();
+    let trust = match &settings.pubkey {
+        Some(k) => crate::unpack::Trust::PublicKey(k.clone()),
+        None => crate::unpack::Trust::Unsigned,
+    };
+    let mut bundles: Vec<PathBuf> = o.hop_bundles.iter().map(|(p, _)| PathBuf::from(p)).collect();
+    if let Some(b) = session.bundle().filter(|b| !b.unpacked) {
+        bundles.push(b.path.clone());
+    }
+    for b in &bundles {
+        let m = kubexm_bundle::verify::read_manifest(b).map_err(|e| crate::unpack::UnpackError::from(e).classified())?;
+        let base = settings.base.as_deref().filter(|_| m.base.is_some());
+        crate::unpack::check_deploy(b, &m, base, &trust, true).map_err(crate::unpack::UnpackError::classified)?;
+    }
+    Ok(())
 }
 
 /// The hops left, each with its waves.

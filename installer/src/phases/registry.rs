@@ -145,38 +145,6 @@ fn bundle_steps(i: &Context, unpacked: &str, remote: &str, id: &str) -> anyhow::
     };
     let mut steps = vec![upload("bundle", bundle, remote)?];
     let sig = |b: &Path| std::path::PathBuf::from(format!("{}.minisig", b.display()));
-    // A differential bundle's base goes beside it (always signed: an
-    // install refuses --base under --allow-unsigned).
-    // A differential bundle's base goes beside it unless the host has it
-    // unpacked (always signed: an install refuses --base under --allow-unsigned).
-    let mut base_arg = String::new();
-    let mut base_rm = String::new();
-    if let (Some((base, digest)), Some(_)) = (i.base, i.pubkey) {
-        let name = base.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let remote_base = format!("{REMOTE_BUNDLE}/base-{name}");
-        let b = q(&remote_base);
-        let held = format!(
-            "test -f {}",
-            q(&format!(
-                "{HOST_BUNDLES}/{}/{}",
-                kubexm_bundle::diff::hex(digest),
-                crate::unpack::COMPLETE
-            ))
-        );
-        let skip = format!("{unpacked} || {held}");
-        let uploads = [
-            ("bundle-base", base.to_path_buf(), remote_base.clone()),
-            ("bundle-base-signature", sig(base), format!("{remote_base}.minisig")),
-        ];
-        for (name, local, dest) in uploads {
-            steps.push(Arc::new(Unless {
-                check: skip.clone(),
-                inner: Arc::new(Upload::new(name, &local, &dest, 0o644)?),
-            }));
-        }
-        base_arg = format!(" $({held} || echo --base {b})");
-        base_rm = format!(" {b} {b}.minisig");
-    }
     let trust = match i.pubkey {
         Some(k) => {
             steps.push(upload("bundle-signature", &sig(bundle), &format!("{remote}.minisig"))?);
@@ -185,14 +153,34 @@ fn bundle_steps(i: &Context, unpacked: &str, remote: &str, id: &str) -> anyhow::
         }
         None => "--allow-unsigned".into(),
     };
-    steps.push(Arc::new(Shell::new(
-        "bundle-unpack",
-        Some(unpacked),
-        &format!(
-            "{HOST_INSTALLER} unpack --bundle {r}{base_arg} {trust} --root {ROOT} 2>&1 && rm -f {r} {r}.minisig{base_rm}",
-            r = q(remote)
-        ),
-    )));
+    let r = q(remote);
+    let unpack = |extra: &str| format!("{HOST_INSTALLER} unpack --bundle {r}{extra} {trust} --root {ROOT}");
+    let mut command = format!("{} 2>&1 && rm -f {r} {r}.minisig", unpack(""));
+    // A differential bundle's base goes beside it unless the host has it
+    // unpacked (always signed: an install refuses --base under --allow-unsigned).
+    if let (Some((base, digest)), Some(_)) = (i.base, i.pubkey) {
+        let name = base.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let remote_base = format!("{REMOTE_BUNDLE}/base-{name}");
+        let b = q(&remote_base);
+        let done = format!("{HOST_BUNDLES}/{}/{}", kubexm_bundle::diff::hex(digest), crate::unpack::COMPLETE);
+        let held = format!("test -f {}", q(&done));
+        let uploads = [
+            ("bundle-base", base.to_path_buf(), remote_base.clone()),
+            ("bundle-base-signature", sig(base), format!("{remote_base}.minisig")),
+        ];
+        for (name, local, dest) in uploads {
+            steps.push(Arc::new(Unless {
+                check: format!("{unpacked} || {held}"),
+                inner: Arc::new(Upload::new(name, &local, &dest, 0o644)?),
+            }));
+        }
+        command = format!(
+            "if {held}; then {}; else {}; fi 2>&1 && rm -f {r} {r}.minisig {b} {b}.minisig",
+            unpack(""),
+            unpack(&format!(" --base {b}"))
+        );
+    }
+    steps.push(Arc::new(Shell::new("bundle-unpack", Some(unpacked), &command)));
     Ok(steps)
 }
 
@@ -236,4 +224,71 @@ pub fn client_cert(pki: &pki::Pki, cluster: &kubexm_bom::config::Cluster, host: 
         &[],
         pki::Usage::Client,
     )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLUSTER: &str = "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: s\nspec:\n  hosts:\n\
+        \x20   - {name: cp1, address: 10.0.0.1, auth: {agent: true}}\n\
+        \x20   - {name: w1, address: 10.0.0.4, auth: {agent: true}}\n\
+        \x20 roleGroups: {control-plane: [cp1], etcd: [cp1], worker: [w1], registry: [cp1]}\n\
+        \x20 controlPlaneEndpoint: {mode: local-proxy}\n\
+        \x20 kubernetes: {version: v1.37.2}\n";
+
+    /// Issue 33: a differential bundle's base goes to the registry host
+    /// beside it, uploaded unless that host has the content or the base
+    /// unpacked, and named to its unpack there only when it lacks the base.
+    #[test]
+    fn a_differential_bundles_base_goes_to_the_registry_host_that_lacks_it() -> anyhow::Result<()> {
+        let catalog = kubexm_bom::catalog::Catalog::builtin()?;
+        let cluster = kubexm_bom::config::load_str(CLUSTER, "s.yaml", &catalog)?;
+        let bom = kubexm_bom::resolve::resolve(&cluster, &catalog, &Default::default())?;
+        let pki = crate::pki::Pki::DryRun;
+        let dir = tempfile::tempdir()?;
+        let file = |n: &str| -> anyhow::Result<std::path::PathBuf> {
+            let p = dir.path().join(n);
+            std::fs::write(&p, n)?;
+            Ok(p)
+        };
+        let (installer, bundle, base, pubkey) = (
+            file("kubexm-install")?,
+            file("new.tar.zst")?,
+            file("old 1.tar.zst")?,
+            file("k.pub")?,
+        );
+        file("new.tar.zst.minisig")?;
+        file("old 1.tar.zst.minisig")?;
+        let hex = "ab".repeat(32);
+        let digest = format!("sha256:{hex}");
+        let ctx = Context {
+            bundle: Some(&bundle),
+            base: Some((&base, &digest)),
+            pubkey: Some(&pubkey),
+            ..Context::testing(&cluster, &bom, dir.path(), &pki, &installer)?
+        };
+        let m = module(&ctx)?;
+        let steps = &m.tasks[0].steps;
+        let names: Vec<&str> = steps.iter().map(|s| s.name()).collect();
+        for want in ["bundle", "bundle-base", "bundle-base-signature", "bundle-unpack"] {
+            assert!(names.contains(&want), "{want} missing: {names:?}");
+        }
+        let log = crate::engine::fake::Log::default();
+        let fake = crate::engine::fake::Fake::ok("cp1", log.clone());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        for name in ["bundle-base", "bundle-unpack"] {
+            let step = steps.iter().find(|s| s.name() == name).ok_or_else(|| anyhow::anyhow!("{name}"))?;
+            rt.block_on(step.apply(&fake))?;
+        }
+        let calls: Vec<String> = log.calls().into_iter().map(|(_, c)| c).collect();
+        let remote = format!("{REMOTE_BUNDLE}/base-old 1.tar.zst");
+        assert!(calls.iter().any(|c| *c == format!("put {remote}")), "{calls:?}");
+        let unpack = calls.last().cloned().unwrap_or_default();
+        let held = format!("test -f '{HOST_BUNDLES}/{hex}/.kubexm-complete'");
+        assert!(unpack.contains(&format!("if {held}; then")), "{unpack}");
+        assert!(unpack.contains(&format!("--base '{remote}'")), "{unpack}");
+        assert!(unpack.contains(&format!("rm -f '{REMOTE_BUNDLE}/new.tar.zst'")), "{unpack}");
+        Ok(())
+    }
 }

@@ -330,29 +330,11 @@ mod tests {
         let installer = dir.path().join("kubexm-install");
         std::fs::write(&installer, b"installer")?;
         let ctx = Context {
-            cluster: &cluster,
-            topo: kubexm_bom::topology::Topology::of(&cluster)?,
-            bom: &bom,
-            bundle_dir: dir.path(),
-            file_server: "https://10.0.0.100:5443",
-            ca_pem: b"ca",
-            pki: &pki,
             kube: Some(crate::kube_pki::KubePki::ensure(&pki)?),
-            members: None,
-            arches: cluster.spec.hosts.iter().map(|h| (h.name.clone(), "amd64".to_string())).collect(),
             phases,
-            bundle: None,
-            base: None,
-            digest: None,
-            written: None,
             operation: "upgrade",
-            pubkey: None,
-            installer: &installer,
-            kubeadm_api: "kubeadm.k8s.io/v1beta4",
-            kubeconfig: std::path::Path::new("/tmp/s.kubeconfig"),
-            server_dry_run: false,
             etcd_before: Some(cluster.spec.role_groups.etcd.clone()),
-            registry_before: None,
+            ..Context::testing(&cluster, &bom, dir.path(), &pki, &installer)?
         };
         let run = HopRun {
             hop,

@@ -223,15 +223,14 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
         std::fs::read(&bundle).unwrap() == std::fs::read(b.path("k2.tar.zst")).unwrap(),
         "two builds from the same cache differ"
     );
-    differential_bundle(&lab, &b, &bundle, &key, &public, again["seconds"].as_f64().unwrap());
+    differential_bundle(&lab, &b, &bundle, &key, &public);
 }
 
 /// Issue 33: the lab's bundle as the base, and the same config with one
 /// more image as the new content. The differential carries exactly what
 /// the base lacks, and unpacks with its base into what the full new bundle
 /// unpacks to; it describes the full content; it is deterministic too.
-/// `warm_full`: a full build's seconds from the warm cache (the base's).
-fn differential_bundle(lab: &Lab, b: &Build, base: &Path, key: &Path, public: &Path, warm_full: f64) {
+fn differential_bundle(lab: &Lab, b: &Build, base: &Path, key: &Path, public: &Path) {
     let config = b.path("more.yaml");
     let text_in = std::fs::read_to_string(&lab.desc.cluster)
         .unwrap()
@@ -243,6 +242,8 @@ fn differential_bundle(lab: &Lab, b: &Build, base: &Path, key: &Path, public: &P
         serde_json::from_str(&ok(b.run(lab, &config, name, &args), name)).unwrap()
     };
     let full = built("new.tar.zst", &[]);
+    // The figure's baseline: the same full build again, from the warm cache.
+    let warm_full = built("new2.tar.zst", &[])["seconds"].as_f64().unwrap();
     let with_base = ["--base", base.to_str().unwrap(), "--pubkey", public.to_str().unwrap()];
     let diff = built("new-diff.tar.zst", &with_base);
     let again = built("new-diff2.tar.zst", &with_base);
@@ -387,11 +388,46 @@ fn differential_bundle(lab: &Lab, b: &Build, base: &Path, key: &Path, public: &P
         "base + differential unpack differently from the full bundle:\n{}",
         text(&same.stdout)
     );
+    // The full content's bills, as the pair unpacked them, pass the validators.
+    bills_of_materials(&diff_path, &r1.join("bundles").join(id), &diff_m);
+    // A differential signed with another key than its base's is refused (an
+    // install checks both with one key), and nothing is kept.
+    let (key2, public2) = (b.path("k2.key"), b.path("k2.pub"));
+    ok(
+        Command::new(bin("kubexm-bundle"))
+            .args(["keygen", "--no-password", "--secret-key"])
+            .arg(&key2)
+            .arg("--public-key")
+            .arg(&public2)
+            .output()
+            .unwrap(),
+        "keygen",
+    );
+    let other_key = [
+        "--key",
+        key2.to_str().unwrap(),
+        "--base",
+        base.to_str().unwrap(),
+        "--pubkey",
+        public.to_str().unwrap(),
+    ];
+    let other = b.run(lab, &config, "other-key.tar.zst", &other_key);
+    assert_eq!(other.status.code(), Some(2), "{}", text(&other.stderr));
+    assert!(
+        text(&other.stderr).contains("sign with the base's --key"),
+        "{}",
+        text(&other.stderr)
+    );
+    assert!(
+        !b.path("other-key.tar.zst").exists(),
+        "a differential signed with another key was kept"
+    );
     // The figures (issue 33): size ratio and build time against a full build, both from a warm cache.
     let (full_size, diff_size) = (full["bundleSize"].as_f64().unwrap(), diff["bundleSize"].as_f64().unwrap());
     let figures = format!(
         "differential bundle (one more image): {diff_size} bytes, {:.4} of the full new bundle ({full_size} bytes); \
-         {} members carried, {} taken from the base; build {:.1} s against {warm_full:.1} s for a full build (warm cache)\n",
+         {} members carried (bundle.yaml included), {} taken from the base; build {:.1} s against {warm_full:.1} s \
+         for a full build of the same content (warm cache)\n",
         diff_size / full_size,
         diff["members"],
         diff["fromBaseMembers"],

@@ -613,6 +613,8 @@ fn bundle_session(file: std::path::PathBuf, args: InstallArgs) -> anyhow::Result
     // The base is verified and unpacked with the bundle, by the operation.
     if let Some(base) = &args.base {
         unpack::refuse_unsigned_base(base, &trust_of_key(&args.pubkey)).map_err(unpack::UnpackError::classified)?;
+        let m = kubexm_bundle::verify::read_manifest(&bundle).map_err(|e| unpack::UnpackError::from(e).classified())?;
+        unpack::check_deploy(&bundle, &m, Some(base), &trust_of_key(&args.pubkey), false).map_err(unpack::UnpackError::classified)?;
     }
     Session::open(&Config::File(file), Some(&bundle), None, settings_of(args))
 }
