@@ -183,40 +183,41 @@ mod tests {
     const DIGEST: &str = "sha256:00000000000000000000000000000000000000000000000000000000000000aa";
 
     #[test]
-    fn make_differential_marks_exact_matches_and_check_base_accepts_the_pair() {
+    fn make_differential_marks_exact_matches_and_check_base_accepts_the_pair() -> Result<(), Box<dyn std::error::Error>> {
         let base = manifest(vec![member("a", "1"), member("b", "2")]);
         let full = manifest(vec![member("a", "1"), member("b", "3"), member("c", "4")]);
         let mut diff = full.clone();
-        make_differential(&mut diff, &base, DIGEST).unwrap();
+        make_differential(&mut diff, &base, DIGEST)?;
         assert_eq!(diff.members.iter().map(|m| m.from_base).collect::<Vec<_>>(), [true, false, false]);
-        check_base(&diff, "new", &base, DIGEST, "old").unwrap();
-        let yaml = diff.to_yaml().unwrap();
+        check_base(&diff, "new", &base, DIGEST, "old")?;
+        let yaml = diff.to_yaml()?;
         assert!(yaml.contains("fromBase: true"), "{yaml}");
-        assert_eq!(BundleManifest::from_yaml(&yaml).unwrap(), diff);
+        assert_eq!(BundleManifest::from_yaml(&yaml)?, diff);
         assert_eq!(diff.carried_size(), 2);
         assert_eq!(diff.total_size(), 3);
         // The content's id is the full bundle's.
-        let full_yaml = full.to_yaml().unwrap();
-        assert_eq!(full_text(&diff, &yaml).unwrap(), full_yaml);
-        assert_eq!(content_digest(&diff, &yaml).unwrap(), content_digest(&full, &full_yaml).unwrap());
+        let full_yaml = full.to_yaml()?;
+        assert_eq!(full_text(&diff, &yaml)?, full_yaml);
+        assert_eq!(content_digest(&diff, &yaml)?, content_digest(&full, &full_yaml)?);
         assert_eq!(
-            content_digest(&full, &full_yaml).unwrap(),
+            content_digest(&full, &full_yaml)?,
             format!("sha256:{}", crate::digest::sha256_hex(full_yaml.as_bytes()))
         );
         // A reader that writes the full bundle.yaml otherwise refuses.
         let mut other = diff.clone();
-        other.base.as_mut().unwrap().content_digest = DIGEST.into();
-        let e = content_digest(&other, &other.to_yaml().unwrap()).unwrap_err();
+        other.base.as_mut().ok_or("no base")?.content_digest = DIGEST.into();
+        let e = content_digest(&other, &other.to_yaml()?).unwrap_err();
         assert!(e.contains("kubexm version that built it"), "{e}");
+        Ok(())
     }
 
     #[test]
-    fn check_base_refuses_another_base_a_chain_a_missing_member_and_a_full_bundle() {
+    fn check_base_refuses_another_base_a_chain_a_missing_member_and_a_full_bundle() -> Result<(), Box<dyn std::error::Error>> {
         let base = manifest(vec![member("a", "1")]);
         let mut diff = manifest(vec![member("a", "1")]);
         let e = check_base(&diff, "new", &base, DIGEST, "old").unwrap_err();
         assert!(matches!(e, DiffError::NotDifferential { .. }), "{e}");
-        make_differential(&mut diff, &base, DIGEST).unwrap();
+        make_differential(&mut diff, &base, DIGEST)?;
         let other = DIGEST.replace("aa", "bb");
         let e = check_base(&diff, "new", &base, &other, "old").unwrap_err();
         assert!(e.to_string().contains(DIGEST) && e.to_string().contains(&other), "{e}");
@@ -233,23 +234,25 @@ mod tests {
         let empty = manifest(vec![]);
         let e = check_base(&diff, "new", &empty, DIGEST, "old").unwrap_err();
         assert!(e.to_string().contains("has no such member"), "{e}");
+        Ok(())
     }
 
     #[test]
-    fn a_manifest_marking_members_from_base_without_a_base_or_listing_one_twice_is_refused() {
+    fn a_manifest_marking_members_from_base_without_a_base_or_listing_one_twice_is_refused() -> Result<(), Box<dyn std::error::Error>> {
         let twice = manifest(vec![member("a", "1"), member("a", "1")]);
-        let e = BundleManifest::from_yaml(&twice.to_yaml().unwrap()).unwrap_err();
+        let e = BundleManifest::from_yaml(&twice.to_yaml()?).unwrap_err();
         assert!(e.contains("listed twice"), "{e}");
         let mut m = manifest(vec![member("a", "1")]);
         m.members[0].from_base = true;
-        let e = BundleManifest::from_yaml(&m.to_yaml().unwrap()).unwrap_err();
+        let e = BundleManifest::from_yaml(&m.to_yaml()?).unwrap_err();
         assert!(e.contains("no base is named"), "{e}");
         m.base = Some(Base {
             digest: "sha256:xyz".into(),
             created_by: "t".into(),
             content_digest: DIGEST.into(),
         });
-        let e = BundleManifest::from_yaml(&m.to_yaml().unwrap()).unwrap_err();
+        let e = BundleManifest::from_yaml(&m.to_yaml()?).unwrap_err();
         assert!(e.contains("not sha256:"), "{e}");
+        Ok(())
     }
 }

@@ -42,6 +42,16 @@ pub enum Trust {
     Unsigned,
 }
 
+impl Trust {
+    /// A signature check with `pubkey`, or none without one.
+    pub fn of(pubkey: Option<&Path>) -> Trust {
+        match pubkey {
+            Some(k) => Trust::PublicKey(k.to_path_buf()),
+            None => Trust::Unsigned,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Unpacked {
     /// `<root>/bundles/<hex>`, hex the content's id

@@ -458,10 +458,7 @@ fn read_verified(session: &Session, args: &InstallOptions, opened: &OpenBundle) 
     if opened.unpacked {
         return Ok((early.clone(), bundle.clone(), None));
     }
-    let t = match &session.settings().pubkey {
-        Some(k) => unpack::Trust::PublicKey(k.clone()),
-        None => unpack::Trust::Unsigned,
-    };
+    let t = unpack::Trust::of(session.settings().pubkey.as_deref());
     // A dry run verifies the bundle and plans from it in memory: it writes
     // nothing anywhere (no unpack, no PKI, no state); values made at apply
     // time print as <generated>.

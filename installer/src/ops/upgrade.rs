@@ -273,10 +273,7 @@ pub fn upgrade(session: &Session, o: &UpgradeOptions) -> anyhow::Result<UpgradeR
 /// and checked to fit, before anything is written or a host touched.
 fn differentials(session: &Session, o: &UpgradeOptions) -> anyhow::Result<()> {
     let settings = session.settings();
-    let trust = match &settings.pubkey {
-        Some(k) => crate::unpack::Trust::PublicKey(k.clone()),
-        None => crate::unpack::Trust::Unsigned,
-    };
+    let trust = crate::unpack::Trust::of(settings.pubkey.as_deref());
     let mut bundles: Vec<PathBuf> = o.hop_bundles.iter().map(|(p, _)| PathBuf::from(p)).collect();
     if let Some(b) = session.bundle().filter(|b| !b.unpacked) {
         bundles.push(b.path.clone());

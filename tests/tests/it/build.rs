@@ -34,6 +34,22 @@ impl Build {
         self.dir.path().join(name)
     }
 
+    /// `kubexm-bundle keygen` of `NAME.key` and `NAME.pub` (no password).
+    fn keygen(&self, name: &str) -> (PathBuf, PathBuf) {
+        let (key, public) = (self.path(&format!("{name}.key")), self.path(&format!("{name}.pub")));
+        ok(
+            Command::new(bin("kubexm-bundle"))
+                .args(["keygen", "--no-password", "--secret-key"])
+                .arg(&key)
+                .arg("--public-key")
+                .arg(&public)
+                .output()
+                .unwrap(),
+            "keygen",
+        );
+        (key, public)
+    }
+
     /// `kubexm-bundle build` of `config` into `bundle` with the lab catalog and any extra args.
     fn run(&self, lab: &Lab, config: &Path, bundle: &str, extra: &[&str]) -> Output {
         kubexm_e2e::build_command(lab, config, &self.cache, &self.path(bundle))
@@ -47,17 +63,7 @@ impl Build {
 fn build_inspect_verify_extract_and_rebuild_identically() {
     let Some(lab) = Lab::up(1, 0) else { return };
     let b = Build::new();
-    let (key, public) = (b.path("k.key"), b.path("k.pub"));
-    ok(
-        Command::new(bin("kubexm-bundle"))
-            .args(["keygen", "--no-password", "--secret-key"])
-            .arg(&key)
-            .arg("--public-key")
-            .arg(&public)
-            .output()
-            .unwrap(),
-        "keygen",
-    );
+    let (key, public) = b.keygen("k");
     let summary = ok(
         b.run(
             &lab,
@@ -392,17 +398,7 @@ fn differential_bundle(lab: &Lab, b: &Build, base: &Path, key: &Path, public: &P
     bills_of_materials(&diff_path, &r1.join("bundles").join(id), &diff_m);
     // A differential signed with another key than its base's is refused (an
     // install checks both with one key), and nothing is kept.
-    let (key2, public2) = (b.path("k2.key"), b.path("k2.pub"));
-    ok(
-        Command::new(bin("kubexm-bundle"))
-            .args(["keygen", "--no-password", "--secret-key"])
-            .arg(&key2)
-            .arg("--public-key")
-            .arg(&public2)
-            .output()
-            .unwrap(),
-        "keygen",
-    );
+    let (key2, _) = b.keygen("k2");
     let other_key = [
         "--key",
         key2.to_str().unwrap(),

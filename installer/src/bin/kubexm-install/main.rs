@@ -11,8 +11,12 @@ use kubexm_installer::ops::session::{Config, Session, Settings};
 use kubexm_installer::{ops, serve, unpack};
 
 mod args;
+mod day2;
 mod exit_codes;
+mod output;
 use args::{Cli, Command, EngineArgs, InstallArgs, ServeArgs, TrustArgs, UpgradeArgs};
+use day2::{certs, cluster_record, delete, etcd, print_reset, remove};
+use output::{print_facts, print_mirrored, print_packages, print_paths, print_serving, print_unpacked};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -28,14 +32,7 @@ fn trust(t: &TrustArgs) -> unpack::Trust {
 }
 
 fn trust_of(t: &TrustArgs) -> unpack::Trust {
-    trust_of_key(&t.pubkey)
-}
-
-fn trust_of_key(pubkey: &Option<std::path::PathBuf>) -> unpack::Trust {
-    match pubkey {
-        Some(k) => unpack::Trust::PublicKey(k.clone()),
-        None => unpack::Trust::Unsigned,
-    }
+    unpack::Trust::of(t.pubkey.as_deref())
 }
 
 /// `--base`: the differential `bundle` and its base verified, and the base
@@ -51,13 +48,6 @@ fn with_base(bundle: &std::path::Path, t: &TrustArgs) -> anyhow::Result<()> {
 /// The loud warning every command taking a bundle gives under --allow-unsigned.
 fn warn_unsigned() {
     eprintln!("WARNING: --allow-unsigned: this bundle's origin is NOT verified. Anyone who could change it could run code on every node.");
-}
-
-/// What `facts` gathered, as printed.
-struct Gathered {
-    job: i64,
-    facts: Vec<kubexm_installer::engine::facts::HostFacts>,
-    errors: Vec<String>,
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -203,185 +193,6 @@ fn serve_bundle(a: ServeArgs) -> anyhow::Result<()> {
     ops::serve::serve(r, |s, ca| print_serving(s, ca, plain_http, listen, start))
 }
 
-/// `value` as JSON (`-o json`) or as text (its `Display`).
-fn print<T: serde::Serialize + std::fmt::Display>(value: &T, output: Output) -> anyhow::Result<()> {
-    match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
-        _ => print!("{value}"),
-    }
-    Ok(())
-}
-
-/// One path a line (the files `hosts-toml` wrote).
-fn print_paths(files: Vec<std::path::PathBuf>) -> anyhow::Result<()> {
-    for f in files {
-        println!("{}", f.display());
-    }
-    Ok(())
-}
-
-/// `etcd snapshot`: one snapshot, as text or JSON.
-fn etcd(command: args::EtcdCommand) -> anyhow::Result<()> {
-    match command {
-        args::EtcdCommand::Snapshot {
-            cluster,
-            keep,
-            dir,
-            output,
-        } => {
-            let session = cluster_session(cluster)?;
-            let s = ops::etcd::snapshot(&session, &ops::etcd::SnapshotOptions { keep, dir, label: None })?;
-            print(&s, output)
-        }
-        args::EtcdCommand::Restore {
-            cluster,
-            snapshot,
-            yes,
-            output,
-        } => {
-            let session = cluster_session(cluster)?;
-            let o = ops::etcd_restore::RestoreOptions { snapshot, yes };
-            match ops::etcd_restore::restore(&session, &o)? {
-                ops::etcd_restore::RestoreReport::NotConfirmed { plan, refusal } => {
-                    print!("{plan}");
-                    Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
-                }
-                ops::etcd_restore::RestoreReport::Restored(r) => print(&r, output),
-            }
-        }
-    }
-}
-
-/// `remove node`: the hosts taken out, as text or JSON.
-fn remove(command: args::RemoveCommand) -> anyhow::Result<()> {
-    let args::RemoveCommand::Node {
-        hosts,
-        cluster,
-        drain_timeout,
-        force_drain,
-        dry_run,
-        output,
-    } = command;
-    // The hosts named unreachable are checked against the record, not the file.
-    let unreachable = cluster.unreachable.clone();
-    let mut session = hosts_session(cluster.file, &cluster.engine, cluster.root, &[])?;
-    let o = ops::remove::RemoveOptions {
-        hosts,
-        unreachable,
-        drain_timeout: std::time::Duration::from_secs(drain_timeout),
-        force_drain,
-        dry_run,
-    };
-    match ops::remove::remove(&mut session, &o)? {
-        ops::remove::RemoveReport::Plan(plan) => {
-            print!("{plan}");
-            Ok(())
-        }
-        ops::remove::RemoveReport::Removed(r) => print(&r, output),
-    }
-}
-
-/// `certs check`: every certificate with its expiry; exits 7 when one
-/// expires within --warn-days (the list printed first). `certs renew`:
-/// what it renewed.
-fn certs(command: args::CertsCommand) -> anyhow::Result<()> {
-    match command {
-        args::CertsCommand::Check {
-            cluster,
-            warn_days,
-            output,
-        } => {
-            let session = cluster_session(cluster)?;
-            let r = ops::certs::check(&session, warn_days)?;
-            print(&r, output)?;
-            r.expiring_error()
-        }
-        args::CertsCommand::Renew {
-            cluster,
-            within,
-            all,
-            output,
-        } => {
-            let session = cluster_session(cluster)?;
-            let o = ops::certs_renew::RenewOptions { within_days: within, all };
-            print(&ops::certs_renew::renew(&session, &o)?, output)
-        }
-    }
-}
-
-/// A session over the hosts of the cluster's config, those named
-/// unreachable left out.
-fn cluster_session(c: args::ClusterArgs) -> anyhow::Result<Session> {
-    hosts_session(c.file, &c.engine, c.root, &c.unreachable)
-}
-
-/// `delete cluster NAME`: what was reset, removed and kept, as text or JSON.
-fn delete(command: args::DeleteCommand) -> anyhow::Result<()> {
-    let args::DeleteCommand::Cluster {
-        name,
-        yes,
-        purge,
-        file,
-        unreachable,
-        root,
-        output,
-        engine,
-    } = command;
-    let settings = Settings {
-        root,
-        ..Settings::engine_only(engine.settings())
-    };
-    let from_file = file.is_some();
-    let mut session = match file {
-        Some(f) => {
-            let s = Session::open(&Config::File(f.clone()), None, None, settings)?;
-            if s.cluster().metadata.name != name {
-                return Err(classified(
-                    Class::Usage,
-                    anyhow::anyhow!("{} is the config of cluster {}, not {name}", f.display(), s.cluster().metadata.name),
-                ));
-            }
-            s
-        }
-        None => {
-            let record = ops::status::record(&engine.state, &name)?;
-            Session::of(record.config, format!("the record of cluster {name}"), settings)
-        }
-    };
-    let o = ops::delete::DeleteOptions { yes, purge, unreachable };
-    match ops::delete::delete(&mut session, from_file, &o)? {
-        ops::delete::DeleteReport::NotConfirmed { plan, refusal } => {
-            print!("{plan}");
-            Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
-        }
-        ops::delete::DeleteReport::Deleted(d) => print(&d, output),
-    }
-}
-
-/// `status --cluster NAME`: the cluster's record, as text or JSON.
-fn cluster_record(state: &std::path::Path, cluster: &str, output: Output) -> anyhow::Result<()> {
-    let format = timeline_format(output)?;
-    let record = ops::status::record(state, cluster)?;
-    match format {
-        ops::status::TimelineFormat::Json => println!("{}", serde_json::to_string_pretty(&record)?),
-        ops::status::TimelineFormat::Svg => print!("{record}"),
-    }
-    Ok(())
-}
-
-/// What `serve` prints once it listens.
-fn print_serving(s: &serve::Served, ca: Option<&std::path::Path>, plain_http: bool, listen: std::net::SocketAddr, start: Instant) {
-    let scheme = if plain_http { "http" } else { "https" };
-    println!(
-        "serving on {scheme}://{listen}: {} repositories, ready in {} ms",
-        s.repositories().len(),
-        start.elapsed().as_millis()
-    );
-    if let Some(ca) = ca {
-        println!("nodes must trust the CA {}", ca.display());
-    }
-}
-
 /// The format of a timeline `-o` asks for.
 fn timeline_format(output: Output) -> anyhow::Result<ops::status::TimelineFormat> {
     match output {
@@ -425,20 +236,6 @@ fn status(state: &std::path::Path, job: Option<i64>, file: Option<&std::path::Pa
         (None, TimelineFormat::Svg) => print!("{}", ops::status::status(state, job)?),
     }
     Ok(())
-}
-
-/// What `reset` prints: the plan and the refusal without `--yes`, else its line.
-fn print_reset(report: ops::reset::ResetReport) -> anyhow::Result<()> {
-    match report {
-        ops::reset::ResetReport::NotConfirmed { plan, refusal } => {
-            print!("{plan}");
-            Err(classified(Class::Usage, anyhow::anyhow!(refusal)))
-        }
-        ops::reset::ResetReport::Done(reset) => {
-            println!("{reset}");
-            Ok(())
-        }
-    }
 }
 
 impl EngineArgs {
@@ -612,9 +409,10 @@ fn bundle_session(file: std::path::PathBuf, args: InstallArgs) -> anyhow::Result
     }
     // The base is verified and unpacked with the bundle, by the operation.
     if let Some(base) = &args.base {
-        unpack::refuse_unsigned_base(base, &trust_of_key(&args.pubkey)).map_err(unpack::UnpackError::classified)?;
+        unpack::refuse_unsigned_base(base, &unpack::Trust::of(args.pubkey.as_deref())).map_err(unpack::UnpackError::classified)?;
         let m = kubexm_bundle::verify::read_manifest(&bundle).map_err(|e| unpack::UnpackError::from(e).classified())?;
-        unpack::check_deploy(&bundle, &m, Some(base), &trust_of_key(&args.pubkey), false).map_err(unpack::UnpackError::classified)?;
+        unpack::check_deploy(&bundle, &m, Some(base), &unpack::Trust::of(args.pubkey.as_deref()), false)
+            .map_err(unpack::UnpackError::classified)?;
     }
     Session::open(&Config::File(file), Some(&bundle), None, settings_of(args))
 }
@@ -633,55 +431,6 @@ fn settings_of(args: InstallArgs) -> Settings {
     }
 }
 
-/// `facts`: the plan, or each host's facts (a table or JSON); the hosts that
-/// failed as the error.
-fn print_facts(report: ops::facts::FactsReport, output: Output) -> anyhow::Result<()> {
-    let r = match report {
-        ops::facts::FactsReport::Plan(plan) => {
-            print!("{plan}");
-            return Ok(());
-        }
-        ops::facts::FactsReport::Gathered { job, facts, errors } => Gathered { job, facts, errors },
-    };
-    match output {
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"job": r.job, "facts": r.facts, "errors": r.errors}))?
-        ),
-        _ => {
-            println!(
-                "{:<12} {:<16} {:<10} {:<6} {:<18} {:>4} {:>7} {:>7}  LEFTOVERS",
-                "HOST", "HOSTNAME", "OS", "ARCH", "KERNEL", "CPUS", "MEM MB", "CLOCK"
-            );
-            for f in &r.facts {
-                println!(
-                    "{:<12} {:<16} {:<10} {:<6} {:<18} {:>4} {:>7} {:>5}ms  {}",
-                    f.host,
-                    f.hostname,
-                    format!("{} {}", f.os_id, f.os_version),
-                    f.arch,
-                    f.kernel,
-                    f.cpus,
-                    f.memory_mb,
-                    f.clock_offset_ms,
-                    if f.leftovers.is_empty() {
-                        "-".to_string()
-                    } else {
-                        f.leftovers.join(" ")
-                    }
-                );
-            }
-        }
-    }
-    if !r.errors.is_empty() {
-        return Err(classified(
-            Class::Host,
-            anyhow::anyhow!("{} host(s) failed (job {}):\n  {}", r.errors.len(), r.job, r.errors.join("\n  ")),
-        ));
-    }
-    Ok(())
-}
-
 /// kubexm-install takes no catalog: the bundle's lock carries it.
 fn refuse_catalog(cli: &Cli) -> anyhow::Result<()> {
     if !cli.catalog.is_empty() {
@@ -696,59 +445,11 @@ fn refuse_catalog(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What `unpack` did, as text or JSON.
-fn print_unpacked(bundle: &std::path::Path, u: &kubexm_installer::unpack::Unpacked, output: Output) -> anyhow::Result<()> {
-    match output {
-        Output::Json => println!(
-            "{}",
-            serde_json::json!({"dir": u.dir, "fresh": u.fresh, "members": u.manifest.members.len() + 1})
-        ),
-        _ if u.fresh => {
-            let carried = u.manifest.carried().count() + 1;
-            let linked = u.manifest.members.len() + 1 - carried;
-            let from_base = if linked > 0 {
-                format!(", {linked} taken from the base unpacked beside it")
-            } else {
-                String::new()
-            };
-            println!(
-                "unpacked {} into {} ({carried} members verified{from_base})",
-                bundle.display(),
-                u.dir.display()
-            )
-        }
-        _ => println!("{} is already unpacked in {}; nothing to do", bundle.display(), u.dir.display()),
-    }
-    Ok(())
-}
-
 /// The registry password from standard input (never the command line).
 fn read_password() -> anyhow::Result<String> {
     let mut p = String::new();
     std::io::stdin().read_to_string(&mut p)?;
     Ok(p.trim_end_matches(['\n', '\r']).to_string())
-}
-
-/// What `mirror` pushed, as text or JSON.
-fn print_mirrored(r: &ops::mirror::MirrorReport, output: Output) -> anyhow::Result<()> {
-    let s = &r.summary;
-    match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(s)?),
-        _ => println!(
-            "mirrored {} images ({} manifests) to {}: {} blobs uploaded ({} bytes), {} already present",
-            s.images, s.manifests, r.registry, s.blobs_uploaded, s.bytes_uploaded, s.blobs_present
-        ),
-    }
-    Ok(())
-}
-
-/// What `packages` did; the hosts that failed as the error.
-fn print_packages(report: ops::packages::PackagesReport) -> anyhow::Result<()> {
-    print!("{}", report.text);
-    match report.errors {
-        None => Ok(()),
-        Some(e) => Err(classified(Class::Host, anyhow::anyhow!(e))),
-    }
 }
 
 /// `conformance`: checks, the run, its summary; a failed spec is a failure
