@@ -60,7 +60,7 @@ const LOCAL: &[&str] = &[
 const APPLIED: &[&str] = &["spec.etcd.backup"];
 
 /// Per-host settings of the installer's connection only.
-const HOST_LOCAL: &[&str] = &["port", "user", "auth", "bastion"];
+const HOST_LOCAL: &[&str] = &["port", "user", "auth", "bastion", "hostKey"];
 
 /// What apply will do.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -585,6 +585,13 @@ mod tests {
             );
         let c = check(&new)?.map_err(|e| e.to_string())?;
         assert_eq!(c.added, ["d"]);
+        // A host key given (or dropped) is a connection setting too.
+        let keyed = BASE.replace(
+            "{name: b, address: 10.0.0.2, auth: {agent: true}}",
+            "{name: b, address: 10.0.0.2, auth: {agent: true}, hostKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl}",
+        );
+        assert_ne!(keyed, BASE);
+        assert_eq!(check(&keyed)?.map_err(|e| e.to_string())?, Changes::default());
         Ok(())
     }
 

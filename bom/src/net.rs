@@ -1,4 +1,4 @@
-//! IP addresses and CIDRs, just enough to check overlaps.
+//! IP addresses and CIDRs, just enough to check overlaps; SSH host keys as a config pins them.
 
 use std::net::IpAddr;
 
@@ -81,9 +81,77 @@ pub fn is_host_address(s: &str) -> bool {
             }))
 }
 
+/// The host key type a `hostKey` names: the one kubexm's SSH client
+/// negotiates first, so the one a host presents when it has it.
+const HOST_KEY_TYPE: &str = "ssh-ed25519";
+
+/// An SSH public key given as `TYPE BASE64 [COMMENT]`, as `TYPE BASE64`
+/// (how keys are pinned and compared): an `ssh-ed25519` key whose encoded
+/// data names that same type. The messages never repeat the input.
+pub fn host_key(s: &str) -> Result<String, String> {
+    let mut fields = s.split_whitespace();
+    let (Some(kind), Some(data)) = (fields.next(), fields.next()) else {
+        return Err("it needs two fields, TYPE and BASE64".into());
+    };
+    if kind != HOST_KEY_TYPE {
+        return Err(format!(
+            "its type is not {HOST_KEY_TYPE} (kubexm checks the {HOST_KEY_TYPE} key a host presents: give the one in its \
+             /etc/ssh/ssh_host_ed25519_key.pub)"
+        ));
+    }
+    let bytes = base64_decode(data).ok_or("its second field is not base64")?;
+    // The encoded key starts with its type: a 4-byte length, then the name.
+    let named = bytes
+        .get(..4)
+        .map(|n| u32::from_be_bytes([n[0], n[1], n[2], n[3]]) as usize)
+        .and_then(|n| bytes.get(4..4 + n));
+    if named != Some(kind.as_bytes()) {
+        return Err(format!("its data is not an {kind} key"));
+    }
+    Ok(format!("{kind} {data}"))
+}
+
+/// Standard base64 decoded (padding and whitespace ignored), or `None`:
+/// a tiny decoder rather than a dependency (docker's `auth`, SSH keys).
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|b| *b != b'=' && !b.is_ascii_whitespace()).collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let v: Vec<u8> = chunk.iter().map(|c| val(*c)).collect::<Option<_>>()?;
+        let n = v.iter().fold(0u32, |acc, x| (acc << 6) | *x as u32) << (6 * (4 - v.len()));
+        let take = v.len() * 6 / 8;
+        out.extend_from_slice(&n.to_be_bytes()[1..1 + take]);
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_keys_are_checked_and_normalized() -> Result<(), String> {
+        let ed = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
+        assert_eq!(host_key(&format!("{ed} root@lab1"))?, ed);
+        assert!(host_key("ssh-ed25519").is_err());
+        assert!(host_key("ssh-dss AAAAB3NzaC1kc3MAAACBAP").is_err());
+        assert!(host_key("ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7").is_err());
+        assert!(host_key("ssh-ed25519 not*base64").is_err());
+        assert_eq!(base64_decode("YTpiYw==").unwrap_or_default(), b"a:bc");
+        assert!(base64_decode("!!").is_none());
+        // An RSA key's data under the ed25519 type.
+        let rsa = "ssh-ed25519 AAAAB3NzaC1yc2EAAAADAQABAAABAQC7";
+        assert!(host_key(rsa).err().unwrap_or_default().contains("not an ssh-ed25519 key"));
+        Ok(())
+    }
 
     #[test]
     fn overlap_and_containment() {

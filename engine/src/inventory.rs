@@ -143,6 +143,7 @@ pub fn targets(cluster: &Cluster, trust: &Trust) -> Result<(Vec<Target>, Vec<Str
                 user: b.user.clone().unwrap_or_else(|| "root".into()),
                 credential: credential(&h.name, &b.address, b.auth.as_ref(), trust, &mut secrets)?,
                 bastion: None,
+                host_key: None,
             })),
             None => None,
         };
@@ -153,9 +154,39 @@ pub fn targets(cluster: &Cluster, trust: &Trust) -> Result<(Vec<Target>, Vec<Str
             user: h.user.clone().unwrap_or_else(|| "root".into()),
             credential: credential(&h.name, &h.address, h.auth.as_ref(), trust, &mut secrets)?,
             bastion,
+            host_key: h.host_key.as_deref().and_then(|k| kubexm_bom::net::host_key(k).ok()),
         });
     }
     Ok((out, secrets))
+}
+
+/// The host keys the operator's own config gives (`hosts[].hostKey`) over
+/// the pins first contact made: the config's key is the one checked.
+struct Given {
+    inner: Arc<dyn KnownHosts>,
+    given: HashMap<String, String>,
+}
+
+impl Given {
+    fn over(inner: Arc<dyn KnownHosts>, targets: &[Target]) -> Arc<dyn KnownHosts> {
+        let given: HashMap<String, String> = targets
+            .iter()
+            .filter_map(|t| Some((format!("{}:{}", t.address, t.port), t.host_key.clone()?)))
+            .collect();
+        if given.is_empty() {
+            return inner;
+        }
+        Arc::new(Given { inner, given })
+    }
+}
+
+impl KnownHosts for Given {
+    fn get(&self, endpoint: &str) -> Option<String> {
+        self.given.get(endpoint).cloned().or_else(|| self.inner.get(endpoint))
+    }
+    fn put(&self, endpoint: &str, key: &str) {
+        self.inner.put(endpoint, key);
+    }
 }
 
 /// The transports of the hosts that answered, and an error per one that did not.
@@ -184,7 +215,9 @@ impl Connector for Ssh {
 pub async fn connect_all(targets: &[Target], known: Arc<dyn KnownHosts>, o: &crate::jobs::ConnectOptions, trust: &Trust) -> Connected {
     let (accept_new_key, concurrency, timeout, attempts) = (o.accept_new_host_key, o.concurrency, o.timeout, o.attempts.max(1));
     let (known, pinned_only) = match trust {
-        Trust::Local => (known, false),
+        Trust::Local => (Given::over(known, targets), false),
+        // A request's host keys are never its own to vouch for: the
+        // caller's pins decide.
         Trust::Untrusted { pinned, .. } => (pinned.clone(), true),
     };
     let results: Vec<_> = stream::iter(targets.iter().cloned())
@@ -235,4 +268,38 @@ pub async fn connect_all(targets: &[Target], known: Arc<dyn KnownHosts>, o: &cra
         }
     }
     (ok, errs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ssh::MemoryKnownHosts;
+
+    #[test]
+    fn a_host_key_the_config_gives_is_checked_over_the_pin_first_contact_made() {
+        let pinned = Arc::new(MemoryKnownHosts::default());
+        pinned.put("10.0.0.1:22", "ssh-ed25519 AAAAfirst");
+        pinned.put("10.0.0.2:22", "ssh-ed25519 AAAAsecond");
+        let target = |address: &str, key: Option<&str>| Target {
+            name: address.into(),
+            address: address.into(),
+            port: 22,
+            user: "root".into(),
+            credential: Credential::Agent,
+            bastion: None,
+            host_key: key.map(str::to_string),
+        };
+        let targets = [
+            target("10.0.0.1", Some("ssh-ed25519 AAAAgiven")),
+            target("10.0.0.2", None),
+            target("10.0.0.3", Some("ssh-ed25519 AAAAnew")),
+        ];
+        let known = Given::over(pinned.clone(), &targets);
+        assert_eq!(known.get("10.0.0.1:22").as_deref(), Some("ssh-ed25519 AAAAgiven"));
+        assert_eq!(known.get("10.0.0.2:22").as_deref(), Some("ssh-ed25519 AAAAsecond"));
+        assert_eq!(known.get("10.0.0.3:22").as_deref(), Some("ssh-ed25519 AAAAnew"));
+        // Pins go to the store underneath.
+        known.put("10.0.0.4:22", "ssh-ed25519 AAAAfourth");
+        assert_eq!(pinned.get("10.0.0.4:22").as_deref(), Some("ssh-ed25519 AAAAfourth"));
+    }
 }

@@ -63,6 +63,10 @@ pub struct Target {
     pub user: String,
     pub credential: Credential,
     pub bastion: Option<Box<Target>>,
+    /// The host key the config gives (`hosts[].hostKey`, `TYPE BASE64`):
+    /// under the operator's own config it is the pin, over one first
+    /// contact made.
+    pub host_key: Option<String>,
 }
 
 /// Pinned host keys, by `address:port`.

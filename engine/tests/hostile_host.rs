@@ -277,6 +277,7 @@ fn target(name: &str, port: u16) -> Target {
         user: "root".into(),
         credential: Credential::Password("pw-for-the-test".into()),
         bastion: None,
+        host_key: None,
     }
 }
 

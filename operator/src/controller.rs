@@ -10,6 +10,7 @@
 //! log, a condition or an Event.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -24,6 +25,7 @@ use kubexm_bom::text;
 use kubexm_crd::{APPLIED_KEY, ClusterResource, ClusterStatus, applied_name};
 use serde_json::{Value, json};
 
+use crate::act::ActOptions;
 use crate::decide::{self, Decision};
 use crate::nodes;
 
@@ -46,10 +48,19 @@ pub struct Ctx {
     pub namespace: String,
     pub resource: ApiResource,
     pub recorder: Recorder,
+    /// This replica's name in the Lease.
+    pub identity: String,
+    /// Where changes are run; `None`: they are decided and reported only.
+    pub act: Option<ActOptions>,
+    /// Set when the controller stops: a running job starts no new step.
+    pub stop: Arc<AtomicBool>,
+    /// Held by a running job (one permit): a stopping leader takes it
+    /// before it hands the Lease back.
+    pub busy: Arc<tokio::sync::Semaphore>,
 }
 
 impl Ctx {
-    pub fn new(client: Client, namespace: &str, identity: &str) -> Ctx {
+    pub fn new(client: Client, namespace: &str, identity: &str, act: Option<ActOptions>) -> Ctx {
         let reporter = Reporter {
             controller: "kubexm-controller-manager".into(),
             instance: Some(identity.to_string()),
@@ -59,6 +70,10 @@ impl Ctx {
             client,
             namespace: namespace.to_string(),
             resource: ApiResource::erase::<ClusterResource>(&()),
+            identity: identity.to_string(),
+            act,
+            stop: Arc::new(AtomicBool::new(false)),
+            busy: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 }
@@ -137,6 +152,17 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Rec
         Err(why) => Decision::AppliedUnreadable(why.clone()),
         Ok(a) => decide::decide(&name, &spec, a, &source),
     };
+    if let (Decision::NotRunYet(what), Some(act), Ok(a)) = (&decision, &ctx.act, &applied) {
+        let at = Seen {
+            name: &name,
+            version: &version,
+            generation,
+            status: &status,
+            operation: None,
+        };
+        crate::run::change(&ctx, act, &obj, &at, &spec, a, what).await?;
+        return Ok(Action::requeue(RESYNC));
+    }
     let (mut sets, observed) = decide::conditions_for(&decision, &name);
     for s in &mut sets {
         s.message = text::line(&s.message).into_owned();
@@ -154,6 +180,59 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Rec
         event(&ctx, &obj, warning, &reason, &note).await;
     }
     Ok(Action::requeue(RESYNC))
+}
+
+/// A Cluster object as a reconcile read it.
+pub(crate) struct Seen<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) version: &'a str,
+    pub(crate) generation: i64,
+    pub(crate) status: &'a ClusterStatus,
+    /// The job a run ended with, for `lastOperation`.
+    pub(crate) operation: Option<kubexm_crd::Operation>,
+}
+
+/// `sets` written into the status of the object `at` read (observing its
+/// generation when `observed`), with an Event when it changed.
+pub(crate) async fn report(
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    at: &Seen<'_>,
+    mut sets: Vec<decide::Set>,
+    observed: bool,
+    event_of: Option<(bool, &str)>,
+) -> Result<(), ReconcileError> {
+    for s in &mut sets {
+        s.message = bounded(&s.message);
+    }
+    let mut next = decide::status_for(at.status, &sets, observed, at.generation, &now());
+    if let Some(op) = &at.operation {
+        next.last_operation = Some(op.clone());
+    }
+    let changed = write_status(ctx, at.name, at.version, at.status, &next).await?;
+    if changed && let Some((warning, reason)) = event_of {
+        let note = sets
+            .iter()
+            .find(|s| s.reason == reason)
+            .map(|s| s.message.clone())
+            .unwrap_or_default();
+        event(ctx, obj, warning, reason, &note).await;
+    }
+    Ok(())
+}
+
+/// `message` on one line, escaped, at most [`MAX_NOTE`] bytes.
+fn bounded(message: &str) -> String {
+    let mut note = text::line(message).into_owned();
+    if note.len() > MAX_NOTE {
+        let mut cut = MAX_NOTE - 3;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    note
 }
 
 /// The nodes as the API server shows them now, into the status when they moved.
@@ -211,15 +290,7 @@ async fn write_status(
 
 /// Publishes an Event on the Cluster object; a failure is only logged.
 async fn event(ctx: &Ctx, obj: &DynamicObject, warning: bool, reason: &str, note: &str) {
-    let mut note = text::line(note).into_owned();
-    if note.len() > MAX_NOTE {
-        let mut cut = MAX_NOTE - 3;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-        note.push_str("...");
-    }
+    let note = bounded(note);
     let ev = Event {
         type_: if warning { EventType::Warning } else { EventType::Normal },
         reason: reason.into(),

@@ -39,8 +39,9 @@ pub enum Decision {
     CannotChange(Vec<Problem>),
     /// The spec asks for a change kubexm does not make yet.
     NotSupportedYet(Vec<Problem>),
-    /// A change `kubexm-install apply` makes (the hosts added, the
-    /// registry moved) that the controller does not run yet: what it is.
+    /// A change `kubexm-install remove node` and `apply` make (hosts
+    /// removed, hosts added, the registry moved): what it is. A controller
+    /// given the installer's state runs it; otherwise it is reported.
     NotRunYet(String),
     /// The spec last applied to the hosts is missing or does not read:
     /// why. Nothing can be decided; the generation stays unobserved, so
@@ -59,6 +60,13 @@ fn document(name: &str, spec: &Value) -> String {
 /// logs in with the controller's credential, the Secret
 /// [`kubexm_crd::CREDENTIAL`].
 fn load(name: &str, spec: &Value, file: &str) -> Result<Cluster, LoadError> {
+    load_str_as(&config_text(name, spec), file, None, Origin::Request)
+}
+
+/// The config document the Cluster object `name` whose spec is `spec`
+/// stands for, its hosts logging in with the controller's credential
+/// unless the spec names a login.
+pub fn config_text(name: &str, spec: &Value) -> String {
     let mut spec = spec.clone();
     if let Some(obj) = spec.as_object_mut() {
         let defaults = obj.entry("hostDefaults").or_insert_with(|| json!({}));
@@ -66,7 +74,12 @@ fn load(name: &str, spec: &Value, file: &str) -> Result<Cluster, LoadError> {
             d.entry("auth").or_insert_with(|| json!({"credential": kubexm_crd::CREDENTIAL}));
         }
     }
-    load_str_as(&document(name, &spec), file, None, Origin::Request)
+    document(name, &spec)
+}
+
+/// `spec` as a completed config (read as a request's).
+pub fn load_spec(name: &str, spec: &Value) -> Result<Cluster, LoadError> {
+    load(name, spec, &format!("clusters.kubexm.io/{name}"))
 }
 
 /// The spec last applied to cluster `name`, as a completed config.
@@ -126,10 +139,13 @@ pub fn decide(name: &str, spec: &Value, applied: &Value, applied_source: &str) -
         status: "succeeded".into(),
         finished: 0,
     };
-    let record = ClusterRecord::new(&old, job, None, None, &BTreeMap::new());
+    // Hosts taken out are removed first (as `remove node`): the rest is
+    // held against the cluster without them.
+    let gone = crate::act::removed(&old, &new);
+    let record = ClusterRecord::new(&without(&old, &gone), job, None, None, &BTreeMap::new());
     match changes(&record, &new, None, &file) {
-        Ok(c) if c.is_empty() => Decision::AsApplied,
-        Ok(c) => Decision::NotRunYet(describe(&c)),
+        Ok(c) if c.is_empty() && gone.is_empty() => Decision::AsApplied,
+        Ok(c) => Decision::NotRunYet(describe(&c, &gone)),
         Err(d) => {
             // Every problem, what can never change first (a stable sort):
             // one of those makes the whole change impossible.
@@ -151,9 +167,30 @@ pub fn decide(name: &str, spec: &Value, applied: &Value, applied_source: &str) -
     }
 }
 
-/// What an apply would do, in a sentence.
-fn describe(c: &Changes) -> String {
+/// `c` without the hosts `gone`, from its hosts and every role.
+fn without(c: &Cluster, gone: &[String]) -> Cluster {
+    let mut out = c.clone();
+    let kept = |h: &String| !gone.contains(h);
+    out.spec.hosts.retain(|h| kept(&h.name));
+    let g = &mut out.spec.role_groups;
+    for list in [
+        &mut g.etcd,
+        &mut g.control_plane,
+        &mut g.worker,
+        &mut g.loadbalancer,
+        &mut g.registry,
+    ] {
+        list.retain(kept);
+    }
+    out
+}
+
+/// What a removal and an apply would do, in a sentence.
+fn describe(c: &Changes, gone: &[String]) -> String {
     let mut parts = Vec::new();
+    if !gone.is_empty() {
+        parts.push(format!("removes {}", gone.join(", ")));
+    }
     if !c.added.is_empty() {
         parts.push(format!("adds {}", c.added.join(", ")));
     }
@@ -210,8 +247,9 @@ pub fn conditions_for(decision: &Decision, name: &str) -> (Vec<Set>, bool) {
     use ConditionType::{Failed, NotSupported, Reconciling};
     let nothing_run = "nothing was run and the hosts are as before";
     let apply = format!(
-        "run `kubexm-install apply -f cluster.yaml --bundle BUNDLE` for cluster {name} where it was installed; \
-         its operator phase brings this object's status up to date"
+        "run it with kubexm-install for cluster {name} where it was installed (`remove node HOST -f cluster.yaml` for a \
+         host taken out, then `apply -f cluster.yaml --bundle BUNDLE`), or start the controller with --root; apply's \
+         operator phase brings this object's status up to date"
     );
     // A refusal: NotSupported True with `reason` and `message`, nothing
     // reconciling, the spec read.

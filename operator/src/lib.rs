@@ -8,17 +8,21 @@
 //! ([`decide`]); what kubexm can never change, does not do yet, or the
 //! controller does not run yet is reported as a NotSupported condition
 //! naming the field, an unreadable spec as Failed, `spec.paused` as a
-//! paused Reconciling; nothing is run on a host. Otherwise the status
-//! follows the cluster's nodes ([`nodes`]).
+//! paused Reconciling. Hosts added or taken out (or the registry moved)
+//! are run by a controller given the installer's state (`--root`): the
+//! jobs of `kubexm-install remove node` and `apply` ([`act`], reported by
+//! `run`). Otherwise the status follows the cluster's nodes ([`nodes`]).
 //!
-//! Not built yet (docs/operator.md): running the changes it decides
-//! (add and remove nodes, upgrade) through the engine, its Store, the
-//! Deployment and image that run it inside the cluster.
+//! Not built yet (docs/operator.md): an upgrade by the controller, its
+//! Store on Kubernetes objects, the Deployment and image that run it
+//! inside the cluster.
 
+pub mod act;
 pub mod controller;
 pub mod decide;
 pub use kubexm_lease as lease;
 pub mod nodes;
+mod run;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,6 +47,8 @@ pub struct Options {
     pub lease_name: String,
     /// How long a leader that stopped renewing keeps the Lease.
     pub lease_duration: Duration,
+    /// Where the changes it decides are run; `None`: decided and reported only.
+    pub act: Option<act::ActOptions>,
 }
 
 /// Why the controller manager stopped.
@@ -88,14 +94,30 @@ pub async fn run(o: Options, stop: impl std::future::Future<Output = ()>) -> Res
         () = elector.acquire() => {}
         () = &mut stop => return Ok(()),
     }
-    let ctx = Arc::new(controller::Ctx::new(client, &o.namespace, &o.identity));
+    let ctx = Arc::new(controller::Ctx::new(client, &o.namespace, &o.identity, o.act.clone()));
+    let (stopping, busy) = (ctx.stop.clone(), ctx.busy.clone());
     let result = tokio::select! {
         lost = elector.hold() => Err(OperatorError::Lost(lost)),
         () = controller::run(ctx) => Err(OperatorError::WatchEnded),
         () = &mut stop => Ok(()),
     };
-    // A leader that lost the Lease has nothing to hand back.
+    // A job running starts no new step.
+    stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+    // A leader that lost the Lease has nothing to hand back, and stops at
+    // once (its job with it): the new leader acts.
     if !matches!(result, Err(OperatorError::Lost(_))) {
+        // The Lease is handed back once the job running has stopped (its
+        // step finished), renewed meanwhile.
+        let ended = async {
+            if busy.try_acquire().is_err() {
+                tracing::info!("waiting for the running job to finish its step before handing the Lease back");
+                let _ = busy.acquire().await;
+            }
+        };
+        tokio::select! {
+            () = ended => {}
+            lost = elector.hold() => return Err(OperatorError::Lost(lost)),
+        }
         elector.release().await;
     }
     result

@@ -67,7 +67,30 @@ fn a_version_change_is_not_supported_yet_and_an_added_worker_not_run_yet() {
     let (sets, _) = conditions_for(&decided(&s), "prod");
     let ns = sets.iter().find(|c| c.type_ == ConditionType::NotSupported).unwrap();
     assert_eq!(ns.reason, "ControllerDoesNotApplyYet");
-    assert!(ns.message.contains("kubexm-install apply"), "{}", ns.message);
+    assert!(ns.message.contains("apply -f cluster.yaml"), "{}", ns.message);
+}
+
+#[test]
+fn a_host_taken_out_is_a_change_the_controller_runs_before_one_added() -> Result<(), Box<dyn std::error::Error>> {
+    let mut s = applied();
+    let hosts = s["hosts"].as_array_mut().ok_or("no hosts")?;
+    hosts.retain(|h| h["name"] != "worker3");
+    hosts.push(json!({"name": "worker4", "address": "192.168.10.24", "arch": "amd64"}));
+    let workers = s["roleGroups"]["worker"].as_array_mut().ok_or("no workers")?;
+    workers.retain(|w| w != "worker3");
+    workers.push("worker4".into());
+    assert_eq!(decided(&s), Decision::NotRunYet("removes worker3 and adds worker4".into()));
+    let (sets, _) = conditions_for(&decided(&s), "prod");
+    let ns = sets
+        .iter()
+        .find(|c| c.type_ == ConditionType::NotSupported)
+        .ok_or("no NotSupported")?;
+    assert!(ns.message.contains("remove node HOST"), "{}", ns.message);
+    // A host's address changed under the same name is still refused.
+    let mut s = applied();
+    s["hosts"][6]["address"] = "192.168.10.99".into();
+    assert!(matches!(decided(&s), Decision::CannotChange(_)), "{:?}", decided(&s));
+    Ok(())
 }
 
 #[test]
@@ -166,4 +189,73 @@ fn with_a_field_that_never_changes_every_problem_is_named_that_one_first() {
     // A missing applied spec leaves the generation unobserved.
     let (_, observed) = conditions_for(&Decision::AppliedUnreadable("gone".into()), "prod");
     assert!(!observed);
+}
+
+#[test]
+fn an_added_host_needs_its_key_pinned_and_the_hosts_there_keep_the_install_s_pins() -> Result<(), Box<dyn std::error::Error>> {
+    use kubexm_installer::engine::ssh::KnownHosts;
+    use kubexm_installer::engine::state::State;
+
+    use crate::act::{self, ActOptions};
+    let old = decide::load_applied("prod", &applied())?;
+    let mut s = applied();
+    let hosts = s["hosts"].as_array_mut().ok_or("no hosts")?;
+    hosts.push(json!({"name": "worker9", "address": "192.168.10.29", "arch": "amd64"}));
+    let i = hosts.len() - 1;
+    s["roleGroups"]["worker"].as_array_mut().ok_or("no workers")?.push("worker9".into());
+    let new = decide::load_spec("prod", &s)?;
+    assert_eq!(act::added(&old, &new), ["worker9"]);
+    let dir = std::env::temp_dir().join(format!("kubexm-operator-pins-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let o = ActOptions {
+        root: dir.clone(),
+        state: dir.join("state.db"),
+        advertise: "127.0.0.1".parse()?,
+        serve_port: 1,
+        concurrency: 1,
+        installer: None,
+    };
+    // No state database: refused, never made.
+    let e = act::pins(&o, &old, &new).err().unwrap_or_default();
+    assert!(e[0].contains("is not there"), "{e:?}");
+    assert!(!o.state.exists());
+    // The install's pins for every host there but worker1.
+    let state = State::open(&o.state, Vec::new())?;
+    for h in old.spec.hosts.iter().filter(|h| h.name != "worker1") {
+        state.put(&format!("{}:22", h.address), &format!("ssh-ed25519 AAAA{}", h.name));
+    }
+    // A stale pin of the added host's address (an earlier machine).
+    state.put("192.168.10.29:22", "ssh-ed25519 AAAAstale");
+    drop(state);
+    let missing = act::pins(&o, &old, &new).err().unwrap_or_default();
+    assert_eq!(missing.len(), 2, "{missing:?}");
+    assert!(
+        missing[0].starts_with("spec.hosts[5]: host worker1 has no host key pinned"),
+        "{missing:?}"
+    );
+    assert!(
+        missing[1].starts_with(&format!("spec.hosts[{i}].hostKey: host worker9 is added")),
+        "{missing:?}"
+    );
+    // The added host's key from the spec (never the stale pin), without its
+    // comment; a key in the spec for a host there changes nothing.
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
+    s["hosts"][i]["hostKey"] = format!("{key} root@worker9").into();
+    s["hosts"][5]["hostKey"] = key.into();
+    State::open(&o.state, Vec::new())?.put("192.168.10.21:22", "ssh-ed25519 AAAAworker1");
+    let new = decide::load_spec("prod", &s)?;
+    let pins = act::pins(&o, &old, &new).map_err(|m| m.join("; "))?;
+    assert_eq!(pins.all.get("192.168.10.29:22").map(String::as_str), Some(key));
+    assert_eq!(
+        pins.all.get("192.168.10.21:22").map(String::as_str),
+        Some("ssh-ed25519 AAAAworker1")
+    );
+    assert_eq!(pins.added.keys().collect::<Vec<_>>(), ["192.168.10.29:22"]);
+    // Kept once the run succeeded, as first contact would.
+    act::remember(&o, &pins.added)?;
+    assert_eq!(State::open(&o.state, Vec::new())?.get("192.168.10.29:22").as_deref(), Some(key));
+    // The config the job runs logs in with the controller's credential.
+    assert!(decide::config_text("prod", &s).contains(r#""auth":{"credential":"kubexm-ssh"}"#));
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
 }

@@ -510,7 +510,7 @@ fn held_base(dir: &std::path::Path, bundle: &std::path::Path, settings: &ops::se
 
 /// The kubexm-install binary beside this one: an install puts it on the
 /// registry host, which runs it as its registry service.
-fn installer_binary() -> anyhow::Result<PathBuf> {
+pub fn installer_binary() -> anyhow::Result<PathBuf> {
     let me = std::env::current_exe()?;
     let dir = me.parent().unwrap_or(std::path::Path::new("/"));
     let p = dir.join("kubexm-install");

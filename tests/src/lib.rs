@@ -257,7 +257,7 @@ impl Lab {
     }
 
     /// An `ssh` command to a host as root with the lab key, ready for its arguments.
-    fn ssh_command(&self, host: &str) -> Command {
+    pub fn ssh_command(&self, host: &str) -> Command {
         let h = self.host(host);
         let mut c = Command::new("ssh");
         c.args(["-i", &self.desc.ssh.key.to_string_lossy()])

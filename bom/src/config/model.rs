@@ -224,6 +224,12 @@ pub struct Host {
     pub arch: Option<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The host's SSH host key as `TYPE BASE64` (the first two fields of its
+    /// `/etc/ssh/ssh_host_*_key.pub`): the key it must present, checked at
+    /// first contact instead of trusting whatever it offers. A host added
+    /// through a Cluster object needs it (no trust on first use).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_key: Option<String>,
 }
 
 /// How the installer logs in. Exactly one method is set.

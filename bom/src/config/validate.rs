@@ -157,6 +157,15 @@ impl Rules<'_> {
             if h.port == Some(0) {
                 self.err(format!("{p}.port"), "port 0 is not a valid SSH port");
             }
+            if let Some(key) = &h.host_key
+                && let Err(why) = crate::net::host_key(key)
+            {
+                self.hinted(
+                    format!("{p}.hostKey"),
+                    format!("host `{}`'s hostKey is not an SSH public key: {why}", h.name),
+                    "give TYPE BASE64, the first two fields of the host's /etc/ssh/ssh_host_ed25519_key.pub",
+                );
+            }
             match h.auth.as_ref().or(s.host_defaults.auth.as_ref()) {
                 None => self.hinted(
                     p.clone(),

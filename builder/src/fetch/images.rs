@@ -398,7 +398,7 @@ fn docker_auths() -> BTreeMap<String, (String, String)> {
         };
         let pair = match (entry["username"].as_str(), entry["password"].as_str(), entry["auth"].as_str()) {
             (Some(u), Some(p), _) => Some((u.to_string(), p.to_string())),
-            (_, _, Some(a)) => base64_decode(a)
+            (_, _, Some(a)) => kubexm_bom::net::base64_decode(a)
                 .and_then(|d| String::from_utf8(d).ok())
                 .and_then(|s| s.split_once(':').map(|(u, p)| (u.to_string(), p.to_string()))),
             _ => None,
@@ -410,34 +410,13 @@ fn docker_auths() -> BTreeMap<String, (String, String)> {
     out
 }
 
-/// Standard base64, as docker writes `auth`; a tiny decoder rather than a dependency.
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        _ => None,
-    };
-    let bytes: Vec<u8> = s.bytes().filter(|b| *b != b'=' && !b.is_ascii_whitespace()).collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let v: Vec<u8> = chunk.iter().map(|c| val(*c)).collect::<Option<_>>()?;
-        let n = v.iter().fold(0u32, |acc, x| (acc << 6) | *x as u32) << (6 * (4 - v.len()));
-        let take = v.len() * 6 / 8;
-        out.extend_from_slice(&n.to_be_bytes()[1..1 + take]);
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn base64_as_docker_writes_it() {
-        assert_eq!(super::base64_decode("dXNlcjpwYXNz").unwrap(), b"user:pass");
-        assert_eq!(super::base64_decode("YTpi").unwrap(), b"a:b");
-        assert_eq!(super::base64_decode("YTpiYw==").unwrap(), b"a:bc");
-        assert!(super::base64_decode("!!").is_none());
+        assert_eq!(kubexm_bom::net::base64_decode("dXNlcjpwYXNz").unwrap_or_default(), b"user:pass");
+        assert_eq!(kubexm_bom::net::base64_decode("YTpi").unwrap_or_default(), b"a:b");
+        assert_eq!(kubexm_bom::net::base64_decode("YTpiYw==").unwrap_or_default(), b"a:bc");
+        assert!(kubexm_bom::net::base64_decode("!!").is_none());
     }
 }

@@ -28,6 +28,9 @@ pub enum Ownership {
     Take { identity: String },
     /// Acts without the Lease (`--force-local`).
     ForceLocal,
+    /// The controller's leader, which holds the Lease itself while it runs
+    /// the job (`identity` names it): nothing more to take.
+    Leader { identity: String },
 }
 
 impl Ownership {
@@ -155,6 +158,10 @@ pub fn take(kubeconfig: &Path, t: Taking) -> anyhow::Result<Owned> {
     let identity = match t.how {
         Ownership::ForceLocal => return without(name, "--force-local; if its controller runs, both may act at once"),
         Ownership::Take { identity } => identity,
+        Ownership::Leader { identity } => {
+            tracing::debug!("cluster {name}: acting as {identity}, the holder of its controller's Lease");
+            return Ok(Owned::default());
+        }
     };
     let file = kubeconfig.display();
     if !kubeconfig.exists() {

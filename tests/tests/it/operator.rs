@@ -193,11 +193,18 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&s
     let kubeconfig = dir.join("admin.conf");
     std::fs::write(&kubeconfig, conf.join("\n")).unwrap();
     std::fs::set_permissions(&kubeconfig, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // Each replica runs what it decides from the scenario's installer
+    // state, with a file server of its own.
     let start = |identity: &str| {
         let mut cmd = std::process::Command::new(kubexm_e2e::bin("kubexm"));
         cmd.args(["controller-manager", "--kubeconfig"])
             .arg(&kubeconfig)
-            .args(["--identity", identity, "--lease-seconds", "6", "-v"]);
+            .args(["--identity", identity, "--lease-seconds", "6", "-v", "--root"])
+            .arg(dir.join("root"))
+            .arg("--state")
+            .arg(dir.join("state.db"))
+            .args(["--advertise", &lab.desc.gateway, "--serve-port"])
+            .arg(kubexm_e2e::free_port(&lab.desc.gateway).to_string());
         kubexm_e2e::Background::start_probe(cmd, || true)
     };
     let mut replicas = vec![start("replica-a"), start("replica-b")];
@@ -261,6 +268,8 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&s
     k(&put_back);
     k(&wait_for("NotSupported", "False"));
     assert_eq!(condition("NotSupported", "reason"), "AsApplied");
+
+    a_worker_added_and_taken_out_through_the_object(lab, dir, &k, &the);
 
     // Paused: the same change is not even read.
     k(&patch(r#"{"spec":{"paused":true,"kubernetes":{"podCIDR":"10.99.0.0/16"}}}"#));
@@ -343,4 +352,154 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&s
     assert!(seen && still, "apply was not seen holding the Lease while it ran:\n{said}");
     assert!(ran.status.success(), "{said}");
     assert!(holder().is_empty(), "the Lease was not handed back: {}", holder());
+}
+
+/// A worker added with kubectl: the spare host (lab4) appended to the
+/// object's hosts and workers. Without its host key pinned in the spec the
+/// controller refuses before touching a host; with it (and the Secret
+/// kubexm-ssh holding the lab's key) it runs the apply: the node joins, the
+/// old hosts apply nothing, and the status names the node. Then taken out
+/// the same way, so the cluster is as the scenario's config says again.
+fn a_worker_added_and_taken_out_through_the_object(lab: &Lab, dir: &Path, k: &dyn Fn(&str) -> String, the: &str) {
+    let spare = lab.desc.hosts.iter().find(|h| h.spare).expect("the scenario's spare host").clone();
+    let condition = |t: &str, field: &str| {
+        k(&format!(
+            "get {the} -o jsonpath='{{.status.conditions[?(@.type==\"{t}\")].{field}}}'"
+        ))
+    };
+    let until = |what: &str, secs: u64, ok: &dyn Fn() -> bool| {
+        let t0 = std::time::Instant::now();
+        while !ok() {
+            assert!(t0.elapsed().as_secs() < secs, "{what}: not within {secs} s");
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    };
+    let patch = |ops: &serde_json::Value| k(&format!("patch {the} --type=json -p '{ops}'"));
+    let host = serde_json::json!({"name": spare.name, "address": spare.address, "arch": spare.arch});
+    patch(&serde_json::json!([
+        {"op": "add", "path": "/spec/hosts/-", "value": host},
+        {"op": "add", "path": "/spec/roleGroups/worker/-", "value": spare.name},
+    ]));
+    until("a host without its key is refused", 30, &|| {
+        condition("Failed", "reason") == "HostKeyMissing"
+    });
+    let why = condition("Failed", "message");
+    assert!(why.contains("spec.hosts[3].hostKey: host lab4 is added"), "{why}");
+    assert_eq!(condition("Reconciling", "status"), "False");
+
+    // The controller's login, and the spare's key pinned in the spec.
+    let mut secret = lab.ssh_command("lab1");
+    secret
+        .arg(format!(
+            "kubectl --kubeconfig /etc/kubernetes/admin.conf -n {NAMESPACE} create secret generic kubexm-ssh \
+             --from-file=ssh-privatekey=/dev/stdin"
+        ))
+        .stdin(std::process::Stdio::piped());
+    let mut child = secret.spawn().unwrap();
+    let key = std::fs::read(&lab.desc.ssh.key).unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &key).unwrap();
+    assert!(child.wait().unwrap().success(), "creating the Secret kubexm-ssh");
+    let host_key = lab.ssh_ok("lab4", "cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub");
+    let asked = now_ms();
+    patch(&serde_json::json!([{"op": "add", "path": "/spec/hosts/3/hostKey", "value": host_key.trim()}]));
+    until("the controller runs the change", 30, &|| {
+        condition("Reconciling", "reason") == "Applying"
+    });
+    until("the change is run", 600, &|| condition("Reconciling", "reason") != "Applying");
+    assert_eq!(
+        condition("Reconciling", "reason"),
+        "Applied",
+        "{}",
+        k(&format!("get {the} -o jsonpath='{{.status.conditions}}'"))
+    );
+    // The job it ran: its first step soon after the edit, and nothing
+    // applied on the hosts that were there.
+    let db = rusqlite::Connection::open(dir.join("state.db")).unwrap();
+    let (job, first): (i64, i64) = db
+        .query_row(
+            "SELECT j.id, min(s.started) FROM jobs j JOIN steps s ON s.job = j.id WHERE j.id = \
+             (SELECT max(id) FROM jobs WHERE kind = 'apply')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    eprintln!(
+        "operator: kubectl patch adding lab4 to the controller's first step: {} ms (goal under 5000)",
+        first - asked
+    );
+    let last = k(&format!(
+        "get {the} -o jsonpath='{{.status.lastOperation.job}} {{.status.lastOperation.kind}} {{.status.lastOperation.result}}'"
+    ));
+    assert_eq!(last, format!("{job} apply succeeded"));
+    let timeline = k(&format!("get {the} -o jsonpath='{{.status.lastOperation.timeline}}'"));
+    assert!(timeline.contains("critical path by phase: "), "{timeline}");
+    eprintln!("operator: lastOperation's timeline: {timeline}");
+    assert!(first - asked < 30_000, "{} ms", first - asked);
+    let mut q = db
+        .prepare("SELECT host, count(*) FROM steps WHERE job = ?1 AND status = 'applied' GROUP BY host")
+        .unwrap();
+    let per_host: Vec<(String, i64)> = q
+        .query_map([job], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    eprintln!("operator: steps applied by the controller's job {job}: {per_host:?}");
+    for (h, n) in &per_host {
+        assert!(h == "lab4" || h == "lab1" || *n == 0, "{h} applied {n} steps: {per_host:?}");
+    }
+    assert!(per_host.iter().any(|(h, n)| h == "lab4" && *n > 0), "{per_host:?}");
+    until("lab4 is Ready", 240, &|| {
+        k("get node lab4 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}'") == "True"
+    });
+    until("the status names lab4", 60, &|| {
+        k(&format!("get {the} -o jsonpath='{{.status.nodes[*].name}}'")).contains("lab4")
+    });
+    let g = k(&format!(
+        "get {the} -o jsonpath='{{.metadata.generation}}|{{.status.observedGeneration}}'"
+    ));
+    let (generation, observed) = g.split_once('|').unwrap();
+    assert_eq!(generation, observed);
+    let events = k(&format!(
+        "-n {NAMESPACE} get events --field-selector involvedObject.name=lab -o json"
+    ));
+    assert!(events.contains("Applied") && events.contains("HostKeyMissing"), "{events}");
+    assert!(!events.contains("PRIVATE KEY"), "{events}");
+
+    // Taken out again the same way: drained, its Node deleted, the host
+    // reset; the spec as applied and the status follow.
+    patch(&serde_json::json!([
+        {"op": "test", "path": "/spec/hosts/3/name", "value": "lab4"},
+        {"op": "remove", "path": "/spec/hosts/3"},
+        {"op": "test", "path": "/spec/roleGroups/worker/2", "value": "lab4"},
+        {"op": "remove", "path": "/spec/roleGroups/worker/2"},
+    ]));
+    let t0 = std::time::Instant::now();
+    until("the controller takes lab4 out", 30, &|| {
+        condition("Reconciling", "reason") == "Applying"
+    });
+    until("lab4 is taken out", 600, &|| condition("Reconciling", "reason") != "Applying");
+    let said = condition("Reconciling", "message");
+    assert_eq!(condition("Reconciling", "reason"), "Applied", "{said}");
+    assert!(said.contains("removed lab4 from cluster lab"), "{said}");
+    eprintln!("operator: lab4 taken out through the object in {:?}", t0.elapsed());
+    assert!(!k("get nodes -o name").contains("node/lab4"));
+    until("the status no longer names lab4", 60, &|| {
+        !k(&format!("get {the} -o jsonpath='{{.status.nodes[*].name}}'")).contains("lab4")
+    });
+    let applied = k(&format!(
+        "-n {NAMESPACE} get configmap kubexm-applied-lab -o jsonpath='{{.data.spec\\.json}}'"
+    ));
+    assert!(applied.contains("lab3") && !applied.contains("lab4"), "{applied}");
+    assert!(
+        !lab.ssh("lab4", "systemctl is-active kubelet").status.success(),
+        "lab4's kubelet still runs"
+    );
+}
+
+/// Milliseconds since the epoch (the state database's clock).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
 }

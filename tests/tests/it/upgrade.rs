@@ -122,7 +122,8 @@ fn poll(url: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(Duration
 
 #[test]
 fn upgrade_from_v1_36_keeps_a_deployment_answering_and_a_killed_run_converges() {
-    let Some(lab) = Lab::up(3, 0) else { return };
+    // lab4 a spare: the controller adds it (issue 31).
+    let Some(lab) = Lab::up_with_spares(3, 0, 1) else { return };
     let dir = tempfile::tempdir().unwrap();
     let old = config(&lab, dir.path(), "v1.36.3", "[amd64]");
     let new = config(&lab, dir.path(), "v1.37.2", "[amd64]");

@@ -552,6 +552,23 @@ pub(crate) struct ControllerManagerArgs {
     /// Seconds a leader that stopped renewing keeps the Lease (another replica then takes it).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
     pub(crate) lease_seconds: u64,
+    /// Run the changes it decides (hosts added or taken out) from this
+    /// installer state root: the bundle the cluster's record names, unpacked
+    /// by its install. Without it, changes are decided and reported only.
+    #[arg(long, value_name = "DIR", requires_all = ["state", "advertise"])]
+    pub(crate) root: Option<PathBuf>,
+    /// The installer's state database of the cluster (steps done, pinned host keys).
+    #[arg(long, value_name = "FILE", requires = "root")]
+    pub(crate) state: Option<PathBuf>,
+    /// The address the hosts reach this machine at, for the file server of a change it runs.
+    #[arg(long, value_name = "ADDR", requires = "root")]
+    pub(crate) advertise: Option<std::net::IpAddr>,
+    /// The file server's port.
+    #[arg(long, value_name = "PORT", default_value_t = kubexm_installer::SERVE_PORT)]
+    pub(crate) serve_port: u16,
+    /// Hosts a change it runs works on at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub(crate) concurrency: u64,
 }
 
 #[derive(Args)]

@@ -190,6 +190,20 @@ async fn controller_manager(a: ControllerManagerArgs) -> anyhow::Result<()> {
         identity,
         lease_name: a.lease_name,
         lease_duration: std::time::Duration::from_secs(a.lease_seconds),
+        act: match (a.root, a.state, a.advertise) {
+            (Some(root), Some(state), Some(advertise)) => Some(kubexm_operator::act::ActOptions {
+                root,
+                state,
+                advertise,
+                serve_port: a.serve_port,
+                concurrency: a.concurrency as usize,
+                // Only a registry moved to a new host needs it.
+                installer: kubexm_server::worker::installer_binary()
+                    .map_err(|e| tracing::warn!("{e}: a change that moves the registry will fail"))
+                    .ok(),
+            }),
+            _ => None,
+        },
     };
     let stop = async {
         interrupted().await;
