@@ -76,7 +76,12 @@ pub async fn login(client: &Client, namespace: &str) -> Result<Arc<dyn Credentia
                 "the Secret {namespace}/{name} the controller logs in to the hosts with is missing: {how}"
             ));
         }
-        Err(e) => return Err(format!("the Secret {namespace}/{name} cannot be read: {e}")),
+        Err(e) => {
+            return Err(format!(
+                "the Secret {namespace}/{name} cannot be read ({e}): the controller's account needs get on secrets/{name} \
+                 in {namespace}"
+            ));
+        }
     };
     let data = secret.data.unwrap_or_default();
     let text = |k: &str| data.get(k).map(|v| String::from_utf8_lossy(&v.0).into_owned());
@@ -149,42 +154,45 @@ fn state(act: &ActOptions) -> Result<State, String> {
     State::open(path, Vec::new()).map_err(|e| format!("the state database {}: {e}", path.display()))
 }
 
-/// The pins for every host of `new`: a host `old` has is checked against
-/// the key pinned when it was first reached (the state database's); a host
-/// it adds against its spec's `hostKey` only (never a key pinned before:
-/// a host added again may be a new machine). A host without one is named,
-/// `spec.hosts[i]...: why`.
+/// The pins for every host of `old` and `new` (a removal reaches the
+/// first, the apply the second): a host `old` has is checked against the
+/// key pinned when it was first reached (the state database's); a host
+/// `new` adds against its spec's `hostKey` only (never a key pinned
+/// before: a host added again may be a new machine). A host without one
+/// is named, `spec.hosts[i]...: why`.
 pub fn pins(act: &ActOptions, old: &Cluster, new: &Cluster) -> Result<Pinned, Vec<String>> {
     let state = state(act).map_err(|e| vec![e])?;
     let had: BTreeSet<&str> = old.spec.hosts.iter().map(|h| h.name.as_str()).collect();
     let mut out = Pinned::default();
     let mut missing = Vec::new();
-    for (i, h) in new.spec.hosts.iter().enumerate() {
+    for h in &old.spec.hosts {
         let e = endpoint(h);
-        if had.contains(h.name.as_str()) {
-            match state.get(&e) {
-                Some(k) => {
-                    out.all.insert(e, k);
-                }
-                None => missing.push(format!(
-                    "spec.hosts[{i}]: host {} has no host key pinned in {} (it was never reached from there): \
-                     run kubexm-install facts -f cluster.yaml --state {} where the cluster was installed to pin it",
-                    h.name,
+        match state.get(&e) {
+            Some(k) => {
+                out.all.insert(e, k);
+            }
+            None => {
+                let i = new.spec.hosts.iter().position(|n| n.name == h.name);
+                let at = i.map_or_else(|| format!("host {}", h.name), |i| format!("spec.hosts[{i}]: host {}", h.name));
+                missing.push(format!(
+                    "{at} has no host key pinned in {} (it was never reached from there): run kubexm-install facts \
+                     -f cluster.yaml --state {} where the cluster was installed to pin it",
                     act.state.display(),
                     act.state.display()
-                )),
+                ));
             }
-            continue;
         }
+    }
+    for (i, h) in new.spec.hosts.iter().enumerate().filter(|(_, h)| !had.contains(h.name.as_str())) {
         match h.host_key.as_deref().and_then(|k| kubexm_bom::net::host_key(k).ok()) {
             Some(k) => {
-                out.all.insert(e.clone(), k.clone());
-                out.added.insert(e, k);
+                out.all.insert(endpoint(h), k.clone());
+                out.added.insert(endpoint(h), k);
             }
             None => missing.push(format!(
                 "spec.hosts[{i}].hostKey: host {} is added through the Cluster object and its key is not given: give its \
-                 hostKey (TYPE BASE64, the first two fields of its /etc/ssh/ssh_host_ed25519_key.pub); the controller never \
-                 trusts a host key on first use",
+                 hostKey (ssh-ed25519 BASE64, the first two fields of its /etc/ssh/ssh_host_ed25519_key.pub); the \
+                 controller never trusts a host key on first use",
                 h.name
             )),
         }
@@ -270,6 +278,16 @@ pub struct Ran {
     pub operation: Option<Operation>,
 }
 
+impl Ran {
+    /// A run that failed before its job started.
+    fn failed(e: impl std::fmt::Display) -> Ran {
+        Ran {
+            result: Err(format!("{e:#}")),
+            operation: None,
+        }
+    }
+}
+
 /// The last job `session` ran, as `lastOperation` names it.
 fn operation(session: &ops::session::Session) -> Option<Operation> {
     let t = session.last_timeline()?;
@@ -292,12 +310,7 @@ fn operation(session: &ops::session::Session) -> Option<Operation> {
 pub fn apply(act: &ActOptions, name: &str, document: String, login: Login) -> Ran {
     let session = match ops::apply::recorded_session(&config(name, document), settings(act, login)) {
         Ok(s) => s,
-        Err(e) => {
-            return Ran {
-                result: Err(format!("{e:#}")),
-                operation: None,
-            };
-        }
+        Err(e) => return Ran::failed(e),
     };
     let result = ops::apply::apply(&session, &ops::apply::ApplyOptions::default())
         .map(|r| r.to_string())
@@ -314,24 +327,14 @@ pub fn apply(act: &ActOptions, name: &str, document: String, login: Login) -> Ra
 pub fn remove(act: &ActOptions, name: &str, document: String, hosts: Vec<String>, login: Login) -> Ran {
     let mut session = match ops::session::Session::open(&config(name, document), None, None, settings(act, login)) {
         Ok(s) => s,
-        Err(e) => {
-            return Ran {
-                result: Err(format!("{e:#}")),
-                operation: None,
-            };
-        }
+        Err(e) => return Ran::failed(e),
     };
     // A host an earlier run took out (its apply then failed) is not in the
     // record any more: nothing to remove.
     let recorded: BTreeSet<String> = match session.last_record(true) {
         Ok(Some(r)) => r.nodes.into_iter().map(|n| n.name).collect(),
         Ok(None) => BTreeSet::new(),
-        Err(e) => {
-            return Ran {
-                result: Err(format!("{e:#}")),
-                operation: None,
-            };
-        }
+        Err(e) => return Ran::failed(e),
     };
     let hosts: Vec<String> = hosts.into_iter().filter(|h| recorded.contains(h)).collect();
     if hosts.is_empty() {

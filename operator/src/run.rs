@@ -55,10 +55,8 @@ fn refused(reason: &str, message: String) -> Vec<Set> {
 
 /// What a run needs, checked before any host is touched.
 struct Prepared {
-    /// The new spec's hosts' keys (the apply's).
+    /// The keys of the hosts of both specs (the removal's and the apply's).
     pins: Pinned,
-    /// The applied spec's hosts' keys (the removal's).
-    old_pins: Pinned,
     /// The hosts taken out.
     gone: Vec<String>,
     credentials: Arc<dyn Credentials>,
@@ -74,16 +72,12 @@ async fn prepare(ctx: &Ctx, act: &ActOptions, name: &str, spec: &Value, applied:
         (Ok(n), Ok(o)) => (n, o),
         (Err(e), _) | (_, Err(e)) => return Err(("InvalidSpec", e.to_string(), true)),
     };
-    let (pins, old_pins) = match (act::pins(act, &old, &new), act::pins(act, &old, &old)) {
-        (Ok(p), Ok(o)) => (p, o),
-        (Err(missing), _) | (_, Err(missing)) => return Err(("HostKeyMissing", missing.join("; "), true)),
-    };
+    let pins = act::pins(act, &old, &new).map_err(|missing| ("HostKeyMissing", missing.join("; "), true))?;
     let credentials = act::login(&ctx.client, &ctx.namespace)
         .await
         .map_err(|why| ("CredentialMissing", format!("{why}; the controller tries again every 30 s"), false))?;
     Ok(Prepared {
         pins,
-        old_pins,
         gone: act::removed(&old, &new),
         credentials,
     })
@@ -171,14 +165,14 @@ async fn run(ctx: &Ctx, act: &ActOptions, name: &str, spec: &Value, applied: &Va
             operation: None,
         };
     };
-    let login = |pins: act::Pinned| act::Login {
+    let login = || act::Login {
         credentials: p.credentials.clone(),
-        pins: pins.all,
+        pins: p.pins.all.clone(),
         identity: ctx.identity.clone(),
         stop: ctx.stop.clone(),
     };
-    let added = p.pins.added.clone();
-    let (to_apply, to_remove, gone) = (login(p.pins), login(p.old_pins), p.gone);
+    let (to_apply, to_remove) = (login(), login());
+    let (added, gone) = (p.pins.added, p.gone);
     let (a, name, doc, old_doc) = (
         act.clone(),
         name.to_string(),
