@@ -132,6 +132,16 @@ impl Distribute {
         }
     }
 
+    /// Where its files come from: the first URL's `scheme://host:port`.
+    fn origin(&self) -> &str {
+        let Some(url) = self.files.first().map(|c| c.url.as_str()) else {
+            return "the file server";
+        };
+        let host = url.find("://").map_or(0, |i| i + 3);
+        let end = url.get(host..).and_then(|rest| rest.find('/')).map_or(url.len(), |i| host + i);
+        url.get(..end).unwrap_or(url)
+    }
+
     fn script(&self) -> String {
         use crate::transport::shell_quote as q;
         let ca = self.ca.as_deref().map(|c| format!(" --cacert {}", q(c))).unwrap_or_default();
@@ -192,7 +202,7 @@ impl Step for Distribute {
             let out = t.run(&self.script(), Duration::from_secs(1800)).await?;
             let dests: Vec<&str> = self.files.iter().map(|c| c.dest.as_str()).collect();
             match out.code {
-                Some(0) => Ok(format!("fetched {} from the file server", dests.join(", "))),
+                Some(0) => Ok(format!("fetched {} from {}", dests.join(", "), self.origin())),
                 Some(100) => {
                     for c in &self.files {
                         t.put_file(&c.local, &c.sha256, &c.dest, c.mode).await?;
@@ -202,5 +212,32 @@ impl Step for Distribute {
                 _ => Err(StepError::Failed(out.stderr.trim().to_string())),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fetch names the server it came from (the installer's file server or
+    /// the registry host's), never a file's whole path.
+    #[test]
+    fn a_fetch_names_the_server_it_came_from() {
+        let copy = |url: &str| FileCopy {
+            url: url.into(),
+            local: "/b/f".into(),
+            sha256: "0".repeat(64),
+            dest: "/d/f".into(),
+            mode: 0o644,
+        };
+        let d = Distribute::one("f", copy("https://198.18.0.11:5000/files/dl.k8s.io/kubelet"));
+        assert_eq!(d.origin(), "https://198.18.0.11:5000");
+        assert_eq!(Distribute::one("f", copy("https://h:1")).origin(), "https://h:1");
+        let none = Distribute {
+            name: "f".into(),
+            files: vec![],
+            ca: None,
+        };
+        assert_eq!(none.origin(), "the file server");
     }
 }

@@ -102,6 +102,16 @@ pub fn install_component(file: &FileItem, bundle_dir: &Path, file_server: &str) 
     ]
 }
 
+/// A cluster of two hosts (cp1, the registry too; w1) for unit tests of
+/// plans.
+#[cfg(test)]
+pub const TWO_HOSTS: &str = "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: s\nspec:\n  hosts:\n\
+    \x20   - {name: cp1, address: 10.0.0.1, auth: {agent: true}}\n\
+    \x20   - {name: w1, address: 10.0.0.4, auth: {agent: true}}\n\
+    \x20 roleGroups: {control-plane: [cp1], etcd: [cp1], worker: [w1], registry: [cp1]}\n\
+    \x20 controlPlaneEndpoint: {mode: local-proxy}\n\
+    \x20 kubernetes: {version: v1.37.2}\n";
+
 #[cfg(test)]
 impl<'a> Context<'a> {
     /// A context for unit tests of a plan's steps: `cluster` and its lock,
@@ -137,6 +147,7 @@ impl<'a> Context<'a> {
             server_dry_run: false,
             etcd_before: None,
             registry_before: None,
+            files_from_registry: false,
         })
     }
 }
@@ -255,6 +266,11 @@ pub struct Context<'a> {
     /// the config names another, the old one's service stops once every
     /// node pulls from the new one.
     pub registry_before: Option<String>,
+    /// `file_server` is the registry host's `kubexm-registry` (an installed
+    /// cluster's, serving this bundle), not a server of this run: the
+    /// registry phase runs before the OS packages', and every later task,
+    /// on every host, waits for it (it may restart the service).
+    pub files_from_registry: bool,
 }
 
 impl Context<'_> {

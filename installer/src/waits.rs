@@ -47,13 +47,16 @@ pub fn wait(name: &str, what: &str, probe: &str, secs: u64) -> Arc<dyn Step> {
 
 /// Shell running kubectl command `cmd` again, every 2 s for up to `secs`,
 /// while its error says the API server cannot be reached (a static pod
-/// restarted by a new kubelet, a control plane being upgraded); any other
-/// error, or the last one, is printed and fails at once.
+/// restarted by a new kubelet, a control plane being upgraded) or cannot
+/// authorize yet (an API server just restarted answers Forbidden until its
+/// authorizer has read the RBAC objects: seen after `kubeadm upgrade
+/// apply` on a loaded machine); any other error, or the last one, is
+/// printed and fails at once.
 pub fn retried(cmd: &str, secs: u64) -> String {
     format!(
         "deadline=$((SECONDS + {secs}))\n\
          until out=$({cmd} 2>&1); do\n  \
-           case \"$out\" in *refused*|*'i/o timeout'*|*'TLS handshake timeout'*|*EOF*|*'currently unable'*|*'no route to host'*) ;; \
+           case \"$out\" in *refused*|*'i/o timeout'*|*'TLS handshake timeout'*|*EOF*|*'currently unable'*|*'no route to host'*|*'is forbidden: User'*) ;; \
            *) printf '%s\\n' \"$out\" >&2; exit 1;; esac\n  \
            if [ $SECONDS -ge $deadline ]; then printf '%s\\n(the API server did not answer for {secs} s)\\n' \"$out\" >&2; exit 1; fi\n  \
            sleep 2\n\
@@ -230,16 +233,19 @@ cat <<'EOF'
         Ok(())
     }
 
-    /// `retried` as a shell runs it: a command refused twice (the API
-    /// server restarting) succeeds on its third try; one failing for
-    /// another reason fails at once with its error.
+    /// `retried` as a shell runs it: a command refused (the API server
+    /// restarting), then Forbidden (its authorizer not ready), succeeds on
+    /// its third try; one failing for another reason fails at once with its
+    /// error.
     #[test]
     fn a_refused_command_is_tried_again_and_another_error_is_not() -> std::io::Result<()> {
         let dir = tempfile::tempdir()?;
         let count = dir.path().join("count");
         let flaky = format!(
             "n=$(cat {c} 2>/dev/null || echo 0); echo $((n+1)) > {c}; \
-             if [ $n -lt 2 ]; then echo 'The connection to the server lb:6443 was refused' >&2; false; else echo node/lab1 uncordoned; fi",
+             if [ $n = 0 ]; then echo 'The connection to the server lb:6443 was refused' >&2; false; \
+             elif [ $n = 1 ]; then echo 'Error from server (Forbidden): nodes \"lab1\" is forbidden: User \"kubernetes-admin\" cannot get resource \"nodes\"' >&2; false; \
+             else echo node/lab1 uncordoned; fi",
             c = count.display()
         );
         let out = std::process::Command::new("sh")

@@ -29,17 +29,19 @@ use kubexm_installer::ops::owner::Ownership;
 use kubexm_installer::ops::session::{Config, Settings};
 
 /// Where the controller runs what it decides: the installer's state root
-/// and database of the cluster, and the address its hosts reach this
-/// machine's file server at.
+/// and database of the cluster, and where its hosts fetch files from.
 #[derive(Debug, Clone)]
 pub struct ActOptions {
     /// The installer's state root (the unpacked bundles, the PKI).
     pub root: PathBuf,
     /// The installer's state database (steps done, pinned host keys).
     pub state: PathBuf,
-    /// The address the hosts reach this machine at, for the file server.
-    pub advertise: IpAddr,
-    /// The file server's port.
+    /// The address the hosts reach this machine at, for a file server of
+    /// the controller's own; `None`: the hosts fetch files from the
+    /// registry host's `kubexm-registry` (as `kubexm-install apply
+    /// --files-from-registry`).
+    pub advertise: Option<IpAddr>,
+    /// The own file server's port.
     pub serve_port: u16,
     /// Hosts worked on at once.
     pub concurrency: usize,
@@ -264,7 +266,7 @@ fn settings(act: &ActOptions, login: Login) -> Settings {
         root: act.root.clone(),
         pubkey: None,
         base: None,
-        advertise: Some(act.advertise),
+        advertise: act.advertise,
         serve_port: act.serve_port,
         kubeconfig: None,
         installer: act.installer.clone(),
@@ -312,7 +314,11 @@ pub fn apply(act: &ActOptions, name: &str, document: String, login: Login) -> Ra
         Ok(s) => s,
         Err(e) => return Ran::failed(e),
     };
-    let result = ops::apply::apply(&session, &ops::apply::ApplyOptions::default())
+    let options = ops::apply::ApplyOptions {
+        files_from_registry: act.advertise.is_none(),
+        ..Default::default()
+    };
+    let result = ops::apply::apply(&session, &options)
         .map(|r| r.to_string())
         .map_err(|e| format!("{e:#}"));
     Ran {

@@ -210,7 +210,7 @@ fn an_added_host_needs_its_key_pinned_and_the_hosts_there_keep_the_install_s_pin
     let o = ActOptions {
         root: dir.clone(),
         state: dir.join("state.db"),
-        advertise: "127.0.0.1".parse()?,
+        advertise: Some("127.0.0.1".parse()?),
         serve_port: 1,
         concurrency: 1,
         installer: None,

@@ -3,7 +3,9 @@
 //! A test calls [`Lab::up`] for the hosts it needs and gets a guard; the lab
 //! goes down when the guard drops, also when the test panics, so a failed test
 //! leaves no process, mount, link or namespace behind. Labs are serialized
-//! across threads and processes by a lock file: there is one lab bridge.
+//! across threads and processes by a lock file: there is one lab bridge per
+//! `KUBEXM_LAB_ID` (0, the default; ci/test runs one more scenario beside
+//! the main one on lab 1, its own bridge, network and run directory).
 //!
 //! Lab tests need root. Outside CI a test without root is skipped with a line
 //! that says why; under `CI=true` that is a failure, never a silent skip.
@@ -17,7 +19,15 @@ use std::sync::{Mutex, MutexGuard};
 use serde::Deserialize;
 
 static IN_PROCESS: Mutex<()> = Mutex::new(());
-const LOCK: &str = "/run/kubexm-lab.lock";
+
+/// The lab this process uses (`KUBEXM_LAB_ID`, as `ci/lab` reads it): its
+/// lock file and its description.
+fn lab_files() -> (String, String) {
+    match std::env::var("KUBEXM_LAB_ID").ok().filter(|id| !id.is_empty() && id != "0") {
+        None => ("/run/kubexm-lab.lock".into(), "/run/kubexm-lab/lab.json".into()),
+        Some(id) => (format!("/run/kubexm-lab{id}.lock"), format!("/run/kubexm-lab{id}/lab.json")),
+    }
+}
 
 /// The lab as `ci/lab up` describes it in `lab.json`.
 #[derive(Debug, Clone, Deserialize)]
@@ -83,14 +93,19 @@ fn epoch_seconds() -> f64 {
         .unwrap_or_default()
 }
 
-/// Appends `lab/TEST lab START END` to `$KUBEXM_CI_TIMES/lab-tests.log` when
-/// ci/test asked for times: each lab test's share of a CI run.
+/// Appends `lab/TEST LANE START END` to `$KUBEXM_CI_TIMES/lab-tests.log` when
+/// ci/test asked for times: each lab test's share of a CI run, in the lane
+/// of its lab (`lab`, `lab1` for `KUBEXM_LAB_ID=1`).
 fn record_lab_time(taken: f64) {
     let Ok(dir) = std::env::var("KUBEXM_CI_TIMES") else {
         return;
     };
     let name = std::thread::current().name().unwrap_or("unnamed").replace(' ', "_");
-    let line = format!("lab/{name} lab {taken:.3} {:.3}\n", epoch_seconds());
+    let lane = match std::env::var("KUBEXM_LAB_ID").ok().filter(|id| !id.is_empty() && id != "0") {
+        Some(id) => format!("lab{id}"),
+        None => "lab".into(),
+    };
+    let line = format!("lab/{name} {lane} {taken:.3} {:.3}\n", epoch_seconds());
     let path = Path::new(&dir).join("lab-tests.log");
     let written = std::fs::OpenOptions::new()
         .create(true)
@@ -222,7 +237,8 @@ impl Lab {
             return None;
         }
         let guard = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
-        let lock = File::create(LOCK).expect("creating the lab lock file");
+        let (lock_file, description) = lab_files();
+        let lock = File::create(&lock_file).expect("creating the lab lock file");
         lock.lock().expect("taking the lab lock");
         // A lab left by a killed run is taken down first, and bundles and
         // caches earlier test processes left in the temp directory go.
@@ -237,7 +253,7 @@ impl Lab {
             "--spare",
             &spare.to_string(),
         ]);
-        let path = std::env::var("KUBEXM_LAB").unwrap_or_else(|_| "/run/kubexm-lab/lab.json".into());
+        let path = std::env::var("KUBEXM_LAB").unwrap_or(description);
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
         let desc = serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {path}: {e}"));
         Some(Lab {

@@ -31,6 +31,9 @@ pub struct ApplyOptions {
     pub dry_run: bool,
     /// The bundle a job asked for ([`InstallOptions::expect_digest`]).
     pub expect_digest: Option<String>,
+    /// Hosts fetch files from the registry host
+    /// ([`InstallOptions::files_from_registry`]).
+    pub files_from_registry: bool,
 }
 
 /// What apply did, or would do.
@@ -222,6 +225,7 @@ pub fn apply(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport>
         apply: true,
         expect_digest: o.expect_digest.clone(),
         etcd_before: Some(record.config.spec.role_groups.etcd.clone()),
+        files_from_registry: o.files_from_registry,
         ..Default::default()
     };
     let g = &cluster.spec.role_groups;
@@ -250,6 +254,15 @@ fn version_changed(recorded: &str, now: &str) -> bool {
 /// The config names another version: an upgrade (which refuses, before
 /// any change, a config that changes more than the version).
 fn upgrade_instead(session: &Session, o: &ApplyOptions) -> anyhow::Result<ApplyReport> {
+    if o.files_from_registry {
+        return Err(op(
+            OpError::Unsupported,
+            anyhow::anyhow!(
+                "the config names another Kubernetes version (an upgrade): files from the registry host in an upgrade are \
+                 not supported yet (its hosts fetch the new bundle's files before the registry serves it); run it with --advertise ADDR"
+            ),
+        ));
+    }
     let u = super::upgrade::upgrade(
         session,
         &super::upgrade::UpgradeOptions {

@@ -36,6 +36,11 @@ pub struct InstallOptions {
     /// Run one hop of an upgrade (an `upgrade` job) instead of the
     /// install's pipeline.
     pub upgrade: Option<crate::pipelines::upgrade::HopRun>,
+    /// Hosts fetch the bundle's files from the registry host's
+    /// `kubexm-registry` (an installed cluster's, serving this bundle)
+    /// instead of a file server on this machine, which then serves nothing
+    /// and needs no address the hosts reach.
+    pub files_from_registry: bool,
 }
 
 /// etcd's members already running: an apply's (from the record it
@@ -129,12 +134,12 @@ fn operation(args: &InstallOptions) -> &'static str {
 }
 
 /// The file server and registry for the install's duration: the bundle
-/// unpacked here, TLS from the cluster's registry CA for `advertise`.
+/// unpacked here, TLS from the cluster's registry CA for the address it
+/// listens on.
 fn serve_options(
     bundle_dir: &std::path::Path,
     listen: std::net::SocketAddr,
     pki_dir: &std::path::Path,
-    advertise: &str,
     topo: &kubexm_bom::topology::Topology,
 ) -> serve::ServeOptions {
     serve::ServeOptions {
@@ -143,7 +148,7 @@ fn serve_options(
         listen,
         tls: serve::Tls::Issued {
             pki_dir: pki_dir.join("registry"),
-            names: vec![advertise.to_string()],
+            names: vec![listen.ip().to_string()],
         },
         parts: serve::Parts {
             registry: true,
@@ -169,9 +174,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     let (manifest, bundle_dir, members) = session.span("unpack", || read_verified(session, args, bundle))?;
     let bom = manifest.lock;
     let (pki_dir, pki) = pki_of(&settings.root, args.dry_run, cluster)?;
-    let advertise = advertise(settings.advertise)?;
-    let listen = std::net::SocketAddr::new(advertise, settings.serve_port);
-    let file_server = format!("https://{listen}");
+    let (file_server, listen) = files_from(session, args, &phases, &topo, &bundle.digest)?;
     let ca_pem = pki.ca("registry", "kubexm registry CA")?.cert_pem;
     let installer = installer_binary(settings.installer.as_ref())?;
     let kubeadm_api = kubeadm_api(&bundle.catalog, cluster, &bundle.path)?;
@@ -222,6 +225,7 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         server_dry_run: args.server_dry_run,
         etcd_before: etcd_before(session, args)?,
         registry_before: installed(session)?.and_then(|r| r.config.spec.role_groups.registry.first().cloned()),
+        files_from_registry: args.files_from_registry,
     };
     if args.dry_run {
         for h in &cluster.spec.hosts {
@@ -242,9 +246,15 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
     } else {
         session.span("lease", || session.own())?;
     }
-    // The file server runs for the install's duration.
-    let opts = serve_options(&bundle_dir, listen, &pki_dir, &advertise.to_string(), &ctx.topo);
-    let _server = session.span("serve", || FileServer::start(session, opts, &file_server))?;
+    // The file server runs for the install's duration (none when the
+    // registry host serves the files).
+    let _server = listen
+        .map(|l| {
+            session.span("serve", || {
+                FileServer::start(session, serve_options(&bundle_dir, l, &pki_dir, &ctx.topo), &file_server)
+            })
+        })
+        .transpose()?;
     let facts = session.span("facts", || session.facts())?;
     if !facts.errors.is_empty() {
         return Err(op(
@@ -299,6 +309,89 @@ pub fn install(session: &Session, args: &InstallOptions) -> anyhow::Result<Insta
         have: summary(cluster, &ctx.topo, &phases, &kubeconfig),
         timing: session.timing(ex.job),
     }))
+}
+
+/// Where the hosts fetch files: the file server this run starts (its URL
+/// and the address it listens on), or the registry host's.
+fn files_from(
+    session: &Session,
+    args: &InstallOptions,
+    phases: &[Phase],
+    topo: &kubexm_bom::topology::Topology,
+    digest: &str,
+) -> anyhow::Result<(String, Option<std::net::SocketAddr>)> {
+    if args.files_from_registry {
+        return Ok((registry_files(session, args, phases, topo, digest)?, None));
+    }
+    let settings = session.settings();
+    let listen = std::net::SocketAddr::new(advertise(settings.advertise)?, settings.serve_port);
+    Ok((format!("https://{listen}"), Some(listen)))
+}
+
+/// The registry host's file server (`https://address:port`), for
+/// [`InstallOptions::files_from_registry`]: refused, saying why, unless the
+/// cluster is installed and its registry host, unmoved, serves this bundle
+/// (its registry phase, which runs first, makes sure of it).
+fn registry_files(
+    session: &Session,
+    args: &InstallOptions,
+    phases: &[Phase],
+    topo: &kubexm_bom::topology::Topology,
+    digest: &str,
+) -> anyhow::Result<String> {
+    let cluster = session.cluster();
+    let name = &cluster.metadata.name;
+    let unsupported = |m: String| op(OpError::Unsupported, anyhow::anyhow!(m));
+    let usage = |m: String| op(OpError::Usage, anyhow::anyhow!(m));
+    if args.upgrade.is_some() {
+        return Err(unsupported(
+            "files from the registry host in an upgrade are not supported yet (its hosts fetch the new bundle's files \
+             before the registry serves it): run it with --advertise ADDR"
+                .into(),
+        ));
+    }
+    if cluster.spec.registry.client_auth {
+        return Err(unsupported(format!(
+            "files from the registry host with registry.clientAuth are not supported yet (cluster {name}: a host gets its \
+             client certificate in the containerd phase, after it fetches its first files): run with --advertise ADDR"
+        )));
+    }
+    let Some(record) = installed(session)? else {
+        return Err(usage(format!(
+            "cluster {name} is not installed: no registry host serves its files yet; install it with --advertise ADDR \
+             (a file server on this machine)"
+        )));
+    };
+    let Some(at) = &topo.registry else {
+        return Err(usage(format!(
+            "cluster {name} has no registry host (registry.mode local, roleGroups.registry) to fetch files from: \
+             run with --advertise ADDR"
+        )));
+    };
+    let before = record.config.spec.role_groups.registry.first();
+    if before != Some(&at.host) {
+        return Err(usage(format!(
+            "cluster {name}'s registry moves from {} to {}: the new one serves no files until it is set up; \
+             run with --advertise ADDR",
+            before.map(String::as_str).unwrap_or("none"),
+            at.host
+        )));
+    }
+    if !phases.contains(&Phase::Registry) {
+        return Err(usage(format!(
+            "files from the registry host need the registry phase (it runs first and has {} serve this bundle): \
+             add registry to --phases, or run with --advertise ADDR",
+            at.host
+        )));
+    }
+    if record.bundle.as_deref() != Some(digest) {
+        return Err(usage(format!(
+            "the registry host {} serves cluster {name}'s bundle {}, not {digest}: use that bundle, or run with --advertise ADDR",
+            at.host,
+            record.bundle.as_deref().unwrap_or("(not recorded)")
+        )));
+    }
+    Ok(format!("https://{}:{}", topo.address(&at.host), cluster.spec.registry.port))
 }
 
 /// The file server of an install, stopped when dropped.
@@ -552,7 +645,10 @@ fn advertise(given: Option<std::net::IpAddr>) -> anyhow::Result<std::net::IpAddr
     let Some(advertise) = given else {
         return Err(op(
             OpError::Usage,
-            anyhow::anyhow!("pass --advertise ADDR: the address the hosts reach this machine at, for the file server"),
+            anyhow::anyhow!(
+                "pass --advertise ADDR: the address the hosts reach this machine at, for the file server \
+                 (or, on an installed cluster, --files-from-registry: the registry host serves the files)"
+            ),
         ));
     };
     Ok(advertise)
@@ -563,5 +659,56 @@ fn installer_binary(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
     match given {
         Some(p) => Ok(p.clone()),
         None => anyhow::Context::context(std::env::current_exe(), "finding the installer binary"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::fixture::{CONFIG, Fixture};
+
+    /// Files from the registry host: taken only where the installed
+    /// cluster's registry host serves this very bundle; an upgrade and
+    /// `registry.clientAuth` are not supported yet (exit 8).
+    #[test]
+    fn files_come_from_the_registry_host_only_when_it_serves_this_bundle() -> anyhow::Result<()> {
+        let f = Fixture::installed()?;
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let files = |text: &str, args: &InstallOptions| -> anyhow::Result<Result<String, (bool, String)>> {
+            let s = f.session(text)?;
+            let topo = kubexm_bom::topology::Topology::of(s.cluster())?;
+            Ok(registry_files(&s, args, crate::pipelines::install::PHASES, &topo, &digest)
+                .map_err(|e| (matches!(OpError::find(&e), Some(OpError::Unsupported(_))), format!("{e:#}"))))
+        };
+        let asked = InstallOptions {
+            files_from_registry: true,
+            ..Default::default()
+        };
+        // The record names no bundle yet.
+        let e = files(CONFIG, &asked)?.err().unwrap_or_default();
+        assert!(e.1.contains("serves cluster s's bundle (not recorded), not sha256:abab"), "{e:?}");
+        let s = f.session(CONFIG)?;
+        let rec = f.record()?;
+        s.put_record(rec.job.id, &[], |job| kubexm_bom::record::ClusterRecord {
+            job,
+            bundle: Some(digest.clone()),
+            ..rec.clone()
+        })?;
+        let url = files(CONFIG, &asked)?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        assert!(url.starts_with("https://10.0.0.1:"), "{url}");
+        let client_auth = format!("{CONFIG}\x20 registry: {{clientAuth: true}}\n");
+        let e = files(&client_auth, &asked)?.err().unwrap_or_default();
+        assert!(e.0, "{e:?}");
+        assert!(e.1.contains("registry.clientAuth are not supported yet"), "{e:?}");
+        // A registry that moves serves no files yet.
+        let moved = CONFIG.replace("worker: [b, c, d]}", "worker: [b, c, d], registry: [b]}");
+        let e = files(&moved, &asked)?.err().unwrap_or_default();
+        assert!(!e.0 && e.1.contains("registry moves from a to b"), "{e:?}");
+        // Without the registry phase nothing has the registry host serve this bundle.
+        let s = f.session(CONFIG)?;
+        let topo = kubexm_bom::topology::Topology::of(s.cluster())?;
+        let e = registry_files(&s, &asked, &[Phase::Workers], &topo, &digest).unwrap_or_else(|e| format!("{e:#}"));
+        assert!(e.contains("add registry to --phases"), "{e}");
+        Ok(())
     }
 }

@@ -341,6 +341,7 @@ pub fn run(session: &mut Session, request: &Request) -> anyhow::Result<Report> {
             let o = super::apply::ApplyOptions {
                 dry_run: false,
                 expect_digest: Some(r.bundle.clone()),
+                ..Default::default()
             };
             match super::apply::apply(session, &o)? {
                 super::apply::ApplyReport::Applied { installed, .. } => Ok(Report::Apply(installed)),

@@ -230,12 +230,7 @@ pub fn client_cert(pki: &pki::Pki, cluster: &kubexm_bom::config::Cluster, host: 
 mod tests {
     use super::*;
 
-    const CLUSTER: &str = "apiVersion: kubexm.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: s\nspec:\n  hosts:\n\
-        \x20   - {name: cp1, address: 10.0.0.1, auth: {agent: true}}\n\
-        \x20   - {name: w1, address: 10.0.0.4, auth: {agent: true}}\n\
-        \x20 roleGroups: {control-plane: [cp1], etcd: [cp1], worker: [w1], registry: [cp1]}\n\
-        \x20 controlPlaneEndpoint: {mode: local-proxy}\n\
-        \x20 kubernetes: {version: v1.37.2}\n";
+    use crate::context::TWO_HOSTS as CLUSTER;
 
     /// Issue 33: a differential bundle's base goes to the registry host
     /// beside it, uploaded unless that host has the content or the base

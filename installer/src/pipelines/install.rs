@@ -73,7 +73,7 @@ const PIPELINE: &[(Phase, Build)] = &[
 /// do, such as os-packages for a bundle without repositories, is left out).
 pub fn pipeline(ctx: &Context) -> anyhow::Result<Pipeline> {
     let mut modules = Vec::new();
-    for (phase, build) in PIPELINE {
+    for (phase, build) in ordered(ctx) {
         if !ctx.has(*phase) {
             continue;
         }
@@ -83,6 +83,9 @@ pub fn pipeline(ctx: &Context) -> anyhow::Result<Pipeline> {
         modules.push((*phase, build(ctx)?));
     }
     link(&mut modules);
+    if ctx.files_from_registry {
+        after_the_registry(&mut modules);
+    }
     // The registry moved: the old one stops once everything else is done
     // (every node's hosts.toml and the addons' images name the new one).
     if let Some(old) = ctx.registry_retired() {
@@ -103,6 +106,38 @@ pub fn pipeline(ctx: &Context) -> anyhow::Result<Pipeline> {
         name: "install".into(),
         modules,
     })
+}
+
+/// [`PIPELINE`], with the registry right after preflight when hosts fetch
+/// their files from it ([`Context::files_from_registry`]).
+fn ordered(ctx: &Context) -> Vec<&'static (Phase, Build)> {
+    let mut phases: Vec<&(Phase, Build)> = PIPELINE.iter().collect();
+    if ctx.files_from_registry {
+        phases.sort_by_key(|(p, _)| match p {
+            Phase::Preflight => 0,
+            Phase::Registry => 1,
+            _ => 2,
+        });
+    }
+    phases
+}
+
+/// Every task after the registry phase's, on every host, waits for it: the
+/// registry host's service, which serves the files, may restart there.
+fn after_the_registry(modules: &mut [(Phase, Module)]) {
+    use crate::engine::plan::Scope;
+    let Some(k) = modules.iter().position(|(p, _)| *p == Phase::Registry) else {
+        return;
+    };
+    let registry: Vec<String> = modules[k].1.tasks.iter().map(|t| t.name.clone()).collect();
+    for (_, m) in modules.iter_mut().skip(k + 1) {
+        for t in &mut m.tasks {
+            for r in &registry {
+                t.after.retain(|(a, _)| a != r);
+                t.after.push((r.clone(), Scope::AllHosts));
+            }
+        }
+    }
 }
 
 /// The install's cross-host gates: a phase's tasks wait for every host's
@@ -193,6 +228,67 @@ mod tests {
                 s("join-w", AllHosts)
             ]
         );
+    }
+
+    /// Hosts fetching from the registry host: the registry phase runs right
+    /// after preflight, and every later task, a worker's prepare task too,
+    /// waits for it on every host.
+    #[test]
+    fn with_files_from_the_registry_host_every_later_task_waits_for_the_registry() -> anyhow::Result<()> {
+        use crate::context::TWO_HOSTS as CLUSTER;
+        let catalog = kubexm_bom::catalog::Catalog::builtin()?;
+        let cluster = kubexm_bom::config::load_str(CLUSTER, "s.yaml", &catalog)?;
+        let bom = kubexm_bom::resolve::resolve(&cluster, &catalog, &Default::default())?;
+        let pki = crate::pki::Pki::DryRun;
+        let dir = tempfile::tempdir()?;
+        let installer = dir.path().join("kubexm-install");
+        std::fs::write(&installer, b"installer")?;
+        // The node phases (the network plugin's and addons' need their
+        // manifests from a bundle).
+        use Phase::*;
+        let phases = [
+            Preflight,
+            OsPackages,
+            Registry,
+            Etcd,
+            Loadbalancer,
+            Containerd,
+            ControlPlane,
+            Workers,
+            Kubeconfig,
+        ];
+        let mut ctx = Context {
+            kube: Some(crate::kube_pki::KubePki::ensure(&pki)?),
+            phases: &phases,
+            ..Context::testing(&cluster, &bom, dir.path(), &pki, &installer)?
+        };
+        type After = Vec<(String, crate::engine::plan::Scope)>;
+        let tasks = |p: &Pipeline| -> Vec<(String, String, After)> {
+            p.modules
+                .iter()
+                .flat_map(|m| m.tasks.iter().map(move |t| (m.name.clone(), t.name.clone(), t.after.clone())))
+                .collect()
+        };
+        let waits = |after: &[(String, crate::engine::plan::Scope)]| {
+            after
+                .iter()
+                .any(|(a, s)| a == "registry" && *s == crate::engine::plan::Scope::AllHosts)
+        };
+        // As before: a worker's prepare task does not wait for the registry.
+        let before = tasks(&pipeline(&ctx)?);
+        assert!(before.iter().any(|(_, t, a)| t.starts_with(crate::pipelines::PREPARE) && !waits(a)));
+        ctx.files_from_registry = true;
+        let p = pipeline(&ctx)?;
+        let names: Vec<&str> = p.modules.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names.first().copied(), Some("preflight"), "{names:?}");
+        assert_eq!(names.get(1).copied(), Some("registry"), "{names:?}");
+        let after = tasks(&p);
+        let later: Vec<_> = after.iter().filter(|(m, _, _)| m != "preflight" && m != "registry").collect();
+        assert!(later.len() > 5, "{names:?}");
+        for (m, t, a) in later {
+            assert!(waits(a), "{m}/{t} does not wait for the registry: {a:?}");
+        }
+        Ok(())
     }
 
     #[test]

@@ -194,7 +194,7 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&s
     std::fs::write(&kubeconfig, conf.join("\n")).unwrap();
     std::fs::set_permissions(&kubeconfig, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     // Each replica runs what it decides from the scenario's installer
-    // state, with a file server of its own.
+    // state; the hosts fetch files from the registry host (no --advertise).
     let start = |identity: &str| {
         let mut cmd = std::process::Command::new(kubexm_e2e::bin("kubexm"));
         cmd.args(["controller-manager", "--kubeconfig"])
@@ -202,9 +202,7 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&s
             .args(["--identity", identity, "--lease-seconds", "6", "-v", "--root"])
             .arg(dir.join("root"))
             .arg("--state")
-            .arg(dir.join("state.db"))
-            .args(["--advertise", &lab.desc.gateway, "--serve-port"])
-            .arg(kubexm_e2e::free_port(&lab.desc.gateway).to_string());
+            .arg(dir.join("state.db"));
         kubexm_e2e::Background::start_probe(cmd, || true)
     };
     let mut replicas = vec![start("replica-a"), start("replica-b")];
@@ -453,6 +451,25 @@ fn a_worker_added_and_taken_out_through_the_object(lab: &Lab, dir: &Path, k: &dy
         assert!(h == "lab4" || h == "lab1" || *n == 0, "{h} applied {n} steps: {per_host:?}");
     }
     assert!(per_host.iter().any(|(h, n)| h == "lab4" && *n > 0), "{per_host:?}");
+    // lab4's files came from a lab host (the registry host's kubexm-registry):
+    // the replicas run no file server of their own.
+    let mut q = db
+        .prepare("SELECT log FROM steps WHERE job = ?1 AND host = 'lab4' AND status = 'applied' AND module != 'preflight'")
+        .unwrap();
+    let logs: Vec<String> = q.query_map([job], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    let fetched: Vec<&String> = logs.iter().filter(|l| l.starts_with("fetched ")).collect();
+    // The scenario's registry host: the first control-plane node, lab1.
+    let origin = format!(" from https://{}:", lab.host("lab1").address);
+    assert!(!fetched.is_empty(), "no fetch on lab4: {logs:?}");
+    for l in &fetched {
+        assert!(l.contains(&origin), "not from the registry host lab1: {l}");
+    }
+    assert!(!logs.iter().any(|l| l.contains("over SFTP")), "{logs:?}");
+    eprintln!(
+        "operator: lab4's {} fetches came from the registry host ({})",
+        fetched.len(),
+        fetched[0]
+    );
     until("lab4 is Ready", 240, &|| {
         k("get node lab4 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}'") == "True"
     });

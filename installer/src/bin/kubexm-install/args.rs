@@ -56,6 +56,11 @@ pub struct InstallArgs {
     pub phases: Vec<String>,
     #[command(flatten)]
     pub served: ServedArgs,
+    /// Hosts fetch the bundle's files from the registry host's kubexm-registry instead of a
+    /// file server on this machine (no --advertise needed): for an installed cluster whose
+    /// registry host serves this bundle; not with registry.clientAuth, not for an upgrade.
+    #[arg(long, conflicts_with_all = ["advertise", "serve_port"])]
+    pub files_from_registry: bool,
     /// Print the plan and touch no host.
     #[arg(long)]
     pub dry_run: bool,

@@ -292,7 +292,7 @@ fn apply(args: InstallArgs) -> anyhow::Result<()> {
             anyhow::anyhow!("pass -f cluster.yaml (the changed config)"),
         ));
     };
-    let dry_run = args.dry_run;
+    let (dry_run, files_from_registry) = (args.dry_run, args.files_from_registry);
     // Without --bundle: the one the record names, unpacked here by the install.
     let session = if args.bundle.is_none() {
         if args.pubkey.is_some() || args.allow_unsigned {
@@ -315,6 +315,7 @@ fn apply(args: InstallArgs) -> anyhow::Result<()> {
             &ops::apply::ApplyOptions {
                 dry_run,
                 expect_digest: None,
+                files_from_registry,
             }
         )?
     );
@@ -384,6 +385,7 @@ fn install(args: InstallArgs) -> anyhow::Result<()> {
         apply: false,
         etcd_before: None,
         upgrade: None,
+        files_from_registry: args.files_from_registry,
     };
     let session = bundle_session(file, args)?;
     print!("{}", ops::install::install(&session, &opts)?);

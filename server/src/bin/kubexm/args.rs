@@ -555,15 +555,17 @@ pub(crate) struct ControllerManagerArgs {
     /// Run the changes it decides (hosts added or taken out) from this
     /// installer state root: the bundle the cluster's record names, unpacked
     /// by its install. Without it, changes are decided and reported only.
-    #[arg(long, value_name = "DIR", requires_all = ["state", "advertise"])]
+    #[arg(long, value_name = "DIR", requires = "state")]
     pub(crate) root: Option<PathBuf>,
     /// The installer's state database of the cluster (steps done, pinned host keys).
     #[arg(long, value_name = "FILE", requires = "root")]
     pub(crate) state: Option<PathBuf>,
-    /// The address the hosts reach this machine at, for the file server of a change it runs.
+    /// The address the hosts reach this machine at, for a file server of its own during a
+    /// change it runs (needed with registry.clientAuth). Without it, the hosts fetch the
+    /// bundle's files from the registry host's kubexm-registry.
     #[arg(long, value_name = "ADDR", requires = "root")]
     pub(crate) advertise: Option<std::net::IpAddr>,
-    /// The file server's port.
+    /// The own file server's port (with --advertise).
     #[arg(long, value_name = "PORT", default_value_t = kubexm_installer::SERVE_PORT)]
     pub(crate) serve_port: u16,
     /// Hosts a change it runs works on at once.

@@ -190,11 +190,11 @@ async fn controller_manager(a: ControllerManagerArgs) -> anyhow::Result<()> {
         identity,
         lease_name: a.lease_name,
         lease_duration: std::time::Duration::from_secs(a.lease_seconds),
-        act: match (a.root, a.state, a.advertise) {
-            (Some(root), Some(state), Some(advertise)) => Some(kubexm_operator::act::ActOptions {
+        act: match (a.root, a.state) {
+            (Some(root), Some(state)) => Some(kubexm_operator::act::ActOptions {
                 root,
                 state,
-                advertise,
+                advertise: a.advertise,
                 serve_port: a.serve_port,
                 concurrency: a.concurrency as usize,
                 // Only a registry moved to a new host needs it.
