@@ -45,23 +45,41 @@ pub fn wait(name: &str, what: &str, probe: &str, secs: u64) -> Arc<dyn Step> {
     })
 }
 
+/// What kubectl's error says while the API server cannot be reached (a
+/// static pod restarted by a new kubelet, a control plane being upgraded)
+/// or cannot authorize yet (an API server just restarted answers Forbidden
+/// until its authorizer has read the RBAC objects: seen after `kubeadm
+/// upgrade apply` on a loaded machine): worth asking again.
+const NOT_YET: [&str; 7] = [
+    "refused",
+    "i/o timeout",
+    "TLS handshake timeout",
+    "EOF",
+    "currently unable",
+    "no route to host",
+    "is forbidden: User",
+];
+
+/// Whether kubectl's error `stderr` is one of [`NOT_YET`].
+pub fn not_yet(stderr: &str) -> bool {
+    NOT_YET.iter().any(|p| stderr.contains(p))
+}
+
 /// Shell running kubectl command `cmd` again, every 2 s for up to `secs`,
-/// while its error says the API server cannot be reached (a static pod
-/// restarted by a new kubelet, a control plane being upgraded) or cannot
-/// authorize yet (an API server just restarted answers Forbidden until its
-/// authorizer has read the RBAC objects: seen after `kubeadm upgrade
-/// apply` on a loaded machine); any other error, or the last one, is
-/// printed and fails at once.
+/// while its error is one of [`NOT_YET`]; any other error, or the last
+/// one, is printed and fails at once.
 pub fn retried(cmd: &str, secs: u64) -> String {
+    let patterns: Vec<String> = NOT_YET.iter().map(|p| format!("*{}*", q(p))).collect();
     format!(
         "deadline=$((SECONDS + {secs}))\n\
          until out=$({cmd} 2>&1); do\n  \
-           case \"$out\" in *refused*|*'i/o timeout'*|*'TLS handshake timeout'*|*EOF*|*'currently unable'*|*'no route to host'*|*'is forbidden: User'*) ;; \
+           case \"$out\" in {}) ;; \
            *) printf '%s\\n' \"$out\" >&2; exit 1;; esac\n  \
            if [ $SECONDS -ge $deadline ]; then printf '%s\\n(the API server did not answer for {secs} s)\\n' \"$out\" >&2; exit 1; fi\n  \
            sleep 2\n\
          done\n\
-         printf '%s\\n' \"$out\""
+         printf '%s\\n' \"$out\"",
+        patterns.join("|")
     )
 }
 

@@ -203,12 +203,17 @@ impl Step for ReadNodes {
 
     fn apply<'a>(&'a self, t: &'a dyn Transport) -> BoxFuture<'a, Result<String, StepError>> {
         Box::pin(async move {
-            let out = t
-                .run(
-                    &format!("kubectl --kubeconfig {ADMIN_CONF} get nodes -o json"),
-                    Duration::from_secs(60),
-                )
-                .await?;
+            // Asked again for up to 2 minutes while the API server cannot
+            // answer yet (a run killed mid-upgrade left its static pod restarting).
+            let cmd = format!("kubectl --kubeconfig {ADMIN_CONF} get nodes -o json");
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            let out = loop {
+                let out = t.run(&cmd, Duration::from_secs(60)).await?;
+                if out.success() || !crate::waits::not_yet(&out.stderr) || std::time::Instant::now() >= deadline {
+                    break out;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            };
             if !out.success() {
                 return Err(StepError::Failed(format!("kubectl get nodes: {}", out.stderr.trim())));
             }
