@@ -245,18 +245,11 @@ mod tests {
         std::fs::write(&installer, b"installer")?;
         // The node phases (the network plugin's and addons' need their
         // manifests from a bundle).
-        use Phase::*;
-        let phases = [
-            Preflight,
-            OsPackages,
-            Registry,
-            Etcd,
-            Loadbalancer,
-            Containerd,
-            ControlPlane,
-            Workers,
-            Kubeconfig,
-        ];
+        let phases: Vec<Phase> = PHASES
+            .iter()
+            .copied()
+            .filter(|p| !matches!(p, Phase::Cni | Phase::Addons | Phase::Operator))
+            .collect();
         let mut ctx = Context {
             kube: Some(crate::kube_pki::KubePki::ensure(&pki)?),
             phases: &phases,
