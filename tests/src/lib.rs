@@ -471,6 +471,33 @@ pub fn free_port(ip: &str) -> u16 {
         .expect("a free port")
 }
 
+/// A child process killed (SIGKILL, even when stopped) when dropped, so a
+/// failing test leaves nothing running: a process left behind keeps the
+/// test harness's output pipe open, and `ci/test` waiting on it.
+pub struct Reaped(pub Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// A background process stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Background {
     pub child: Child,

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubexm_e2e::{Lab, bin, free_port, ok, signed_bundle, text};
+use kubexm_e2e::{Lab, Reaped, bin, free_port, ok, signed_bundle, text};
 
 /// `kubexm --db DIR/jobs.db ARGS`.
 fn kubexm(dir: &Path, args: &[&str]) -> Command {
@@ -128,12 +128,14 @@ fn create_cluster_runs_as_a_job_that_a_worker_claims_and_a_client_follows() {
     assert_eq!(listed.trim(), "[]", "a refused request stored a job");
 
     // A worker, frozen (SIGSTOP) right after it announced itself: the job stays Pending.
-    let mut worker = kubexm(d, &["worker", "--lease-seconds", "15"])
-        .arg("--state")
-        .arg(&state)
-        .stderr(Stdio::from(std::fs::File::create(d.join("worker.log")).unwrap()))
-        .spawn()
-        .unwrap();
+    let mut worker = Reaped(
+        kubexm(d, &["worker", "--lease-seconds", "15"])
+            .arg("--state")
+            .arg(&state)
+            .stderr(Stdio::from(std::fs::File::create(d.join("worker.log")).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
     let wpid = worker.id().to_string();
     std::thread::sleep(Duration::from_secs(2));
     ok(Command::new("kill").args(["-STOP", &wpid]).output().unwrap(), "SIGSTOP");
@@ -256,21 +258,23 @@ fn create_cluster_runs_as_a_job_that_a_worker_claims_and_a_client_follows() {
     std::fs::write(d.join("token"), token.trim()).unwrap();
     let api_port = free_port("127.0.0.1");
     let serve_port = free_port(&lab.desc.gateway).to_string();
-    let mut server = kubexm(d, &["api-server", "--listen", &format!("127.0.0.1:{api_port}")])
-        .args(["--advertise", &lab.desc.gateway, "--serve-port", &serve_port])
-        .arg("--tls-dir")
-        .arg(d.join("tls"))
-        .arg("--bundles")
-        .arg(d.join("bundles"))
-        .arg("--pubkey")
-        .arg(&b.public_key)
-        .arg("--root")
-        .arg(&root)
-        .arg("--state")
-        .arg(&state)
-        .stderr(Stdio::from(std::fs::File::create(d.join("api-server.log")).unwrap()))
-        .spawn()
-        .unwrap();
+    let mut server = Reaped(
+        kubexm(d, &["api-server", "--listen", &format!("127.0.0.1:{api_port}")])
+            .args(["--advertise", &lab.desc.gateway, "--serve-port", &serve_port])
+            .arg("--tls-dir")
+            .arg(d.join("tls"))
+            .arg("--bundles")
+            .arg(d.join("bundles"))
+            .arg("--pubkey")
+            .arg(&b.public_key)
+            .arg("--root")
+            .arg(&root)
+            .arg("--state")
+            .arg(&state)
+            .stderr(Stdio::from(std::fs::File::create(d.join("api-server.log")).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", api_port)).is_err() {
         assert!(start.elapsed() < Duration::from_secs(30), "the API server did not start");
@@ -412,14 +416,14 @@ fn three_workers_on_postgresql_run_thirty_facts_jobs_over_ten_clusters() {
     let mut workers = Vec::new();
     for w in 0..3 {
         let log = std::fs::File::create(d.join(format!("worker{w}.log"))).unwrap();
-        workers.push(
+        workers.push(Reaped(
             kubexm_pg(&pg.url, &["worker", "--lease-seconds", "15", "--credential-key", &keyfile])
                 .arg("--state")
                 .arg(d.join("state.db"))
                 .stderr(Stdio::from(log))
                 .spawn()
                 .unwrap(),
-        );
+        ));
     }
     // The workers announce themselves (`--detach` needs one).
     let start = Instant::now();
@@ -580,12 +584,14 @@ fn on_postgresql_a_killed_worker_s_install_is_finished_by_another_and_a_stopped_
     let (root, state) = (d.join("root"), d.join("state.db"));
     // Workers on one machine, sharing its state database and root (the affinity the README describes).
     let worker = |name: &str| {
-        kubexm_pg(&url, &["worker", "--lease-seconds", "10"])
-            .arg("--state")
-            .arg(&state)
-            .stderr(Stdio::from(std::fs::File::create(d.join(format!("{name}.log"))).unwrap()))
-            .spawn()
-            .unwrap()
+        Reaped(
+            kubexm_pg(&url, &["worker", "--lease-seconds", "10"])
+                .arg("--state")
+                .arg(&state)
+                .stderr(Stdio::from(std::fs::File::create(d.join(format!("{name}.log"))).unwrap()))
+                .spawn()
+                .unwrap(),
+        )
     };
     let read_log = |name: &str| std::fs::read_to_string(d.join(format!("{name}.log"))).unwrap();
 
