@@ -8,6 +8,29 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// The repository of the controller's image (issue 31), which
+/// `kubexm-bundle build` makes from its own `kubexm` binary instead of
+/// pulling it: no registry serves it but the cluster's own.
+pub const CONTROLLER_REPOSITORY: &str = "kubexm.io/kubexm";
+
+/// The controller's image of this release: [`CONTROLLER_REPOSITORY`] tagged
+/// with kubexm's version.
+pub fn controller_image() -> ImageRef {
+    ImageRef {
+        registry: "kubexm.io".into(),
+        repository: "kubexm".into(),
+        tag: Some(env!("CARGO_PKG_VERSION").into()),
+        digest: None,
+    }
+}
+
+impl ImageRef {
+    /// The controller's image, of any release: built, never pulled.
+    pub fn is_controller(&self) -> bool {
+        format!("{}/{}", self.registry, self.repository) == CONTROLLER_REPOSITORY
+    }
+}
+
 /// A parsed, normalized image reference.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]

@@ -205,7 +205,10 @@ pub fn artifacts(bom: &Bom) -> Vec<Artifact> {
         Checksum::Sha256(d) => Some(one("file", &f.component, Some(&f.arch), format!("sha256:{d}"))),
         _ => None,
     });
-    let images = bom.images.iter().filter_map(|i| {
+    // The controller's image is not installed on hosts: the operator phase
+    // rolls its Deployment out to whatever the bundle carries (a rebuild on
+    // a machine with other C libraries gives it another digest).
+    let images = bom.images.iter().filter(|i| !i.reference.is_controller()).filter_map(|i| {
         let d = i.digest.clone()?;
         Some(one("image", &i.reference.to_string(), None, d))
     });

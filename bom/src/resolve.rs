@@ -54,7 +54,13 @@ pub fn resolve(cluster: &Cluster, catalog: &Catalog, extra_mirrors: &Mirrors) ->
     bundle_charts(spec, &mirrors, &mut charts);
     charts.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
     charts.dedup_by(|a, b| a.path == b.path);
-    let control_plane_only = kubeadm_images(spec, catalog, &mut image_refs)?;
+    let mut control_plane_only = kubeadm_images(spec, catalog, &mut image_refs)?;
+    // The controller's Deployment runs on control-plane nodes.
+    if spec.operator.enabled {
+        let r = crate::image::controller_image();
+        control_plane_only.insert(r.clone());
+        image_refs.insert(r);
+    }
     for i in &spec.bundle.extra_images {
         image_refs.insert(ImageRef::parse(i)?);
     }
@@ -375,7 +381,8 @@ fn images(
     image_refs
         .into_iter()
         .map(|r| ImageItem {
-            source: mirrors.rewrite_image(&r),
+            // The controller's image is built, never pulled: no mirror applies.
+            source: if r.is_controller() { None } else { mirrors.rewrite_image(&r) },
             platforms: if control_plane_only.contains(&r) {
                 control_plane_platforms.clone()
             } else {

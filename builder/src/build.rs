@@ -48,6 +48,9 @@ pub struct BuildOptions {
     pub base: Option<PathBuf>,
     /// The base's minisign public key (required with `base`).
     pub pubkey: Option<PathBuf>,
+    /// `--controller-binary ARCH=FILE`: the `kubexm` binaries the
+    /// controller's image is made of ([`crate::controller_image`]).
+    pub controller_binaries: Vec<String>,
 }
 
 /// What a build did, for people (`text`) and tools (`-o json`).
@@ -91,6 +94,7 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
         .map(|b| verified_base(b, opts.pubkey.as_deref(), opts.key.as_deref()))
         .transpose()?;
     let (cli_mirrors, mirrors) = mirrors_of(opts, &cluster)?;
+    let controller_binaries = crate::controller_image::binaries(&opts.controller_binaries).map_err(|e| build_err(BuildError::Usage, e))?;
     let mut bom = kubexm_bom::resolve::resolve(&cluster, &catalog, &cli_mirrors)?;
     if opts.strict_mirrors {
         strict_check(&bom, &mirrors)?;
@@ -119,6 +123,7 @@ pub fn build(opts: &BuildOptions) -> anyhow::Result<BuildSummary> {
         jobs: opts.jobs.max(1),
         progress: &progress,
         catalog: &catalog,
+        controller_binaries: &controller_binaries,
     };
     let (pulled, repos) = rt.block_on(fetch.all(&mut bom, on_bytes)).map_err(classify)?;
     progress.finish();
@@ -389,7 +394,7 @@ fn strict_check(bom: &Bom, mirrors: &Mirrors) -> anyhow::Result<()> {
             .unwrap_or_else(|| c.upstream.clone());
         url(format!("chart {}", c.name), &upstream);
     }
-    for i in &bom.images {
+    for i in bom.images.iter().filter(|i| !i.reference.is_controller()) {
         if !mirrors.covers_image(&i.reference) {
             unmapped.push(format!("image {}", i.reference));
         }
@@ -416,6 +421,7 @@ struct Fetch<'a> {
     jobs: usize,
     progress: &'a Progress,
     catalog: &'a kubexm_bom::catalog::Catalog,
+    controller_binaries: &'a [crate::controller_image::Binary],
 }
 
 impl Fetch<'_> {
@@ -534,12 +540,29 @@ impl Fetch<'_> {
         }
         bar.finish();
         let bar = self.progress.stage("images", bom.images.len());
+        // The controller's image is made here, from kubexm's own binary.
+        let mut own = None;
+        if let Some(i) = bom.images.iter_mut().find(|i| i.reference.is_controller()) {
+            let (p, platforms) = crate::controller_image::build(self.cache, i, self.controller_binaries).map_err(|e| {
+                let kind = match e {
+                    crate::controller_image::ImageError::Io { .. } => BuildError::Io,
+                    _ => BuildError::Usage,
+                };
+                build_err(kind, e)
+            })?;
+            i.platforms = platforms;
+            own = Some(p);
+        }
         let pulled: Vec<Pulled> = stream::iter(bom.images.iter())
             .map(|i| {
                 let bar = bar.clone();
                 let puller = &puller;
+                let own = own.clone();
                 async move {
-                    let p = puller.pull(self.cache, i).await;
+                    let p = match own.filter(|_| i.reference.is_controller()) {
+                        Some(p) => Ok(p),
+                        None => puller.pull(self.cache, i).await,
+                    };
                     bar.inc(1);
                     p
                 }

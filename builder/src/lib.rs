@@ -8,6 +8,7 @@
 
 pub mod build;
 pub mod cache;
+pub mod controller_image;
 pub mod error;
 pub mod fetch;
 pub mod sign;

@@ -67,6 +67,11 @@ enum Command {
         /// The minisign public key --base is verified with.
         #[arg(long, value_name = "FILE", requires = "base")]
         pubkey: Option<PathBuf>,
+        /// With operator.enabled: true, the controller's image is made of the kubexm
+        /// binary beside kubexm-bundle; this names one for ARCH (amd64, arm64)
+        /// instead, or for another arch. Repeatable.
+        #[arg(long = "controller-binary", value_name = "ARCH=FILE")]
+        controller_binaries: Vec<String>,
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
     },
@@ -186,6 +191,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             jobs,
             base,
             pubkey,
+            controller_binaries,
             output,
         } => {
             let opts = kubexm_builder::build::BuildOptions {
@@ -199,6 +205,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                 jobs,
                 base,
                 pubkey,
+                controller_binaries,
             };
             print_built(&kubexm_builder::build::build(&opts)?, output)
         }

@@ -13,9 +13,10 @@
 //! jobs of `kubexm-install remove node` and `apply` ([`act`], reported by
 //! `run`). Otherwise the status follows the cluster's nodes ([`nodes`]).
 //!
-//! Not built yet (docs/operator.md): an upgrade by the controller, its
-//! Store on Kubernetes objects, the Deployment and image that run it
-//! inside the cluster.
+//! Inside the cluster (the install's Deployment, the bundle's image) it
+//! decides and keeps the status, but runs nothing: it has no installer
+//! state there. Not built yet (docs/operator.md): an upgrade by the
+//! controller, its Store on Kubernetes objects and the state's Secrets.
 
 pub mod act;
 pub mod controller;

@@ -103,7 +103,8 @@ pub struct Spec {
 /// `operator`: every install, apply and upgrade writes the cluster into
 /// itself as a Cluster object (`kubexm-system`), its status filled, in its
 /// last phase (`operator`). `enabled: true` adds the controller that
-/// reconciles that object: not supported yet.
+/// reconciles that object, inside the cluster: its image comes in the
+/// bundle, its Deployment runs on control-plane nodes.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Operator {

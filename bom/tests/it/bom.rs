@@ -134,6 +134,38 @@ fn control_plane_images_are_carried_for_the_control_plane_arches_only() {
     }
 }
 
+/// Issue 31: `operator.enabled: true` adds the controller's image, for the
+/// control-plane arches, never pulled through a mirror.
+#[test]
+fn operator_enabled_adds_the_controller_s_image_for_the_control_plane_arches() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(Path::new(&manifest_dir()).join("../examples/ha.yaml")).unwrap();
+    let path = dir.path().join("ha.yaml");
+    std::fs::write(&path, text.replace("\nspec:\n", "\nspec:\n  operator: {enabled: true}\n")).unwrap();
+    let mut cluster = config::load_file(&path, &catalog()).unwrap();
+    let mirrors = Mirrors::from_args(&["kubexm.io=https://harbor.local/kubexm".into()]).unwrap();
+    let image = |c: &kubexm_bom::config::Cluster| {
+        let bom = resolve(c, &catalog(), &mirrors).unwrap();
+        bom.images.into_iter().find(|i| i.reference.is_controller()).unwrap()
+    };
+    let item = image(&cluster);
+    assert_eq!(
+        item.reference.to_string(),
+        format!("kubexm.io/kubexm:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(item.source, None);
+    assert_eq!(item.platforms, ["linux/amd64", "linux/arm64"]);
+    let cp = cluster.spec.role_groups.control_plane.clone();
+    for h in cluster.spec.hosts.iter_mut() {
+        h.arch = Some(if cp.contains(&h.name) { "arm64" } else { "amd64" }.into());
+    }
+    assert_eq!(image(&cluster).platforms, ["linux/arm64"]);
+    // Off (the default): no image.
+    let plain = config::load_file(&Path::new(&manifest_dir()).join("../examples/ha.yaml"), &catalog()).unwrap();
+    let bom = resolve(&plain, &catalog(), &Mirrors::default()).unwrap();
+    assert!(!bom.images.iter().any(|i| i.reference.is_controller()));
+}
+
 #[test]
 fn conformance_adds_the_test_binaries_for_the_runner_and_its_images_for_every_arch() {
     let path = Path::new(&manifest_dir()).join("../examples/ha.yaml");

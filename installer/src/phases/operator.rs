@@ -11,8 +11,11 @@
 //! nodes, the version, the endpoint, the bundle; `observedGeneration` the
 //! object's generation). Each step checks the result first (an annotation
 //! carrying the sha256 of what was applied, the status's fields), so a
-//! re-run changes nothing. The controller's Deployment
-//! (`operator.enabled: true`) is not built yet.
+//! re-run changes nothing. With `operator.enabled: true`, last, the
+//! controller inside the cluster: its service account, RBAC and
+//! Deployment ([`CONTROLLER`]), running the bundle's controller image on
+//! control-plane nodes of its arches; with `false`, those objects are
+//! taken away if an earlier run made them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +34,12 @@ use crate::waits;
 /// The admission policy on Cluster objects: in [`NAMESPACE`] only, and
 /// one per cluster (named after it).
 const ADMISSION: &str = include_str!("../../../manifests/templates/cluster-admission.json");
+
+/// The controller's objects: service account, RBAC, Deployment.
+const CONTROLLER: &str = include_str!("../../../manifests/templates/controller-manager.json");
+
+/// The name of each of the controller's objects.
+pub const CONTROLLER_NAME: &str = "kubexm-controller-manager";
 
 /// The annotation carrying the sha256 of what kubexm applied.
 const APPLIED: &str = "kubexm.io/applied-sha256";
@@ -72,6 +81,7 @@ fn with_unchecked(i: &Context, unchecked: &[String]) -> anyhow::Result<Module> {
     if !i.server_dry_run {
         let spec = i.written.as_ref().unwrap_or(&i.cluster.spec);
         let [definition, admission, object, applied, status] = steps(i.cluster, spec, &i.topo.endpoint, i.digest, i.operation, unchecked)?;
+        let controller = controller_step(i.cluster, i.bom, &i.arches)?;
         // The nodes the status calls Ready, checked again right before it is written.
         let checked = nodes_where(i.cluster, |n| !unchecked.contains(n));
         let ready = waits::wait(
@@ -92,6 +102,7 @@ fn with_unchecked(i: &Context, unchecked: &[String]) -> anyhow::Result<Module> {
                 Arc::new(object),
                 ready,
                 Arc::new(status),
+                Arc::new(controller),
             ],
             after: vec![],
         });
@@ -175,24 +186,34 @@ fn steps(
 
     let status = ClusterStatus::settled(cluster, endpoint, digest, operation, unchecked);
     let fields = format!(
-        "{}|{}|{}|{}",
+        "{}|{}|{}",
         status.version.as_deref().unwrap_or_default(),
         status.bundle.as_deref().unwrap_or_default(),
-        status.ready_nodes,
         status.endpoint.as_deref().unwrap_or_default()
     );
     let text = serde_json::to_string(&serde_json::json!({ "status": status }))?;
     let status_file = format!("{DIR}/status.json");
     let status_step = RunWith {
         name: "cluster-status".into(),
+        // The Ready nodes as this run counts them, or as the controller
+        // inside the cluster read them since (its own reasons), when it
+        // found at least as many: a re-run writes nothing over that, and
+        // writes over a count older than what this run checked.
         check: format!(
-            "g=$({}) && [ -n \"$g\" ] && [ \"$({})\" = \"$g|\"{} ] && ! {} | grep -q True",
+            "g=$({}) && [ -n \"$g\" ] && [ \"$({})\" = \"$g|\"{} ] && r=$({}) && n=${{r%%|*}} && \
+             case \"$r\" in \"$n|NodesReady\"|\"$n|NodesNotReady\") [ \"$n\" -ge {} ] 2>/dev/null;; *) [ \"$n\" = {} ];; esac && ! {} | grep -q True",
             generation,
             get(
                 &the_object,
-                "{.status.observedGeneration}|{.status.version}|{.status.bundle}|{.status.readyNodes}|{.status.endpoint}"
+                "{.status.observedGeneration}|{.status.version}|{.status.bundle}|{.status.endpoint}"
             ),
             q(&fields),
+            get(
+                &the_object,
+                "{.status.readyNodes}|{.status.conditions[?(@.type==\"Ready\")].reason}"
+            ),
+            status.ready_nodes,
+            status.ready_nodes,
             // A refusal the controller wrote before this run made the
             // change: the status is written anew.
             get(
@@ -248,6 +269,117 @@ fn admission_step(name: &str, apply: &str, get: &dyn Fn(&str, &str) -> String, a
         command: format!("set -e\n{apply} {}\n", paths.join(" ")),
         files,
         timeout: Duration::from_secs(120),
+    })
+}
+
+/// The controller inside the cluster ([`CONTROLLER`]) with
+/// `operator.enabled: true`: each object annotated with its sha256, applied
+/// unless every annotation is found and the Deployment is Available, then
+/// rolled out. Its image is the bundle's, by digest; its pods run on
+/// control-plane nodes of the image's arches, and none being one is refused
+/// (not supported yet) before any step runs (`arches`: each host's, as its
+/// facts say). With `false`: the objects an earlier run made are deleted.
+fn controller_step(
+    cluster: &Cluster,
+    bom: &kubexm_bom::Bom,
+    host_arches: &std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<RunWith> {
+    let k = waits::kubectl();
+    let get = |what: &str, jsonpath: &str| format!("{k} get {what} -o jsonpath='{jsonpath}' 2>/dev/null");
+    let deployment = format!("deployment {CONTROLLER_NAME} -n {NAMESPACE}");
+    let kinds = [
+        "serviceaccount",
+        "role",
+        "rolebinding",
+        "clusterrole",
+        "clusterrolebinding",
+        "deployment",
+    ];
+    if !cluster.spec.operator.enabled {
+        let names: Vec<String> = kinds.iter().map(|kind| format!("{kind}/{CONTROLLER_NAME}")).collect();
+        return Ok(RunWith {
+            name: "cluster-controller-absent".into(),
+            // None of the six (an earlier run may have stopped before the Deployment).
+            check: format!("! {k} get -n {NAMESPACE} {} -o name 2>/dev/null | grep -q .", names.join(" ")),
+            files: vec![],
+            command: format!(
+                "set -e\n{k} delete -n {NAMESPACE} --ignore-not-found --wait=true {}\n",
+                names.join(" ")
+            ),
+            timeout: Duration::from_secs(120),
+        });
+    }
+    let item = bom.images.iter().find(|im| im.reference.is_controller()).ok_or_else(|| {
+        crate::DeployError::Config(format!(
+            "operator.enabled is true but the bundle carries no controller image ({}): build the bundle again \
+             from this config (kubexm-bundle build adds it)",
+            kubexm_bom::image::CONTROLLER_REPOSITORY
+        ))
+    })?;
+    let arches: Vec<&str> = item.platforms.iter().filter_map(|p| p.strip_prefix("linux/")).collect();
+    let control_plane = &cluster.spec.role_groups.control_plane;
+    let known: Vec<(&String, &String)> = control_plane.iter().filter_map(|n| host_arches.get(n).map(|a| (n, a))).collect();
+    if !known.is_empty() && !known.iter().any(|(_, a)| arches.contains(&a.as_str())) {
+        let nodes: Vec<String> = known.iter().map(|(n, a)| format!("{n} ({a})")).collect();
+        return Err(crate::DeployError::NotSupported(format!(
+            "the controller on these control-plane nodes: the bundle's controller image is for {} only and the nodes are {}; \
+             build the bundle with kubexm-bundle build --controller-binary ARCH=FILE for their arch",
+            arches.join(", "),
+            nodes.join(", ")
+        ))
+        .into());
+    }
+    let image = match &item.digest {
+        Some(d) => format!("{}@{d}", item.reference),
+        None => item.reference.to_string(),
+    };
+    let text = crate::template::render(
+        "controller-manager.json",
+        CONTROLLER,
+        &[
+            ("NAMESPACE", NAMESPACE),
+            ("APPLIED", &kubexm_crd::applied_name(&cluster.metadata.name)),
+            ("LEASE", kubexm_lease::LEASE),
+            ("IMAGE", &image),
+            ("ARCHES", &serde_json::to_string(&arches)?),
+        ],
+        &[],
+    )?;
+    let list: serde_json::Value = serde_json::from_str(&text)?;
+    let annotation = format!("{{.metadata.annotations.{}}}", APPLIED.replace('.', "\\."));
+    let mut files = Vec::new();
+    let mut checks = Vec::new();
+    for item in list["items"].as_array().into_iter().flatten() {
+        let kind = item["kind"].as_str().unwrap_or_default().to_ascii_lowercase();
+        let namespaced = !kind.starts_with("cluster");
+        let (body, sum) = annotated(item.clone())?;
+        let what = if namespaced {
+            format!("{kind} {CONTROLLER_NAME} -n {NAMESPACE}")
+        } else {
+            format!("{kind} {CONTROLLER_NAME}")
+        };
+        checks.push(format!("[ \"$({})\" = {sum} ]", get(&what, &annotation)));
+        files.push((format!("{DIR}/controller-{kind}.json"), body, 0o644));
+    }
+    checks.push(format!(
+        "[ \"$({})\" = True ]",
+        get(&deployment, "{.status.conditions[?(@.type==\"Available\")].status}")
+    ));
+    let paths: Vec<String> = files.iter().map(|(f, _, _)| format!("-f {f}")).collect();
+    let apply = format!("{k} apply --server-side --force-conflicts --field-manager=kubexm");
+    Ok(RunWith {
+        name: "cluster-controller".into(),
+        check: checks.join(" && "),
+        command: format!(
+            "set -e\n{apply} {}\n{k} rollout status {} --timeout=180s || \
+             {{ echo 'the controller (deployment/{CONTROLLER_NAME} in {NAMESPACE}) did not become available in 180 s: look at \
+             `kubectl -n {NAMESPACE} describe pods -l app.kubernetes.io/name={CONTROLLER_NAME}`, then run again (if a replica \
+             leads meanwhile, the run is refused: scale the Deployment to 0 first, or pass --force-local)' >&2; exit 1; }}\n",
+            paths.join(" "),
+            deployment.replacen(' ', "/", 1)
+        ),
+        files,
+        timeout: Duration::from_secs(240),
     })
 }
 

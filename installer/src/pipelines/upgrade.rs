@@ -196,6 +196,8 @@ fn pull_task(i: &Context, had: &std::collections::BTreeSet<String>, host: &str) 
         .images
         .iter()
         .filter(|im| im.platforms.is_empty() || im.platforms.iter().any(|p| p.ends_with(arch)))
+        // The controller's pods pull theirs when they start.
+        .filter(|im| !im.reference.is_controller())
         .map(|im| im.reference.to_string())
         .filter(|r| !had.contains(r))
         .filter(|r| cp || !CONTROL_PLANE_IMAGES.iter().any(|c| r.contains(&format!("{c}:"))))

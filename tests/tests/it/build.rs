@@ -6,6 +6,35 @@ use std::process::{Command, Output};
 
 use kubexm_e2e::{Lab, bin, fixture_control, fixture_stats, ok, text};
 
+/// `kubexm-bundle inspect -o json` of `bundle`.
+fn inspect(bundle: &Path) -> serde_json::Value {
+    serde_json::from_str(&ok(
+        Command::new(bin("kubexm-bundle"))
+            .args(["inspect", "-o", "json", "--bundle"])
+            .arg(bundle)
+            .output()
+            .unwrap(),
+        "inspect",
+    ))
+    .unwrap()
+}
+
+/// `bundle` unpacked with GNU tar into the new directory `dir`.
+fn untar(bundle: &Path, dir: &Path) {
+    std::fs::create_dir(dir).unwrap();
+    ok(
+        Command::new("tar")
+            .arg("--zstd")
+            .arg("-xf")
+            .arg(bundle)
+            .arg("-C")
+            .arg(dir)
+            .output()
+            .unwrap(),
+        "tar -x",
+    );
+}
+
 /// `kubexm-bundle verify` of `bundle` with `public`.
 fn verify(bundle: &Path, public: &Path) -> Output {
     Command::new(bin("kubexm-bundle"))
@@ -79,17 +108,7 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
     let bundle = b.path("k.tar.zst");
 
     // inspect lists every BOM item, without unpacking.
-    let m: serde_json::Value = serde_json::from_str(&ok(
-        Command::new(bin("kubexm-bundle"))
-            .arg("inspect")
-            .arg("--bundle")
-            .arg(&bundle)
-            .args(["-o", "json"])
-            .output()
-            .unwrap(),
-        "inspect",
-    ))
-    .unwrap();
+    let m = inspect(&bundle);
     let bom: serde_json::Value = serde_json::from_str(&ok(
         Command::new(bin("kubexm-bundle"))
             .arg("bom")
@@ -178,18 +197,7 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
     );
     assert_eq!(list.lines().next(), Some("bundle.yaml"));
     let x = b.path("x");
-    std::fs::create_dir(&x).unwrap();
-    ok(
-        Command::new("tar")
-            .arg("--zstd")
-            .arg("-xf")
-            .arg(&bundle)
-            .arg("-C")
-            .arg(&x)
-            .output()
-            .unwrap(),
-        "tar -x",
-    );
+    untar(&bundle, &x);
     bills_of_materials(&bundle, &x, &m);
     let pause = m["lock"]["images"]
         .as_array()
@@ -230,6 +238,109 @@ fn build_inspect_verify_extract_and_rebuild_identically() {
         "two builds from the same cache differ"
     );
     differential_bundle(&lab, &b, &bundle, &key, &public);
+    controller_image(&lab, &b, &key);
+}
+
+/// Issue 31: with `operator.enabled: true` the bundle carries the
+/// controller's image, made from the `kubexm` binary, amd64 only (the one
+/// binary given), pinned in the lock; two builds give the same bytes;
+/// skopeo reads it; its layer alone, as a root file system, runs `kubexm`
+/// as its user 65532 (nothing from this machine but the kernel).
+fn controller_image(lab: &Lab, b: &Build, key: &Path) {
+    let config = b.path("operator.yaml");
+    let yaml = std::fs::read_to_string(&lab.desc.cluster).unwrap();
+    assert!(yaml.contains("  bundle:\n"), "{yaml}");
+    std::fs::write(&config, yaml.replace("  bundle:\n", "  operator: {enabled: true}\n  bundle:\n")).unwrap();
+    let kubexm = bin("kubexm");
+    bin("kubexm-install"); // beside it, into the image too
+    let flag = format!("amd64={}", kubexm.display());
+    let args = ["--key", key.to_str().unwrap(), "--controller-binary", &flag, "-o", "json"];
+    let t0 = std::time::Instant::now();
+    ok(b.run(lab, &config, "op.tar.zst", &args), "build with the controller's image");
+    eprintln!("the build with the controller's image: {:.1} s", t0.elapsed().as_secs_f64());
+    ok(b.run(lab, &config, "op2.tar.zst", &args), "build again");
+    let bundle = b.path("op.tar.zst");
+    assert!(
+        std::fs::read(&bundle).unwrap() == std::fs::read(b.path("op2.tar.zst")).unwrap(),
+        "two builds with the controller's image differ"
+    );
+    let m = inspect(&bundle);
+    let reference = format!("kubexm.io/kubexm:{}", env!("CARGO_PKG_VERSION"));
+    let image = m["lock"]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["reference"] == reference.as_str())
+        .unwrap_or_else(|| panic!("{reference} is not in the lock: {}", m["lock"]["images"]))
+        .clone();
+    assert_eq!(image["platforms"], serde_json::json!(["linux/amd64"]), "{image}");
+    assert!(image.get("source").is_none(), "{image}");
+    let x = b.path("op");
+    untar(&bundle, &x);
+    let layout = format!("oci:{}/images:{reference}", x.display());
+    let raw = Command::new("skopeo").args(["inspect", "--raw", &layout]).output().unwrap();
+    assert!(raw.status.success(), "skopeo: {}", text(&raw.stderr));
+    assert_eq!(
+        format!("sha256:{}", kubexm_bundle::digest::sha256_hex(&raw.stdout)),
+        image["digest"].as_str().unwrap()
+    );
+    let copied = b.path("op-dir");
+    ok(
+        Command::new("skopeo")
+            .args(["copy", "--override-arch", "amd64", &layout])
+            .arg(format!("dir:{}", copied.display()))
+            .output()
+            .unwrap(),
+        "skopeo copy",
+    );
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(copied.join("manifest.json")).unwrap()).unwrap();
+    let config_hex = manifest["config"]["digest"].as_str().unwrap().trim_start_matches("sha256:");
+    let image_config: serde_json::Value = serde_json::from_slice(&std::fs::read(copied.join(config_hex)).unwrap()).unwrap();
+    assert_eq!(image_config["config"]["User"], "65532:65532", "{image_config}");
+    assert_eq!(image_config["config"]["Entrypoint"], serde_json::json!(["/usr/local/bin/kubexm"]));
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1, "{manifest}");
+    let layer = copied.join(layers[0]["digest"].as_str().unwrap().trim_start_matches("sha256:"));
+    let root = b.path("op-root");
+    std::fs::create_dir(&root).unwrap();
+    ok(
+        Command::new("tar").arg("-xf").arg(&layer).arg("-C").arg(&root).output().unwrap(),
+        "tar -x of the layer",
+    );
+    // Run as the image's user, in its root: nothing of this machine's but the kernel.
+    let in_root = |args: &[&str]| {
+        ok(
+            Command::new("chroot")
+                .arg("--userspec=65532:65532")
+                .arg(&root)
+                .args(args)
+                .output()
+                .unwrap(),
+            &format!("{} in the image's root", args.join(" ")),
+        )
+    };
+    let version = in_root(&["/usr/local/bin/kubexm", "--version"]);
+    assert!(version.starts_with("kubexm "), "{version}");
+    let help = in_root(&["/usr/local/bin/kubexm", "controller-manager", "--help"]);
+    assert!(help.contains("--lease-seconds"), "{help}");
+    let installer = in_root(&["/usr/local/bin/kubexm-install", "--version"]);
+    assert!(installer.starts_with("kubexm-install "), "{installer}");
+    // Only the binary, its loader and libraries, and the user's files.
+    let files = ok(Command::new("find").arg(&root).args(["-type", "f"]).output().unwrap(), "find");
+    for f in files.lines() {
+        let f = f.strip_prefix(root.to_str().unwrap()).unwrap();
+        assert!(
+            [
+                "/usr/local/bin/kubexm",
+                "/usr/local/bin/kubexm-install",
+                "/etc/passwd",
+                "/etc/group"
+            ]
+            .contains(&f)
+                || f.contains(".so"),
+            "{f} is in the controller's image"
+        );
+    }
 }
 
 /// Issue 33: the lab's bundle as the base, and the same config with one
@@ -258,17 +369,6 @@ fn differential_bundle(lab: &Lab, b: &Build, base: &Path, key: &Path, public: &P
         std::fs::read(&diff_path).unwrap() == std::fs::read(b.path("new-diff2.tar.zst")).unwrap(),
         "two differential builds from the same inputs differ"
     );
-    let inspect = |bundle: &Path| -> serde_json::Value {
-        serde_json::from_str(&ok(
-            Command::new(bin("kubexm-bundle"))
-                .args(["inspect", "-o", "json", "--bundle"])
-                .arg(bundle)
-                .output()
-                .unwrap(),
-            "inspect",
-        ))
-        .unwrap()
-    };
     let (base_m, full_m, diff_m) = (inspect(base), inspect(&full_path), inspect(&diff_path));
     let pairs = |m: &serde_json::Value| -> std::collections::BTreeSet<(String, String)> {
         m["members"]

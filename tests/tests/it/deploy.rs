@@ -173,6 +173,11 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     let addr = |h: &str| lab.host(h).address.clone();
     // The main job's config with Kubernetes' conformance tests in its bundle.
     let config = crate::conformance::config_with_conformance(&lab.desc.main_job, dir.path());
+    // Issue 31: and with the controller inside the cluster, its image made
+    // from these kubexm and kubexm-install binaries.
+    crate::operator::with_the_controller(&config);
+    kubexm_e2e::bin("kubexm");
+    kubexm_e2e::bin("kubexm-install");
     let b = signed_bundle(&lab, &config);
     // The bundle-side config (same hosts, calico, NodeLocalDNS, MetalLB,
     // openebs): its addons are checked against this cluster's API server below.
@@ -288,6 +293,7 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         &["lab1", "lab2", "lab3", "lab4", "lab5"],
         &["lab4", "lab5"],
     );
+    crate::operator::the_controller_runs_inside_the_cluster(&k, &members);
     let pods = k("get pods -A -o wide --no-headers");
     eprintln!("pods:\n{pods}");
     for cp in members {
@@ -477,6 +483,9 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
         costs.push((name, start.elapsed()));
     };
     let mut with_spare = std::path::PathBuf::new();
+    // Issue 31: the controller inside the cluster decides (it leaves the
+    // object at a new generation: the apply below applies it again anyway).
+    crate::operator::the_controller_decides_inside_the_cluster(&k);
     part("apply adds a worker", &mut || {
         with_spare = crate::day2::apply_adds_a_worker(&lab, &config, &b, dir.path(), &k)
     });

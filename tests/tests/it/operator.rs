@@ -124,15 +124,33 @@ pub fn the_install_wrote_the_cluster_into_itself(
     let st = &o["status"];
     assert_eq!(o["metadata"]["generation"], st["observedGeneration"], "{text}");
     assert_eq!(st["conditions"][0]["type"], "Ready", "{text}");
-    let ready = if unchecked.is_empty() { "True" } else { "False" };
-    assert_eq!(st["conditions"][0]["status"], ready, "{text}");
-    if !unchecked.is_empty() {
+    let mut ready = if unchecked.is_empty() { "True" } else { "False" };
+    // With the controller inside the cluster (operator.enabled: true), its
+    // leader may have read the nodes already (every 30 s), after the install
+    // wrote the status: then the condition is its own.
+    let reason = st["conditions"][0]["reason"].as_str().unwrap_or_default();
+    let by_the_controller = !unchecked.is_empty() && ["NodesReady", "NodesNotReady"].contains(&reason);
+    if by_the_controller {
+        let holder = k(&format!(
+            "-n {NAMESPACE} get lease kubexm-controller-manager -o jsonpath='{{.spec.holderIdentity}}'"
+        ));
+        assert!(
+            holder.starts_with("kubexm-controller-manager-"),
+            "{reason} without the controller inside: {holder} {text}"
+        );
+        ready = st["conditions"][0]["status"].as_str().unwrap_or_default();
+    } else {
+        assert_eq!(st["conditions"][0]["status"], ready, "{text}");
+    }
+    if !unchecked.is_empty() && !by_the_controller {
         assert_eq!(st["conditions"][0]["reason"], "NodesNotChecked", "{text}");
         let message = st["conditions"][0]["message"].as_str().unwrap_or_default();
         assert!(message.contains(&unchecked.join(", ")), "{text}");
     }
     assert_eq!(st["version"], version, "{text}");
-    assert_eq!(st["readyNodes"], nodes.len() - unchecked.len(), "{text}");
+    if !by_the_controller {
+        assert_eq!(st["readyNodes"], nodes.len() - unchecked.len(), "{text}");
+    }
     let names: Vec<&str> = st["nodes"].as_array().unwrap().iter().filter_map(|n| n["name"].as_str()).collect();
     assert_eq!(names, nodes, "{text}");
     assert!(st["bundle"].as_str().is_some_and(|b| b.starts_with("sha256:")), "{text}");
@@ -147,6 +165,143 @@ pub fn the_install_wrote_the_cluster_into_itself(
             .any(|l| l.starts_with(name) && l.contains(version) && l.contains(ready)),
         "{listed}"
     );
+}
+
+/// Polls `ok` every 250 ms until it holds; fails naming `what` after
+/// `secs`. Returns how long it took.
+fn until(what: &str, secs: u64, ok: &dyn Fn() -> bool) -> std::time::Duration {
+    let t0 = std::time::Instant::now();
+    while !ok() {
+        assert!(t0.elapsed().as_secs() < secs, "{what}: not within {secs} s");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    t0.elapsed()
+}
+
+/// `config` with the controller inside the cluster (`operator.enabled: true`).
+pub fn with_the_controller(config: &Path) {
+    let text = std::fs::read_to_string(config).unwrap();
+    assert!(text.contains("\n  kubernetes:") && !text.contains("\n  operator:"), "{text}");
+    std::fs::write(
+        config,
+        text.replacen("\n  kubernetes:", "\n  operator: {enabled: true}\n  kubernetes:", 1),
+    )
+    .unwrap();
+}
+
+/// Issue 31's controller inside the main job's cluster (`operator.enabled:
+/// true`), with kubectl `k` right after the install: its Deployment is
+/// available with both replicas Running on control-plane nodes
+/// (`control_plane`), one of them holds the Lease and writes the nodes into
+/// the status. Then the Deployment is scaled to 0 (its pods hand the Lease
+/// back): the scenario acts from this machine, one owner at a time, and its
+/// re-runs apply nothing (the status the controller keeps is not written
+/// again; the Deployment stays scaled).
+pub fn the_controller_runs_inside_the_cluster(k: &dyn Fn(&str) -> String, control_plane: &[&str]) {
+    let ns = format!("-n {NAMESPACE}");
+    k(&format!("{ns} rollout status deploy/kubexm-controller-manager --timeout=120s"));
+    let pods = controller_pods(k);
+    eprintln!("the controller's pods:\n{pods}");
+    let names: Vec<String> = pods.lines().map(|l| l.split(' ').next().unwrap_or_default().to_string()).collect();
+    assert_eq!(names.len(), 2, "{pods}");
+    for l in pods.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert!(control_plane.contains(&f[1]) && f[2] == "Running", "{pods}");
+    }
+    until("a controller pod holds the Lease", 60, &|| names.contains(&holder(k)));
+    let reason = || {
+        k(&format!(
+            "{ns} get clusters.kubexm.io lab -o jsonpath='{{.status.conditions[?(@.type==\"Ready\")].reason}}'"
+        ))
+    };
+    until("the leader writes the nodes into the status", 60, &|| {
+        ["NodesReady", "NodesNotReady"].contains(&reason().trim())
+    });
+    scale_the_controller(k, 0);
+}
+
+/// The controller's pods: name, node and phase per line.
+fn controller_pods(k: &dyn Fn(&str) -> String) -> String {
+    k(&format!(
+        "-n {NAMESPACE} get pods -l app.kubernetes.io/name=kubexm-controller-manager -o jsonpath='{{range .items[*]}}{{.metadata.name}} {{.spec.nodeName}} {{.status.phase}}{{\"\\n\"}}{{end}}'"
+    ))
+}
+
+/// The holder of the controller's Lease ("" when none).
+fn holder(k: &dyn Fn(&str) -> String) -> String {
+    k(&format!(
+        "-n {NAMESPACE} get lease kubexm-controller-manager -o jsonpath='{{.spec.holderIdentity}}'"
+    ))
+    .trim()
+    .to_string()
+}
+
+/// The controller's Deployment scaled to `replicas`: at 0 its pods are
+/// gone and the Lease handed back; otherwise they run and one leads.
+fn scale_the_controller(k: &dyn Fn(&str) -> String, replicas: u32) {
+    let ns = format!("-n {NAMESPACE}");
+    k(&format!("{ns} scale deploy/kubexm-controller-manager --replicas={replicas}"));
+    if replicas == 0 {
+        until("the controller's pods are gone", 120, &|| {
+            k(&format!(
+                "{ns} get pods -l app.kubernetes.io/name=kubexm-controller-manager -o name"
+            ))
+            .trim()
+            .is_empty()
+        });
+        until("the Lease handed back", 30, &|| holder(k).is_empty());
+    } else {
+        k(&format!("{ns} rollout status deploy/kubexm-controller-manager --timeout=120s"));
+        until("a controller pod holds the Lease", 60, &|| {
+            controller_pods(k).contains(&holder(k)) && !holder(k).is_empty()
+        });
+    }
+}
+
+/// The controller inside the main job's cluster deciding (before the
+/// scenario's apply, which applies the object again anyway): scaled back
+/// to 2, a podCIDR change applied with kubectl is NotSupported naming the
+/// field (the time printed) and put back is as applied; the leader's pod
+/// deleted, the other replica takes the Lease (the time printed). Scaled
+/// to 0 again after.
+pub fn the_controller_decides_inside_the_cluster(k: &dyn Fn(&str) -> String) {
+    scale_the_controller(k, 2);
+    let the = format!("-n {NAMESPACE} clusters.kubexm.io lab");
+    let jsonpath = |p: &str| k(&format!("get {the} -o jsonpath='{p}'"));
+    let condition = |t: &str, field: &str| jsonpath(&format!("{{.status.conditions[?(@.type==\"{t}\")].{field}}}"));
+    let cidr = jsonpath("{.spec.kubernetes.podCIDR}");
+    k(&format!(
+        "patch {the} --type=merge -p '{{\"spec\":{{\"kubernetes\":{{\"podCIDR\":\"10.250.0.0/16\"}}}}}}'"
+    ));
+    let decided = until("NotSupported for the podCIDR", 10, &|| {
+        condition("NotSupported", "status").trim() == "True" && condition("NotSupported", "message").contains("spec.kubernetes.podCIDR")
+    });
+    eprintln!(
+        "kubectl patch of the podCIDR to NotSupported, decided inside the cluster: {} ms",
+        decided.as_millis()
+    );
+    assert_eq!(condition("NotSupported", "reason").trim(), "CannotChange");
+    k(&format!(
+        "patch {the} --type=merge -p '{{\"spec\":{{\"kubernetes\":{{\"podCIDR\":\"{}\"}}}}}}'",
+        cidr.trim()
+    ));
+    until("put back: as applied", 10, &|| {
+        condition("NotSupported", "status").trim() == "False" && condition("NotSupported", "reason").trim() == "AsApplied"
+    });
+    // The leader's pod deleted: the other replica leads.
+    let leader = holder(k);
+    let names: Vec<String> = controller_pods(k)
+        .lines()
+        .map(|l| l.split(' ').next().unwrap_or_default().to_string())
+        .collect();
+    let other = names.iter().find(|n| **n != leader).expect("a second replica").clone();
+    k(&format!("-n {NAMESPACE} delete pod {leader} --wait=false"));
+    let took = until("the other replica takes the Lease", 60, &|| holder(k) == other);
+    eprintln!(
+        "the leader's pod deleted, the other replica held the Lease after {:.1} s",
+        took.as_secs_f64()
+    );
+    scale_the_controller(k, 0);
 }
 
 /// Issue 31's controller on the upgrade scenario's cluster (after
@@ -169,14 +324,6 @@ pub fn controller_reconciles_the_cluster(lab: &Lab, dir: &Path, day2: &dyn Fn(&s
     let the = format!("-n {NAMESPACE} clusters.kubexm.io lab");
     let jsonpath = |p: &str| k(&format!("get {the} -o jsonpath='{p}'"));
     let condition = |t: &str, field: &str| jsonpath(&format!("{{.status.conditions[?(@.type==\"{t}\")].{field}}}"));
-    let until = |what: &str, secs: u64, ok: &dyn Fn() -> bool| {
-        let t0 = std::time::Instant::now();
-        while !ok() {
-            assert!(t0.elapsed().as_secs() < secs, "{what}: not within {secs} s");
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-        t0.elapsed()
-    };
     // lab1's admin kubeconfig, pointed at lab1's API server by address.
     let conf = lab.ssh_ok("lab1", "cat /etc/kubernetes/admin.conf");
     let server = format!("    server: https://{}:6443", lab.host("lab1").address);
@@ -364,13 +511,6 @@ fn a_worker_added_and_taken_out_through_the_object(lab: &Lab, dir: &Path, k: &dy
         k(&format!(
             "get {the} -o jsonpath='{{.status.conditions[?(@.type==\"{t}\")].{field}}}'"
         ))
-    };
-    let until = |what: &str, secs: u64, ok: &dyn Fn() -> bool| {
-        let t0 = std::time::Instant::now();
-        while !ok() {
-            assert!(t0.elapsed().as_secs() < secs, "{what}: not within {secs} s");
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
     };
     let patch = |ops: &serde_json::Value| k(&format!("patch {the} --type=json -p '{ops}'"));
     let host = serde_json::json!({"name": spare.name, "address": spare.address, "arch": spare.arch});
