@@ -410,6 +410,21 @@ impl Elector {
         }
     }
 
+    /// Hands the Lease back if the API server says this identity holds it,
+    /// whatever this side knows: for a replica stopped while [`Self::acquire`]
+    /// was writing, whose write may have taken the Lease after all.
+    pub async fn release_if_held(&mut self) {
+        if self.held.is_none() {
+            match self.api.get_opt(&self.cfg.name).await {
+                Ok(Some(l)) if l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(self.cfg.identity.as_str()) => {
+                    self.held = Some(l);
+                }
+                _ => return,
+            }
+        }
+        self.release().await;
+    }
+
     /// Hands the Lease back (no holder), so another replica takes it at
     /// once instead of after [`LeaseConfig::duration`].
     pub async fn release(&mut self) {

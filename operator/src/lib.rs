@@ -91,9 +91,14 @@ pub async fn run(o: Options, stop: impl std::future::Future<Output = ()>) -> Res
         lease::LeaseConfig::new(&o.namespace, &o.lease_name, &o.identity, o.lease_duration),
     );
     tokio::pin!(stop);
-    tokio::select! {
-        () = elector.acquire() => {}
-        () = &mut stop => return Ok(()),
+    let stopped = tokio::select! {
+        () = elector.acquire() => false,
+        () = &mut stop => true,
+    };
+    if stopped {
+        // Stopped while taking it: a write in flight may have taken it.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), elector.release_if_held()).await;
+        return Ok(());
     }
     let ctx = Arc::new(controller::Ctx::new(client, &o.namespace, &o.identity, o.act.clone()));
     let (stopping, busy) = (ctx.stop.clone(), ctx.busy.clone());

@@ -485,7 +485,23 @@ fn main_job_real_cluster_air_gapped_on_five_hosts_a_failure_a_rerun_mode_d_and_r
     let mut with_spare = std::path::PathBuf::new();
     // Issue 31: the controller inside the cluster decides (it leaves the
     // object at a new generation: the apply below applies it again anyway).
-    crate::operator::the_controller_decides_inside_the_cluster(&k);
+    // A pod's peak memory, from its cgroup on its node (v2's memory.peak, v1's memory.max_usage_in_bytes).
+    let peak = |pod: &str| -> Option<u64> {
+        let at = k(&format!(
+            "-n kubexm-system get pod {pod} -o jsonpath='{{.spec.nodeName}} {{.metadata.uid}}'"
+        ));
+        let (node, uid) = at.trim().split_once(' ')?;
+        let out = lab.ssh(
+            node,
+            &format!(
+                "for d in $(find /sys/fs/cgroup -type d \\( -name '*pod{uid}*' -o -name '*pod{}*' \\) 2>/dev/null); do \
+                 for m in memory.peak memory.max_usage_in_bytes; do [ -r \"$d/$m\" ] && {{ cat \"$d/$m\"; exit 0; }}; done; done; exit 1",
+                uid.replace('-', "_")
+            ),
+        );
+        text(&out.stdout).trim().parse().ok()
+    };
+    crate::operator::the_controller_decides_inside_the_cluster(&k, &peak);
     part("apply adds a worker", &mut || {
         with_spare = crate::day2::apply_adds_a_worker(&lab, &config, &b, dir.path(), &k)
     });

@@ -262,9 +262,10 @@ fn scale_the_controller(k: &dyn Fn(&str) -> String, replicas: u32) {
 /// scenario's apply, which applies the object again anyway): scaled back
 /// to 2, a podCIDR change applied with kubectl is NotSupported naming the
 /// field (the time printed) and put back is as applied; the leader's pod
-/// deleted, the other replica takes the Lease (the time printed). Scaled
-/// to 0 again after.
-pub fn the_controller_decides_inside_the_cluster(k: &dyn Fn(&str) -> String) {
+/// deleted, the other replica takes the Lease (the time printed); before,
+/// the leader's peak memory, as `peak` (its pod's name) reads it from its
+/// cgroup, printed (the goal: under 64 MB). Scaled to 0 again after.
+pub fn the_controller_decides_inside_the_cluster(k: &dyn Fn(&str) -> String, peak: &dyn Fn(&str) -> Option<u64>) {
     scale_the_controller(k, 2);
     let the = format!("-n {NAMESPACE} clusters.kubexm.io lab");
     let jsonpath = |p: &str| k(&format!("get {the} -o jsonpath='{p}'"));
@@ -290,6 +291,13 @@ pub fn the_controller_decides_inside_the_cluster(k: &dyn Fn(&str) -> String) {
     });
     // The leader's pod deleted: the other replica leads.
     let leader = holder(k);
+    match peak(&leader) {
+        Some(bytes) => eprintln!(
+            "the leader's peak memory inside the cluster (its pod's cgroup): {:.1} MB",
+            bytes as f64 / 1e6
+        ),
+        None => eprintln!("the leader's peak memory: its pod's cgroup was not found"),
+    }
     let names: Vec<String> = controller_pods(k)
         .lines()
         .map(|l| l.split(' ').next().unwrap_or_default().to_string())
