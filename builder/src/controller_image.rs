@@ -618,7 +618,7 @@ mod elf {
         /// Hostile headers are refused, never a panic: offsets past the
         /// end, sizes that overflow.
         #[test]
-        fn hostile_headers_are_refused_without_a_panic() {
+        fn hostile_headers_are_refused_without_a_panic() -> Result<(), String> {
             let mut b = vec![0u8; 64];
             b[..6].copy_from_slice(b"\x7fELF\x02\x01");
             b[18] = 62;
@@ -629,8 +629,9 @@ mod elf {
                 assert!(super::read(&b).is_err());
             }
             b[56..58].copy_from_slice(&0u16.to_le_bytes());
-            let elf = super::read(&b).expect("no headers: nothing needed");
+            let elf = super::read(&b)?;
             assert!(elf.interpreter.is_none() && elf.needed.is_empty());
+            Ok(())
         }
     }
 }
@@ -640,51 +641,54 @@ mod tests {
     use super::*;
 
     /// This test program as `kubexm`, with `kubexm-install` beside it.
-    fn own(dir: &Path) -> Binary {
-        let exe = std::env::current_exe().unwrap();
+    type Res = Result<(), Box<dyn std::error::Error>>;
+
+    fn own(dir: &Path) -> Result<Binary, Box<dyn std::error::Error>> {
+        let exe = std::env::current_exe()?;
         for name in ["kubexm", "kubexm-install"] {
             let link = dir.join(name);
             if !link.exists() {
-                std::os::unix::fs::symlink(&exe, &link).unwrap();
+                std::os::unix::fs::symlink(&exe, &link)?;
             }
         }
-        Binary {
+        Ok(Binary {
             arch: own_arch().unwrap_or("amd64").into(),
             path: dir.join("kubexm"),
-        }
+        })
     }
 
     #[test]
-    fn this_test_program_s_libraries_are_found_where_the_loader_looks() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = image_files(&own(dir.path()), Path::new("/")).unwrap();
+    fn this_test_program_s_libraries_are_found_where_the_loader_looks() -> Res {
+        let dir = tempfile::tempdir()?;
+        let files = image_files(&own(dir.path())?, Path::new("/"))?;
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         assert!(paths.contains(&BINARY_PATH) && paths.contains(&INSTALLER_PATH), "{paths:?}");
         assert!(paths.iter().any(|p| p.ends_with("/libc.so.6")), "{paths:?}");
         // The interpreter at the path the program names.
-        let elf = elf::read(&fs_err::read(std::env::current_exe().unwrap()).unwrap()).unwrap();
-        let interp = elf.interpreter.unwrap();
+        let elf = elf::read(&fs_err::read(std::env::current_exe()?)?)?;
+        let interp = elf.interpreter.ok_or("no interpreter")?;
         assert!(paths.contains(&interp.as_str()), "{paths:?}");
         assert!(files.iter().all(|f| f.from.is_file()));
         let mut sorted = paths.clone();
         sorted.sort();
         assert_eq!(paths, sorted);
+        Ok(())
     }
 
     #[test]
-    fn a_wrong_arch_a_missing_library_and_a_non_elf_file_are_refused_by_name() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut b = own(dir.path());
+    fn a_wrong_arch_a_missing_library_and_a_non_elf_file_are_refused_by_name() -> Res {
+        let dir = tempfile::tempdir()?;
+        let mut b = own(dir.path())?;
         b.arch = if b.arch == "amd64" { "arm64".into() } else { "amd64".into() };
-        let e = image_files(&b, Path::new("/")).unwrap_err().to_string();
+        let e = image_files(&b, Path::new("/")).err().ok_or("no error")?.to_string();
         assert!(e.contains("program, given for"), "{e}");
         // An empty root has none of the libraries.
-        let root = tempfile::tempdir().unwrap();
-        let e = image_files(&own(dir.path()), root.path()).unwrap_err().to_string();
+        let root = tempfile::tempdir()?;
+        let e = image_files(&own(dir.path())?, root.path()).err().ok_or("no error")?.to_string();
         assert!(e.contains("libc.so.6") || e.contains("needs"), "{e}");
         assert!(e.contains("apt-get install libc6:"), "{e}");
         let text = root.path().join("kubexm");
-        fs_err::write(&text, "#!/bin/sh\n").unwrap();
+        fs_err::write(&text, "#!/bin/sh\n")?;
         let e = image_files(
             &Binary {
                 arch: "amd64".into(),
@@ -692,10 +696,11 @@ mod tests {
             },
             Path::new("/"),
         )
-        .unwrap_err()
+        .err()
+        .ok_or("no error")?
         .to_string();
         assert!(e.contains("kubexm-install is missing"), "{e}");
-        fs_err::write(root.path().join("kubexm-install"), "#!/bin/sh\n").unwrap();
+        fs_err::write(root.path().join("kubexm-install"), "#!/bin/sh\n")?;
         let e = image_files(
             &Binary {
                 arch: "amd64".into(),
@@ -703,24 +708,27 @@ mod tests {
             },
             Path::new("/"),
         )
-        .unwrap_err()
+        .err()
+        .ok_or("no error")?
         .to_string();
         assert!(e.contains("not an ELF program"), "{e}");
+        Ok(())
     }
 
     #[test]
-    fn flags_name_an_arch_and_a_file() {
-        let exe = std::env::current_exe().unwrap();
-        let b = binaries(&[format!("arm64={}", exe.display())]).unwrap();
+    fn flags_name_an_arch_and_a_file() -> Res {
+        let exe = std::env::current_exe()?;
+        let b = binaries(&[format!("arm64={}", exe.display())])?;
         assert!(b.contains(&Binary {
             arch: "arm64".into(),
             path: exe.clone()
         }));
-        let e = binaries(&["arm64=/nonexistent/kubexm".into()]).unwrap_err().to_string();
+        let e = binaries(&["arm64=/nonexistent/kubexm".into()]).err().ok_or("no error")?.to_string();
         assert!(e.contains("/nonexistent/kubexm: no such file"), "{e}");
         for bad in ["arm64", "riscv64=/x", "amd64="] {
             assert!(binaries(&[bad.into()]).is_err(), "{bad}");
         }
+        Ok(())
     }
 
     fn item(platforms: &[&str]) -> ImageItem {
@@ -736,43 +744,52 @@ mod tests {
     }
 
     #[test]
-    fn the_image_is_reproducible_and_lists_only_platforms_with_a_binary() {
-        let dir = tempfile::tempdir().unwrap();
-        let cache = Cache::open(&dir.path().join("cache")).unwrap();
-        let binaries = vec![own(dir.path())];
+    fn the_image_is_reproducible_and_lists_only_platforms_with_a_binary() -> Res {
+        let dir = tempfile::tempdir()?;
+        let cache = Cache::open(&dir.path().join("cache"))?;
+        let binaries = vec![own(dir.path())?];
         let platform = format!("linux/{}", binaries[0].arch);
-        let (a, platforms) = build(&cache, &item(&[&platform, "linux/riscv64"]), &binaries).unwrap();
+        let (a, platforms) = build(&cache, &item(&[&platform, "linux/riscv64"]), &binaries)?;
         assert_eq!(platforms, vec![platform.clone()]);
         // Packed again from nothing: the same digests.
-        let dir2 = tempfile::tempdir().unwrap();
-        let (b, _) = build(&Cache::open(dir2.path()).unwrap(), &item(&[&platform]), &binaries).unwrap();
+        let dir2 = tempfile::tempdir()?;
+        let (b, _) = build(&Cache::open(dir2.path())?, &item(&[&platform]), &binaries)?;
         assert_eq!(a.digest, b.digest);
         assert_eq!(a.blobs, b.blobs);
         assert!(a.blobs.iter().all(|h| cache.has(h)));
         // The index names the platform's manifest, whose layer is a tar of the files.
-        let index: serde_json::Value = serde_json::from_slice(&cache.read(a.digest.trim_start_matches("sha256:")).unwrap()).unwrap();
+        let index: serde_json::Value = serde_json::from_slice(&cache.read(a.digest.trim_start_matches("sha256:"))?)?;
         assert_eq!(index["manifests"][0]["platform"]["architecture"], binaries[0].arch);
-        let manifest_hex = index["manifests"][0]["digest"].as_str().unwrap().trim_start_matches("sha256:");
-        let manifest: serde_json::Value = serde_json::from_slice(&cache.read(manifest_hex).unwrap()).unwrap();
-        let layer_hex = manifest["layers"][0]["digest"].as_str().unwrap().trim_start_matches("sha256:");
-        let mut archive = tar::Archive::new(fs_err::File::open(cache.blob(layer_hex)).unwrap());
-        let names: Vec<String> = archive
-            .entries()
-            .unwrap()
-            .map(|e| e.unwrap().path().unwrap().display().to_string())
-            .collect();
+        let manifest_hex = index["manifests"][0]["digest"]
+            .as_str()
+            .ok_or("no digest")?
+            .trim_start_matches("sha256:");
+        let manifest: serde_json::Value = serde_json::from_slice(&cache.read(manifest_hex)?)?;
+        let layer_hex = manifest["layers"][0]["digest"]
+            .as_str()
+            .ok_or("no digest")?
+            .trim_start_matches("sha256:");
+        let mut archive = tar::Archive::new(fs_err::File::open(cache.blob(layer_hex))?);
+        let mut names = Vec::new();
+        for e in archive.entries()? {
+            names.push(e?.path()?.display().to_string());
+        }
         assert!(names.contains(&"usr/local/bin/kubexm".to_string()), "{names:?}");
         assert!(names.contains(&"usr/local/bin/kubexm-install".to_string()), "{names:?}");
         assert!(names.contains(&"tmp/".to_string()), "{names:?}");
         assert!(names.iter().any(|n| n.ends_with("/libc.so.6")), "{names:?}");
         // No platform with a binary: named.
-        let e = build(&cache, &item(&["linux/riscv64"]), &binaries).unwrap_err().to_string();
+        let e = build(&cache, &item(&["linux/riscv64"]), &binaries)
+            .err()
+            .ok_or("no error")?
+            .to_string();
         assert!(e.contains("--controller-binary"), "{e}");
         let missing = vec![Binary {
             arch: binaries[0].arch.clone(),
             path: dir.path().join("missing/kubexm"),
         }];
-        let e = build(&cache, &item(&[&platform]), &missing).unwrap_err().to_string();
+        let e = build(&cache, &item(&[&platform]), &missing).err().ok_or("no error")?.to_string();
         assert!(e.contains("is missing"), "{e}");
+        Ok(())
     }
 }
