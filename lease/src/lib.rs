@@ -426,20 +426,43 @@ impl Elector {
     }
 
     /// Hands the Lease back (no holder), so another replica takes it at
-    /// once instead of after [`LeaseConfig::duration`].
+    /// once instead of after [`LeaseConfig::duration`]. A renewal cut off
+    /// by the stop may have been written after all, leaving this side's
+    /// copy one version behind: on a conflict the Lease is read again and
+    /// handed back if this identity still holds it (a few times).
     pub async fn release(&mut self) {
         let Some(mut l) = self.held.take() else { return };
-        if let Some(s) = l.spec.as_mut() {
-            s.holder_identity = None;
+        for _ in 0..3 {
+            if let Some(s) = l.spec.as_mut() {
+                s.holder_identity = None;
+            }
+            match self.api.replace(&self.cfg.name, &PostParams::default(), &l).await {
+                Ok(_) => {
+                    tracing::info!(lease = %self.cfg.name, "the Lease handed back");
+                    return;
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => match self.api.get_opt(&self.cfg.name).await {
+                    Ok(Some(fresh))
+                        if fresh.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(self.cfg.identity.as_str()) =>
+                    {
+                        l = fresh;
+                    }
+                    // Another replica holds it now, or it is gone: nothing to hand back.
+                    Ok(_) => return,
+                    Err(e) => return self.release_failed(&e.to_string()),
+                },
+                Err(e) => return self.release_failed(&e.to_string()),
+            }
         }
-        match self.api.replace(&self.cfg.name, &PostParams::default(), &l).await {
-            Ok(_) => tracing::info!(lease = %self.cfg.name, "the Lease handed back"),
-            Err(e) => tracing::warn!(
-                lease = %self.cfg.name,
-                "handing the Lease back failed: {}; another replica takes it when it expires",
-                text::line(&e.to_string())
-            ),
-        }
+        self.release_failed("it kept changing while handed back");
+    }
+
+    fn release_failed(&self, error: &str) {
+        tracing::warn!(
+            lease = %self.cfg.name,
+            "handing the Lease back failed: {}; another replica takes it when it expires",
+            text::line(error)
+        );
     }
 }
 
