@@ -18,6 +18,7 @@ pub mod fault;
 pub mod files;
 pub mod inventory;
 pub mod jobs;
+pub mod journal;
 pub mod output;
 pub mod plan;
 pub mod run;

@@ -19,6 +19,17 @@ pub struct StateError {
     pub source: rusqlite::Error,
 }
 
+impl StateError {
+    /// An error of a store kept elsewhere than SQLite (`place` names it:
+    /// a file, an object), as the engine reports a state database's.
+    pub fn elsewhere(place: &str, message: &str) -> StateError {
+        StateError {
+            path: place.to_string(),
+            source: rusqlite::Error::ToSqlConversionFailure(message.into()),
+        }
+    }
+}
+
 /// How a step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -32,6 +43,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome [`Outcome::as_str`] names.
+    pub fn named(name: &str) -> Option<Outcome> {
+        [Outcome::Applied, Outcome::Skipped, Outcome::Failed, Outcome::NotRun]
+            .into_iter()
+            .find(|o| o.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Applied => "applied",
@@ -81,8 +99,9 @@ impl Span {
     }
 }
 
-/// One recorded step.
-#[derive(Debug, Clone)]
+/// One recorded step (as the journal keeps it, too: [`crate::journal`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StepRecord {
     pub node: String,
     pub module: String,
@@ -97,8 +116,9 @@ pub struct StepRecord {
     pub log: String,
 }
 
-/// A job as `status` shows it.
-#[derive(Debug, Clone)]
+/// A job as `status` shows it (and the journal keeps it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct JobRecord {
     pub id: i64,
     pub cluster: String,
@@ -252,6 +272,18 @@ impl State {
         )
         .map_err(|e| self.err(e))?;
         Ok(c.last_insert_rowid())
+    }
+
+    /// Writes `job` as it is (its id, times and status), replacing the
+    /// row of that id: a journal kept elsewhere read back.
+    pub fn restore_job(&self, job: &JobRecord) -> Result<(), StateError> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO jobs(id, cluster, kind, started, finished, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![job.id, job.cluster, job.kind, job.started, job.finished, job.status],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
     }
 
     pub fn finish_job(&self, job: i64, status: &str) -> Result<(), StateError> {
@@ -483,6 +515,40 @@ impl State {
             )
             .optional()
             .map_err(|e| self.err(e))
+    }
+
+    /// Every pinned host key, by endpoint.
+    pub fn pins(&self) -> Result<Vec<(String, String)>, StateError> {
+        let c = self.conn();
+        let mut stmt = c
+            .prepare("SELECT endpoint, key FROM known_hosts ORDER BY endpoint")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// `cluster`'s jobs since its last successful reset (or delete), in order.
+    pub fn jobs_since_reset(&self, cluster: &str) -> Result<Vec<JobRecord>, StateError> {
+        let c = self.conn();
+        let mut stmt = c
+            .prepare(
+                "SELECT id, cluster, kind, started, finished, status FROM jobs WHERE cluster = ?1 \
+                 AND id > COALESCE((SELECT MAX(id) FROM jobs WHERE cluster = ?1 AND kind IN ('reset', 'delete-cluster') AND status = 'succeeded'), 0) \
+                 ORDER BY id",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt.query_map(params![cluster], job_row).map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// The hosts `job` took out of its cluster.
+    pub fn removed_by(&self, job: i64) -> Result<Vec<String>, StateError> {
+        let c = self.conn();
+        let mut stmt = c
+            .prepare("SELECT host FROM removed_hosts WHERE job = ?1 ORDER BY host")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt.query_map(params![job], |r| r.get(0)).map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
     pub fn steps(&self, job: i64) -> Result<Vec<StepRecord>, StateError> {

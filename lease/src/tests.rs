@@ -11,7 +11,7 @@ fn lease(holder: &str, renewed: &str) -> LeaseSpec {
     LeaseSpec {
         holder_identity: Some(holder.into()),
         lease_duration_seconds: Some(15),
-        renew_time: Some(MicroTime(renewed.parse().unwrap())),
+        renew_time: Some(MicroTime(renewed.parse().unwrap_or_default())),
         ..Default::default()
     }
 }

@@ -15,13 +15,17 @@
 //!
 //! Inside the cluster (the install's Deployment, the bundle's image) it
 //! decides and keeps the status, but runs nothing: it has no installer
-//! state there. Not built yet (docs/operator.md): an upgrade by the
-//! controller, its Store on Kubernetes objects and the state's Secrets.
+//! state there. Where it will keep that state is built: the installer's
+//! database as a working copy journaled into ConfigMaps ([`journal`]),
+//! which a new leader reads back; the controller does not open it yet.
+//! Not built yet (docs/operator.md): an upgrade by the controller, the
+//! handoff of the state (the journal's seed, the PKI) and its use inside.
 
 pub mod act;
 pub mod controller;
 pub mod decide;
 pub use kubexm_lease as lease;
+pub mod journal;
 pub mod nodes;
 mod run;
 
