@@ -96,22 +96,23 @@ pub fn entry_key(n: u64) -> String {
 }
 
 /// `entry` as the pieces written for it: its JSON, or parts of it when
-/// larger than `piece` bytes (cut on character boundaries).
+/// larger than `piece` bytes (cut on character boundaries; each part's
+/// text at most half of `piece`, since escaping it again at most doubles it).
 pub fn pieces(entry: &Entry, piece: usize) -> Result<Vec<String>, String> {
     let json = serde_json::to_string(entry).map_err(|e| e.to_string())?;
     if json.len() <= piece {
         return Ok(vec![json]);
     }
-    // Room for the part's own JSON around the text (escaping may grow it).
     let room = (piece / 2).max(1);
     let mut texts = Vec::new();
     let mut rest = json.as_str();
     while !rest.is_empty() {
+        // Forward to a boundary: never an empty part, whatever `piece`.
         let mut cut = room.min(rest.len());
         while !rest.is_char_boundary(cut) {
-            cut -= 1;
+            cut += 1;
         }
-        let (head, tail) = rest.split_at(cut.max(1));
+        let (head, tail) = rest.split_at(cut);
         texts.push(head);
         rest = tail;
     }
@@ -123,24 +124,41 @@ pub fn pieces(entry: &Entry, piece: usize) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// Writes `entries` into `db`, in order; parts are joined first.
-pub fn replay(db: &State, entries: Vec<Entry>) -> Result<(), String> {
-    let mut parts = String::new();
-    for entry in entries {
+/// Writes `entries` into `db`, in order, each with the place it was read
+/// from (named in an error); parts are joined first, and must come in
+/// order (1 to `of`, nothing between): a part out of order is an error, a
+/// last entry in parts cut short (a writer stopped mid-entry) is left out.
+pub fn replay(db: &State, entries: Vec<(String, Entry)>) -> Result<(), String> {
+    let mut parts: Option<(u32, u32, String)> = None;
+    for (place, entry) in entries {
         let entry = match entry {
             Entry::Part { n, of, text } => {
-                if n == 1 {
-                    parts.clear();
-                }
-                parts.push_str(&text);
+                // A first part starts anew (parts before it were cut short).
+                let joined = match parts.take() {
+                    _ if n == 1 => text,
+                    Some((last, total, mut so_far)) if n == last + 1 && of == total => {
+                        so_far.push_str(&text);
+                        so_far
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{place}: part {n} of {of} of an entry out of order: the journal was written by two writers at once"
+                        ));
+                    }
+                };
                 if n < of {
+                    parts = Some((n, of, joined));
                     continue;
                 }
-                serde_json::from_str(&std::mem::take(&mut parts)).map_err(|e| format!("a journal entry in {of} parts: {e}"))?
+                serde_json::from_str(&joined).map_err(|e| format!("{place}: an entry in {of} parts: {e}"))?
             }
-            e => e,
+            // An entry cut short by its writer's stop, then another writer's.
+            e => {
+                parts = None;
+                e
+            }
         };
-        apply(db, entry).map_err(|e| e.to_string())?;
+        apply(db, entry).map_err(|e| format!("{place}: {e}"))?;
     }
     Ok(())
 }

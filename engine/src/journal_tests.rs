@@ -65,9 +65,9 @@ fn the_seed_read_back_answers_as_the_installer_s_database() -> Res<()> {
     for (name, data) in &cut {
         assert!(name.starts_with("kubexm-state-"), "{name}");
         assert!(data.values().map(String::len).sum::<usize>() <= small.chunk, "{name}");
-        for text in data.values() {
+        for (key, text) in data {
             assert!(!text.contains("secret-log"), "{text}");
-            read.push(serde_json::from_str::<Entry>(text)?);
+            read.push((format!("{name}/{key}"), serde_json::from_str::<Entry>(text)?));
         }
     }
     let copy = State::open(&dir.path().join("copy.db"), vec![])?;
@@ -105,5 +105,30 @@ fn only_a_failed_step_keeps_its_log_redacted() -> Res<()> {
     };
     assert_eq!(steps[0].log, "password <redacted>");
     assert_eq!(steps[1].log, "");
+    Ok(())
+}
+
+/// Parts are cut on character boundaries even when a part has room for
+/// less than one character, and join back; parts out of order are named.
+#[test]
+fn parts_cut_on_characters_and_out_of_order_are_named() -> Res<()> {
+    let entry = Entry::Forget { cluster: "é".repeat(40) };
+    let tiny = crate::journal::pieces(&entry, 3)?;
+    assert!(tiny.len() > 40, "{}", tiny.len());
+    let read: Vec<(String, Entry)> = tiny
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Ok((format!("cm/{i}"), serde_json::from_str(t)?)))
+        .collect::<Result<_, serde_json::Error>>()?;
+    let dir = tempfile::tempdir()?;
+    let db = State::open(&dir.path().join("a.db"), vec![])?;
+    replay(&db, read.clone()).map_err(|e| e.to_string())?;
+    let mut swapped = read;
+    swapped.swap(1, 2);
+    let err = match replay(&db, swapped) {
+        Ok(()) => return Err("parts out of order were read".into()),
+        Err(e) => e,
+    };
+    assert!(err.starts_with("cm/") && err.contains("out of order"), "{err}");
     Ok(())
 }

@@ -11,21 +11,27 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::ssh::KnownHosts;
 
+/// Why the state store failed: its SQLite database, or (for a store kept
+/// elsewhere, such as the controller's journal) the place named.
 #[derive(Debug, thiserror::Error)]
-#[error("state database {path}: {source}")]
-pub struct StateError {
-    pub path: String,
-    #[source]
-    pub source: rusqlite::Error,
+pub enum StateError {
+    #[error("state database {path}: {source}")]
+    Sqlite {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{place}: {message}")]
+    Elsewhere { place: String, message: String },
 }
 
 impl StateError {
-    /// An error of a store kept elsewhere than SQLite (`place` names it:
-    /// a file, an object), as the engine reports a state database's.
+    /// An error of a store kept elsewhere than SQLite: `place` names it
+    /// (an object, a file), `message` says why and what to do.
     pub fn elsewhere(place: &str, message: &str) -> StateError {
-        StateError {
-            path: place.to_string(),
-            source: rusqlite::Error::ToSqlConversionFailure(message.into()),
+        StateError::Elsewhere {
+            place: place.to_string(),
+            message: message.to_string(),
         }
     }
 }
@@ -219,7 +225,7 @@ impl State {
     /// Opens (creating if needed) the database at `path`; `secrets` are redacted from logs.
     pub fn open(path: &Path, secrets: Vec<String>) -> Result<State, StateError> {
         let p = path.display().to_string();
-        let err = |source| StateError { path: p.clone(), source };
+        let err = |source| StateError::Sqlite { path: p.clone(), source };
         private_file(path);
         let conn = Connection::open(path).map_err(err)?;
         conn.execute_batch(
@@ -247,7 +253,7 @@ impl State {
     }
 
     fn err(&self, source: rusqlite::Error) -> StateError {
-        StateError {
+        StateError::Sqlite {
             path: self.path.clone(),
             source,
         }

@@ -432,7 +432,7 @@ impl Elector {
     /// handed back if this identity still holds it (a few times).
     pub async fn release(&mut self) {
         let Some(mut l) = self.held.take() else { return };
-        for _ in 0..3 {
+        for attempt in 1..=3 {
             if let Some(s) = l.spec.as_mut() {
                 s.holder_identity = None;
             }
@@ -441,6 +441,7 @@ impl Elector {
                     tracing::info!(lease = %self.cfg.name, "the Lease handed back");
                     return;
                 }
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt == 3 => break,
                 Err(kube::Error::Api(s)) if s.code == 409 => match self.api.get_opt(&self.cfg.name).await {
                     Ok(Some(fresh))
                         if fresh.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(self.cfg.identity.as_str()) =>

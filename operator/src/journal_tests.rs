@@ -26,9 +26,25 @@ fn answer(status: u16, body: &Value) -> Res<http::Response<kube::client::Body>> 
         .body(kube::client::Body::from(serde_json::to_vec(body)?))?)
 }
 
-/// What the stand-in answers `method` on `path` with `body`.
-fn handle(objects: &Objects, method: &str, path: &str, body: Value) -> Res<(u16, Value)> {
+fn conflict() -> (u16, Value) {
+    (
+        409,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
+    )
+}
+
+/// What the stand-in answers `method` on `path` with `body`: create (409
+/// when the name is taken), merge patch of data and annotations (409 when
+/// the patch's resourceVersion is not the object's), list; each write
+/// moves the object's resourceVersion.
+fn handle(objects: &Objects, method: &str, path: &str, mut body: Value) -> Res<(u16, Value)> {
     let mut all = objects.lock().map_err(|e| e.to_string())?;
+    let version = all
+        .values()
+        .filter_map(|o| o["metadata"]["resourceVersion"].as_str()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+        + 1;
     let collection = format!("/api/v1/namespaces/{NS}/configmaps");
     Ok(match method {
         "GET" if path == collection => {
@@ -41,23 +57,32 @@ fn handle(objects: &Objects, method: &str, path: &str, body: Value) -> Res<(u16,
         "POST" if path == collection => {
             let name = body["metadata"]["name"].as_str().ok_or("no name")?.to_string();
             if let std::collections::btree_map::Entry::Vacant(e) = all.entry(name) {
+                body["metadata"]["resourceVersion"] = json!(version.to_string());
                 e.insert(body.clone());
                 (201, body)
             } else {
-                (
-                    409,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
-                )
+                conflict()
             }
         }
         "PATCH" => {
             let name = path.strip_prefix(&format!("{collection}/")).ok_or("not a ConfigMap")?;
-            let secret = all.get_mut(name).ok_or("patch of a missing ConfigMap")?;
-            let data = body["data"].as_object().ok_or("a patch without data")?;
-            for (k, v) in data {
-                secret["data"][k] = v.clone();
+            let object = all.get_mut(name).ok_or("patch of a missing ConfigMap")?;
+            if let Some(v) = body["metadata"]["resourceVersion"].as_str()
+                && Some(v) != object["metadata"]["resourceVersion"].as_str()
+            {
+                return Ok(conflict());
             }
-            (200, secret.clone())
+            for at in [&["data"][..], &["metadata", "annotations"][..]] {
+                let patch = at.iter().fold(&body, |v, k| &v[*k]);
+                if let Some(map) = patch.as_object() {
+                    let target = at.iter().fold(&mut *object, |v, k| &mut v[*k]);
+                    for (k, v) in map {
+                        target[k] = v.clone();
+                    }
+                }
+            }
+            object["metadata"]["resourceVersion"] = json!(version.to_string());
+            (200, object.clone())
         }
         _ => (404, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})),
     })
@@ -104,6 +129,7 @@ async fn a_new_leader_reads_back_what_the_last_one_journaled() -> Res<()> {
     let first = Journaled::open(
         api_server(objects.clone()),
         NS,
+        "first",
         &dir.path().join("a.db"),
         vec!["hunter2".into()],
         SMALL,
@@ -147,7 +173,7 @@ async fn a_new_leader_reads_back_what_the_last_one_journaled() -> Res<()> {
         assert!(!s.to_string().contains("hunter2"), "{name}");
     }
 
-    let second = Journaled::open(api_server(objects.clone()), NS, &dir.path().join("b.db"), vec![], SMALL).await?;
+    let second = Journaled::open(api_server(objects.clone()), NS, "second", &dir.path().join("b.db"), vec![], SMALL).await?;
     let j = second.job(Some(job)).await?.ok_or("no job")?;
     assert_eq!(
         (j.cluster.as_str(), j.kind.as_str(), j.status.as_str()),
@@ -181,14 +207,23 @@ async fn a_new_leader_reads_back_what_the_last_one_journaled() -> Res<()> {
 
 /// A ConfigMap with the journal's label that is no chunk of it is named.
 #[tokio::test]
-async fn a_foreign_secret_with_the_journal_s_label_is_named() -> Res<()> {
+async fn a_foreign_config_map_with_the_journal_s_label_is_named() -> Res<()> {
     let objects = Objects::default();
     objects.lock().map_err(|e| e.to_string())?.insert(
         "other".into(),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": NS, "labels": {"kubexm.io/state": "journal"}}, "data": {}}),
     );
     let dir = tempfile::tempdir()?;
-    let err = match Journaled::open(api_server(objects), NS, &dir.path().join("a.db"), vec![], Limits::default()).await {
+    let err = match Journaled::open(
+        api_server(objects),
+        NS,
+        "first",
+        &dir.path().join("a.db"),
+        vec![],
+        Limits::default(),
+    )
+    .await
+    {
         Ok(_) => return Err("opened".into()),
         Err(e) => e,
     };
@@ -196,31 +231,63 @@ async fn a_foreign_secret_with_the_journal_s_label_is_named() -> Res<()> {
     Ok(())
 }
 
-/// A replaced leader writes on: into its own chunk while there is room,
-/// and it is fenced once it needs a new one (the next number is the new
-/// leader's). Its late entry is replayed before the new leader's.
+/// A new leader seals the last chunk it read: the replaced leader's next
+/// write is refused (409), and so is every write after it; the new leader
+/// numbers on, and a third leader reads both and seals the new one's.
 #[tokio::test]
-async fn a_replaced_leader_is_fenced_at_its_next_chunk() -> Res<()> {
+async fn a_replaced_leader_s_next_write_is_refused_and_it_stops_writing() -> Res<()> {
     let objects = Objects::default();
     let dir = tempfile::tempdir()?;
-    let old = Journaled::open(api_server(objects.clone()), NS, &dir.path().join("a.db"), vec![], SMALL).await?;
+    let old = Journaled::open(api_server(objects.clone()), NS, "old", &dir.path().join("a.db"), vec![], SMALL).await?;
     let job = old.begin_job("lab", "apply").await?;
-    let new = Journaled::open(api_server(objects.clone()), NS, &dir.path().join("b.db"), vec![], SMALL).await?;
-    let next = new.begin_job("lab", "apply").await?;
-    assert_eq!(next, job + 1);
-    // Room left in its chunk: written (a fact about the hosts).
-    old.record_many(job, &[record("join@lab6", "lab6", Outcome::Applied, "")]).await?;
-    // A new chunk needed: refused.
-    let big = "y".repeat(SMALL.chunk);
-    let err = match old.put_record(job, "lab", "failed", &big).await {
-        Ok(()) => return Err("a replaced leader made a chunk".into()),
+    let new = Journaled::open(api_server(objects.clone()), NS, "new", &dir.path().join("b.db"), vec![], SMALL).await?;
+    let err = match old.record_many(job, &[record("join@lab6", "lab6", Outcome::Applied, "")]).await {
+        Ok(()) => return Err("a replaced leader wrote into a sealed chunk".into()),
         Err(e) => e.to_string(),
     };
-    assert!(err.contains("kubexm-state-00002") && err.contains("another leader"), "{err}");
-    let names: Vec<String> = objects.lock().map_err(|e| e.to_string())?.keys().cloned().collect();
-    assert_eq!(names, ["kubexm-state-00001", "kubexm-state-00002"]);
-    let third = Journaled::open(api_server(objects), NS, &dir.path().join("c.db"), vec![], SMALL).await?;
-    assert_eq!(third.steps(job).await?.len(), 1);
+    assert!(
+        err.contains("kubexm-state-00001 was sealed by another leader") && err.contains("RBAC"),
+        "{err}"
+    );
+    // Refused from then on, before any request.
+    let again = match old.begin_job("lab", "apply").await {
+        Ok(id) => return Err(format!("job {id} begun by a replaced leader").into()),
+        Err(e) => e.to_string(),
+    };
+    assert!(again.contains("sealed by another leader"), "{again}");
+    let next = new.begin_job("lab", "apply").await?;
+    assert_eq!(next, job + 1);
+    let all = objects.lock().map_err(|e| e.to_string())?.clone();
+    assert_eq!(
+        all.keys().cloned().collect::<Vec<_>>(),
+        ["kubexm-state-00001", "kubexm-state-00002"]
+    );
+    assert_eq!(all["kubexm-state-00001"]["metadata"]["annotations"]["kubexm.io/sealed-by"], "new");
+    let third = Journaled::open(api_server(objects.clone()), NS, "third", &dir.path().join("c.db"), vec![], SMALL).await?;
+    assert!(third.steps(job).await?.is_empty());
     assert_eq!(third.job(None).await?.map(|j| j.id), Some(next));
+    assert!(
+        new.finish_job(next, "succeeded").await.is_err(),
+        "the second leader wrote after the third sealed it"
+    );
+    Ok(())
+}
+
+/// A full chunk is closed before the next is made, so a sealed one stops
+/// its writer even when its next entry would go into a new chunk.
+#[tokio::test]
+async fn a_sealed_writer_cannot_make_its_next_chunk() -> Res<()> {
+    let objects = Objects::default();
+    let dir = tempfile::tempdir()?;
+    let old = Journaled::open(api_server(objects.clone()), NS, "old", &dir.path().join("a.db"), vec![], SMALL).await?;
+    let job = old.begin_job("lab", "apply").await?;
+    let _new = Journaled::open(api_server(objects.clone()), NS, "new", &dir.path().join("b.db"), vec![], SMALL).await?;
+    let big = "y".repeat(SMALL.chunk);
+    let err = match old.put_record(job, "lab", "failed", &big).await {
+        Ok(()) => return Err("a sealed writer made a chunk".into()),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("sealed by another leader"), "{err}");
+    assert_eq!(objects.lock().map_err(|e| e.to_string())?.len(), 1);
     Ok(())
 }

@@ -128,7 +128,8 @@ pub async fn run(o: Options, stop: impl std::future::Future<Output = ()>) -> Res
             () = ended => {}
             lost = elector.hold() => return Err(OperatorError::Lost(lost)),
         }
-        elector.release().await;
+        // Bounded: a stop must not hang on an API server that does not answer.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), elector.release()).await;
     }
     result
 }
